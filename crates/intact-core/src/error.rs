@@ -1,0 +1,168 @@
+//! One error type for the core, keeping integrity failures, I/O and configuration apart.
+
+use std::fmt;
+
+/// Result alias used throughout the core.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Where an integrity failure was found: a path when the engine knows it, else an inode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subject {
+    /// A file known by its path in the volume.
+    Path(String),
+    /// A file known by its inode number (the path is not known at this layer).
+    Inode(u64),
+    /// The inode table, which anchors every file.
+    InodeTable,
+    /// The trusted anchor.
+    Anchor,
+    /// The commit journal.
+    Journal,
+    /// The volume configuration.
+    Config,
+}
+
+impl fmt::Display for Subject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Subject::Path(p) => write!(f, "{p}"),
+            Subject::Inode(i) => write!(f, "inode {i}"),
+            Subject::InodeTable => write!(f, "<inode table>"),
+            Subject::Anchor => write!(f, "<trusted anchor>"),
+            Subject::Journal => write!(f, "<journal>"),
+            Subject::Config => write!(f, "<volume config>"),
+        }
+    }
+}
+
+/// Every failure the core reports.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Stored data failed authentication or freshness: the untrusted store was modified,
+    /// swapped, rolled back or lost data. Never a benign condition.
+    #[error("integrity failure: {subject}: {}{what}", block.map(|b| format!("block {b}: ")).unwrap_or_default())]
+    Tampered {
+        /// The file (or structure) that failed.
+        subject: Subject,
+        /// The block index within it, where one applies.
+        block: Option<u64>,
+        /// What exactly failed.
+        what: String,
+    },
+    /// An I/O error of a store.
+    #[error("I/O error on {what}: {source}")]
+    Io {
+        /// The object or path being accessed.
+        what: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The password does not open the volume (or the key envelope was modified).
+    #[error("wrong password (or the volume config's key envelope was modified)")]
+    WrongPassword,
+    /// The volume configuration is unreadable or inconsistent.
+    #[error("volume config: {0}")]
+    Config(String),
+    /// The trusted anchor is missing: not tampering, but freshness cannot be established.
+    #[error("the trusted anchor for volume {volume} is missing from {dir}; if you moved or lost the state directory, see `intact recover-anchor --help`")]
+    AnchorMissing {
+        /// Volume id (hex).
+        volume: String,
+        /// The state directory searched.
+        dir: String,
+    },
+    /// The trusted anchor itself is corrupt (it lives on trusted storage, so this is local damage).
+    #[error("trusted anchor: {0}")]
+    AnchorCorrupt(String),
+    /// Another process holds the volume.
+    #[error("volume is in use by another process ({0})")]
+    Locked(String),
+    /// A path or argument problem reported to the user.
+    #[error("{path}: {kind}")]
+    Fs {
+        /// The path concerned.
+        path: String,
+        /// What is wrong.
+        kind: FsErrorKind,
+    },
+    /// An invalid argument.
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    /// The store was crashed by the fault-injecting wrapper (tests only).
+    #[error("simulated crash")]
+    Crashed,
+}
+
+/// File-system level errors that map to errno values in front ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsErrorKind {
+    /// ENOENT
+    NotFound,
+    /// EEXIST
+    Exists,
+    /// ENOTDIR
+    NotADirectory,
+    /// EISDIR
+    IsADirectory,
+    /// ENOTEMPTY
+    NotEmpty,
+    /// ENAMETOOLONG
+    NameTooLong,
+    /// EINVAL
+    InvalidName,
+    /// EFBIG
+    TooLarge,
+    /// EROFS
+    ReadOnly,
+    /// EXDEV/EINVAL: renaming a directory into itself
+    RenameIntoSelf,
+}
+
+impl fmt::Display for FsErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FsErrorKind::NotFound => "no such file or directory",
+            FsErrorKind::Exists => "already exists",
+            FsErrorKind::NotADirectory => "not a directory",
+            FsErrorKind::IsADirectory => "is a directory",
+            FsErrorKind::NotEmpty => "directory not empty",
+            FsErrorKind::NameTooLong => "name too long",
+            FsErrorKind::InvalidName => "invalid name",
+            FsErrorKind::TooLarge => "file too large",
+            FsErrorKind::ReadOnly => "volume opened read-only",
+            FsErrorKind::RenameIntoSelf => "cannot move a directory into itself",
+        })
+    }
+}
+
+impl Error {
+    /// Builds an I/O error naming what was accessed.
+    pub fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io { what: what.into(), source }
+    }
+
+    /// Builds an integrity error.
+    pub fn tampered(subject: Subject, block: Option<u64>, what: impl Into<String>) -> Self {
+        Error::Tampered { subject, block, what: what.into() }
+    }
+
+    /// Builds a file-system error for a path.
+    pub fn fs(path: impl Into<String>, kind: FsErrorKind) -> Self {
+        Error::Fs { path: path.into(), kind }
+    }
+
+    /// True for integrity (tamper) failures.
+    pub fn is_tampered(&self) -> bool {
+        matches!(self, Error::Tampered { .. })
+    }
+
+    /// Replaces the subject of an integrity failure (used when a layer learns the path).
+    pub fn with_subject(self, subject: Subject) -> Self {
+        match self {
+            Error::Tampered { block, what, .. } => Error::Tampered { subject, block, what },
+            other => other,
+        }
+    }
+}
