@@ -158,10 +158,11 @@ impl Error {
         matches!(self, Error::Tampered { .. })
     }
 
-    /// Replaces the subject of an integrity failure (used when a layer learns the path).
+    /// Names the file of an integrity failure that only knew the inode (used when a layer
+    /// learns the path); a failure already naming a path or structure keeps its subject.
     pub fn with_subject(self, subject: Subject) -> Self {
         match self {
-            Error::Tampered { block, what, .. } => Error::Tampered { subject, block, what },
+            Error::Tampered { subject: Subject::Inode(_), block, what } => Error::Tampered { subject, block, what },
             other => other,
         }
     }

@@ -4,7 +4,14 @@
 //! structures (Merkle tree, counter intervals, node cache); primitives; stores.
 #![deny(missing_docs)]
 
+pub mod crypto;
 pub mod error;
+pub mod format;
+pub mod scheme;
 pub mod store;
+pub mod tree;
+pub mod tx;
+pub mod volume;
 
 pub use error::{Error, FsErrorKind, Result, Subject};
+pub use volume::{CreateOptions, Options, Volume};

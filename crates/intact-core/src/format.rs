@@ -1,0 +1,411 @@
+//! On-disk records: the inode record (a file's trusted state TS_F), the trusted anchor and
+//! the volume config. Byte tables are in docs/file-format.md; the tests at the bottom
+//! freeze them.
+
+use crate::crypto::{FileId, Hash, KdfParams, SubKey};
+use crate::error::{Error, Result, Subject};
+use crate::tree::{CounterIntervals, TreeState, TrustedCounters};
+use crate::tx::{JournalRef, Reader};
+
+/// Size of one inode record.
+pub const RECORD_SIZE: usize = 256;
+/// Bytes of trusted storage for counter intervals per file (L_ctr, paper §4.2): 7 intervals.
+pub const L_CTR: usize = 112;
+/// Bytes reserved in the record for the trusted counters.
+pub const TCTR_SIZE: usize = 128;
+const _: () = assert!(crate::tree::trusted_size(L_CTR) <= TCTR_SIZE);
+/// Inode number of the root directory.
+pub const ROOT_INO: u64 = 1;
+
+/// What an inode is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// An unused record.
+    Free = 0,
+    /// A regular file.
+    File = 1,
+    /// A directory (a file of entries).
+    Dir = 2,
+    /// A symbolic link (its target is its content).
+    Symlink = 3,
+}
+
+impl Kind {
+    fn from_u8(b: u8) -> Option<Kind> {
+        Some(match b {
+            0 => Kind::Free,
+            1 => Kind::File,
+            2 => Kind::Dir,
+            3 => Kind::Symlink,
+            _ => return None,
+        })
+    }
+}
+
+/// A file's integrity scheme.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum SchemeId {
+    /// AES-GCM per block with a random nonce: authenticity, no freshness.
+    Aead,
+    /// MT-EINT (paper §5.1): Merkle tree, GCM tags as leaves.
+    MtEintGcm,
+    /// MT-EINT with length-preserving CBC, IV = PRF(i || ctr) (paper §4.1, Fig. 3).
+    MtEintCbc,
+}
+
+impl SchemeId {
+    /// The byte stored in the inode record.
+    pub fn code(self) -> u8 {
+        match self {
+            SchemeId::Aead => 1,
+            SchemeId::MtEintGcm => 2,
+            SchemeId::MtEintCbc => 3,
+        }
+    }
+    /// Parses a stored byte.
+    pub fn from_code(b: u8) -> Option<SchemeId> {
+        Some(match b {
+            1 => SchemeId::Aead,
+            2 => SchemeId::MtEintGcm,
+            3 => SchemeId::MtEintCbc,
+            _ => return None,
+        })
+    }
+    /// The name users type (`--scheme`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SchemeId::Aead => "aead",
+            SchemeId::MtEintGcm => "mt-eint",
+            SchemeId::MtEintCbc => "mt-eint-cbc",
+        }
+    }
+    /// Parses a user-supplied name.
+    pub fn parse(s: &str) -> Result<SchemeId> {
+        Ok(match s {
+            "aead" => SchemeId::Aead,
+            "mt-eint" | "mt-eint-gcm" => SchemeId::MtEintGcm,
+            "mt-eint-cbc" => SchemeId::MtEintCbc,
+            _ => {
+                return Err(Error::Invalid(format!(
+                    "unknown scheme {s:?} (known: aead, mt-eint, mt-eint-cbc)"
+                )))
+            }
+        })
+    }
+    /// Whether the scheme detects replay of old block versions (freshness).
+    pub fn fresh(self) -> bool {
+        !matches!(self, SchemeId::Aead)
+    }
+    /// All schemes.
+    pub const ALL: [SchemeId; 3] = [SchemeId::Aead, SchemeId::MtEintGcm, SchemeId::MtEintCbc];
+}
+
+/// One inode record: a file's attributes and its trusted state TS_F.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inode {
+    /// What it is.
+    pub kind: Kind,
+    /// The file's scheme.
+    pub scheme: SchemeId,
+    /// Permission bits.
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Link count (1, or 2+ for directories by convention).
+    pub nlink: u32,
+    /// Length in bytes.
+    pub size: u64,
+    /// Modification time, ns since the Unix epoch.
+    pub mtime_ns: i64,
+    /// Change time, ns since the Unix epoch.
+    pub ctime_ns: i64,
+    /// The file's random id (names objects, binds keys).
+    pub id: FileId,
+    /// Merkle tree state (leaf count and root), or the block count for `aead`.
+    pub tree: TreeState,
+    /// Highest write counter of any deleted block: new counters stay above it, so
+    /// truncation never lets a (block, counter) pair repeat.
+    pub ctr_hw: u64,
+    /// Free-list link (free records) or parent directory (directories).
+    pub link: u64,
+    /// The trusted part of the counter intervals (paper Fig. 6).
+    pub counters: TrustedCounters,
+}
+
+impl Inode {
+    /// A new, empty inode.
+    pub fn new(kind: Kind, scheme: SchemeId, id: FileId, tree: TreeState, now_ns: i64) -> Self {
+        Inode {
+            kind,
+            scheme,
+            mode: if kind == Kind::Dir { 0o755 } else { 0o644 },
+            uid: 0,
+            gid: 0,
+            nlink: 1,
+            size: 0,
+            mtime_ns: now_ns,
+            ctime_ns: now_ns,
+            id,
+            tree,
+            ctr_hw: 0,
+            link: 0,
+            counters: TrustedCounters::Inline(CounterIntervals::new()),
+        }
+    }
+
+    /// A free record linking to `next`.
+    pub fn free(next: u64) -> Self {
+        let mut i = Inode::new(Kind::Free, SchemeId::Aead, [0; 16], TreeState { leaves: 0, root: [0; 32] }, 0);
+        i.mode = 0;
+        i.nlink = 0;
+        i.link = next;
+        i
+    }
+
+    /// Serializes into exactly [`RECORD_SIZE`] bytes.
+    pub fn encode(&self) -> [u8; RECORD_SIZE] {
+        let mut b = [0u8; RECORD_SIZE];
+        b[0] = self.kind as u8;
+        b[1] = self.scheme.code();
+        b[4..8].copy_from_slice(&self.mode.to_le_bytes());
+        b[8..12].copy_from_slice(&self.uid.to_le_bytes());
+        b[12..16].copy_from_slice(&self.gid.to_le_bytes());
+        b[16..20].copy_from_slice(&self.nlink.to_le_bytes());
+        b[24..32].copy_from_slice(&self.size.to_le_bytes());
+        b[32..40].copy_from_slice(&self.mtime_ns.to_le_bytes());
+        b[40..48].copy_from_slice(&self.ctime_ns.to_le_bytes());
+        b[56..72].copy_from_slice(&self.id);
+        b[72..80].copy_from_slice(&self.tree.leaves.to_le_bytes());
+        b[80..112].copy_from_slice(&self.tree.root);
+        b[112..120].copy_from_slice(&self.ctr_hw.to_le_bytes());
+        b[120..128].copy_from_slice(&self.link.to_le_bytes());
+        self.counters
+            .encode_into(&mut b[128..128 + TCTR_SIZE])
+            .expect("counters produced by auth_ctr with L_CTR fit in TCTR_SIZE");
+        b
+    }
+
+    /// Parses a record; `None` when it is malformed.
+    pub fn decode(b: &[u8]) -> Option<Inode> {
+        if b.len() != RECORD_SIZE {
+            return None;
+        }
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        let kind = Kind::from_u8(b[0])?;
+        let scheme = if kind == Kind::Free { SchemeId::Aead } else { SchemeId::from_code(b[1])? };
+        let mut root = [0u8; 32];
+        root.copy_from_slice(&b[80..112]);
+        let mut id = [0u8; 16];
+        id.copy_from_slice(&b[56..72]);
+        Some(Inode {
+            kind,
+            scheme,
+            mode: u32_at(4),
+            uid: u32_at(8),
+            gid: u32_at(12),
+            nlink: u32_at(16),
+            size: u64_at(24),
+            mtime_ns: u64_at(32) as i64,
+            ctime_ns: u64_at(40) as i64,
+            id,
+            tree: TreeState { leaves: u64_at(72), root },
+            ctr_hw: u64_at(112),
+            link: u64_at(120),
+            counters: TrustedCounters::decode(&b[128..128 + TCTR_SIZE]).ok()?,
+        })
+    }
+}
+
+/// Magic of the anchor.
+pub const ANCHOR_MAGIC: &[u8; 8] = b"INTANCH1";
+/// Size of an encoded anchor.
+pub const ANCHOR_SIZE: usize = 8 + 16 + 8 + 8 + 1 + 8 + 32 + RECORD_SIZE + 32;
+
+/// The trusted anchor: the only state the adversary can neither modify nor roll back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Anchor {
+    /// The volume it belongs to.
+    pub volume_id: [u8; 16],
+    /// Monotonic counter, advanced by every seal.
+    pub epoch: u64,
+    /// Every write counter ever issued is below this (a reservation; see docs/design.md).
+    pub ctr_next: u64,
+    /// The last commit's journal, if it had one.
+    pub journal: Option<JournalRef>,
+    /// TS of the inode table.
+    pub itable: Inode,
+}
+
+impl Anchor {
+    /// Serializes and MACs.
+    pub fn encode(&self, key: &SubKey) -> Vec<u8> {
+        let mut b = Vec::with_capacity(ANCHOR_SIZE);
+        b.extend_from_slice(ANCHOR_MAGIC);
+        b.extend_from_slice(&self.volume_id);
+        b.extend_from_slice(&self.epoch.to_le_bytes());
+        b.extend_from_slice(&self.ctr_next.to_le_bytes());
+        match &self.journal {
+            Some(j) => {
+                b.push(j.slot);
+                b.extend_from_slice(&j.len.to_le_bytes());
+                b.extend_from_slice(&j.digest);
+            }
+            None => {
+                b.push(0xff);
+                b.extend_from_slice(&[0u8; 40]);
+            }
+        }
+        b.extend_from_slice(&self.itable.encode());
+        let mac = key.mac(&[&b]);
+        b.extend_from_slice(&mac);
+        debug_assert_eq!(b.len(), ANCHOR_SIZE);
+        b
+    }
+
+    /// Parses and verifies the MAC. `subject` says which copy is being read.
+    pub fn decode(bytes: &[u8], key: &SubKey) -> Result<Anchor> {
+        let corrupt = |what: &str| Error::AnchorCorrupt(what.to_string());
+        if bytes.len() != ANCHOR_SIZE {
+            return Err(corrupt(&format!("size {} instead of {ANCHOR_SIZE}", bytes.len())));
+        }
+        if &bytes[..8] != ANCHOR_MAGIC {
+            return Err(corrupt("bad magic"));
+        }
+        let (body, mac) = bytes.split_at(ANCHOR_SIZE - 32);
+        if !crate::crypto::ct_eq(&key.mac(&[body]), mac) {
+            return Err(corrupt("MAC does not verify (damaged, or the anchor of another volume or key)"));
+        }
+        let mut r = Reader { b: body, pos: 8 };
+        let mut volume_id = [0u8; 16];
+        volume_id.copy_from_slice(r.take(16).unwrap());
+        let epoch = r.u64().unwrap();
+        let ctr_next = r.u64().unwrap();
+        let slot = r.take(1).unwrap()[0];
+        let len = r.u64().unwrap();
+        let mut digest: Hash = [0; 32];
+        digest.copy_from_slice(r.take(32).unwrap());
+        let journal = match slot {
+            0 | 1 => Some(JournalRef { slot, len, digest }),
+            0xff => None,
+            _ => return Err(corrupt("bad journal slot")),
+        };
+        let itable = Inode::decode(r.take(RECORD_SIZE).unwrap()).ok_or_else(|| corrupt("bad inode-table record"))?;
+        Ok(Anchor { volume_id, epoch, ctr_next, journal, itable })
+    }
+}
+
+/// Name of the config object in the untrusted store.
+pub const CONFIG_NAME: &str = "intact.conf";
+/// Name of the untrusted copy of the last anchor (for explicit recovery only).
+pub const ANCHOR_COPY_NAME: &str = "anchor.copy";
+/// Current format version.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The volume config, stored in clear (but authenticated: it is the AAD of the key envelope).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Format version (refuses to open a newer one).
+    pub format: u32,
+    /// Volume id, hex.
+    pub volume_id: String,
+    /// Block size in bytes (power of two, 128 ..= 65536).
+    pub block_size: u32,
+    /// Default scheme for new files.
+    pub scheme: String,
+    /// Argon2id parameters.
+    pub kdf: KdfParams,
+    /// Argon2 salt, hex.
+    pub salt: String,
+    /// Feature flags; an unknown one refuses to open.
+    pub features: Vec<String>,
+    /// The master key wrapped with AES-256-GCM under the password key: nonce || ct || tag, hex.
+    pub wrapped_key: String,
+}
+
+/// Known feature flags.
+pub const KNOWN_FEATURES: &[&str] = &[];
+
+impl Config {
+    /// The bytes authenticated together with the wrapped key: every field but the envelope.
+    pub fn aad(&self) -> Vec<u8> {
+        format!(
+            "intact-config|{}|{}|{}|{}|{}|{}|{}|{}|{}",
+            self.format,
+            self.volume_id,
+            self.block_size,
+            self.scheme,
+            self.kdf.m_kib,
+            self.kdf.t,
+            self.kdf.p,
+            self.salt,
+            self.features.join(",")
+        )
+        .into_bytes()
+    }
+
+    /// Parses and validates a config's bytes.
+    pub fn parse(bytes: &[u8]) -> Result<Config> {
+        let c: Config = serde_json::from_slice(bytes)
+            .map_err(|e| Error::Config(format!("{CONFIG_NAME} is corrupted or truncated: {e}")))?;
+        if c.format > FORMAT_VERSION {
+            return Err(Error::Config(format!(
+                "format version {} is newer than this intact understands ({FORMAT_VERSION})",
+                c.format
+            )));
+        }
+        if let Some(f) = c.features.iter().find(|f| !KNOWN_FEATURES.contains(&f.as_str())) {
+            return Err(Error::Config(format!("unknown feature flag {f:?}: written by a newer intact")));
+        }
+        check_block_size(c.block_size)?;
+        SchemeId::parse(&c.scheme)?;
+        c.kdf.validate()?;
+        if c.volume_id.len() != 32 || hex::decode(&c.volume_id).is_err() {
+            return Err(Error::Config("bad volume id".into()));
+        }
+        Ok(c)
+    }
+
+    /// The volume id bytes.
+    pub fn volume_id_bytes(&self) -> [u8; 16] {
+        let mut id = [0u8; 16];
+        id.copy_from_slice(&hex::decode(&self.volume_id).expect("validated"));
+        id
+    }
+}
+
+/// Block sizes must be powers of two from 128 B to 64 KiB.
+pub fn check_block_size(bs: u32) -> Result<()> {
+    if !(128..=65536).contains(&bs) || !bs.is_power_of_two() {
+        return Err(Error::Config(format!("block size {bs} is not a power of two in 128..=65536")));
+    }
+    Ok(())
+}
+
+/// Names of a file's objects in the untrusted store.
+pub struct ObjectNames {
+    /// Encrypted blocks.
+    pub data: String,
+    /// Merkle nodes (US_F).
+    pub meta: String,
+    /// Spilled counter intervals (US_F).
+    pub ctrs: String,
+}
+
+impl ObjectNames {
+    /// Object names of file `id`: `f/<first two hex>/<hex>.{d,m,c}`.
+    pub fn of(id: &FileId) -> Self {
+        let h = hex::encode(id);
+        let base = format!("f/{}/{}", &h[..2], h);
+        ObjectNames { data: format!("{base}.d"), meta: format!("{base}.m"), ctrs: format!("{base}.c") }
+    }
+}
+
+/// Errors while decoding integrity-protected structures name what they came from.
+pub fn malformed(subject: Subject, what: impl Into<String>) -> Error {
+    Error::tampered(subject, None, what)
+}

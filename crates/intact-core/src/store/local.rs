@@ -1,0 +1,549 @@
+//! The embedded default untrusted store: one file per object under a root directory.
+//!
+//! Object `a/b/c` lives at `root/a/b/c`; parent directories are created on demand.
+//! Reads and writes use positioned I/O (`pread`/`pwrite`) on cached file handles, so hot
+//! paths neither reopen files nor seek. Durability follows the trait contract: `sync`
+//! fsyncs the named files plus every directory whose entries changed (creation, deletion)
+//! on the way to them; `sync_all` uses `syncfs(2)` on the root's file system.
+
+use super::{check_name, UntrustedStore};
+use crate::error::{Error, Result};
+use std::collections::{HashMap, HashSet};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, ErrorKind, Write};
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// How many open file handles the store keeps at most.
+const MAX_HANDLES: usize = 256;
+
+/// Prefix of the temporary files `replace` writes; `list` skips them and object names may
+/// not use it.
+const TMP_PREFIX: &str = ".intact-tmp.";
+
+/// A cached open file, remembering whether it was opened for writing.
+#[derive(Debug, Clone)]
+struct Handle {
+    file: Arc<File>,
+    writable: bool,
+}
+
+/// Objects stored as files under a root directory (the embedded default store).
+#[derive(Debug)]
+pub struct LocalDirStore {
+    root: PathBuf,
+    /// Open handles by object name. Opening, unlinking and renaming happen under this lock,
+    /// so a handle to a replaced or deleted file can never be (re)inserted.
+    handles: Mutex<HashMap<String, Handle>>,
+    /// Directories whose entries were created or removed since they were last fsynced.
+    dirty_dirs: Mutex<HashSet<PathBuf>>,
+    tmp_seq: AtomicU64,
+}
+
+impl LocalDirStore {
+    /// Opens a store rooted at an existing directory.
+    pub fn open(root: impl Into<PathBuf>) -> Result<Self> {
+        let root = root.into();
+        match fs::metadata(&root) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(Error::io(
+                    root.display().to_string(),
+                    io::Error::other("store root is not a directory"),
+                ))
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                return Err(Error::io(
+                    root.display().to_string(),
+                    io::Error::new(ErrorKind::NotFound, "store root directory does not exist"),
+                ))
+            }
+            Err(e) => return Err(Error::io(root.display().to_string(), e)),
+        }
+        Ok(LocalDirStore {
+            root,
+            handles: Mutex::new(HashMap::new()),
+            dirty_dirs: Mutex::new(HashSet::new()),
+            tmp_seq: AtomicU64::new(0),
+        })
+    }
+
+    /// Creates the root directory (and its parents) if needed, then opens the store.
+    pub fn create(root: impl Into<PathBuf>) -> Result<Self> {
+        let root = root.into();
+        fs::create_dir_all(&root).map_err(|e| Error::io(root.display().to_string(), e))?;
+        Self::open(root)
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn path_of(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
+
+    fn check(name: &str) -> Result<()> {
+        check_name(name)?;
+        if name.split('/').any(|c| c.starts_with(TMP_PREFIX)) {
+            return Err(Error::Invalid(format!(
+                "bad object name {name:?} (reserved prefix)"
+            )));
+        }
+        Ok(())
+    }
+
+    fn mark_dirty(&self, dir: PathBuf) {
+        self.dirty_dirs.lock().unwrap().insert(dir);
+    }
+
+    /// Creates the missing directories between the root and `name`'s parent, marking the
+    /// directory that received each new entry dirty.
+    fn make_parents(&self, name: &str) -> Result<()> {
+        let mut dir = self.root.clone();
+        let comps: Vec<&str> = name.split('/').collect();
+        for comp in &comps[..comps.len() - 1] {
+            let child = dir.join(comp);
+            match fs::create_dir(&child) {
+                Ok(()) => self.mark_dirty(dir),
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(Error::io(name, e)),
+            }
+            dir = child;
+        }
+        Ok(())
+    }
+
+    /// The handle for `name`: `Ok(None)` when the object is missing and `create` is false.
+    fn handle(&self, name: &str, create: bool, write: bool) -> Result<Option<Arc<File>>> {
+        let mut handles = self.handles.lock().unwrap();
+        if let Some(h) = handles.get(name) {
+            if h.writable || !write {
+                return Ok(Some(h.file.clone()));
+            }
+        }
+        let path = self.path_of(name);
+        let file = match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(f) => Handle {
+                file: Arc::new(f),
+                writable: true,
+            },
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                if !create {
+                    return Ok(None);
+                }
+                self.make_parents(name)?;
+                let f = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&path)
+                    .map_err(|e| Error::io(name, e))?;
+                self.mark_dirty(parent_of(&path));
+                Handle {
+                    file: Arc::new(f),
+                    writable: true,
+                }
+            }
+            // A read-only store (permissions or a read-only mount) can still be read.
+            Err(e) if !write && is_read_only_error(&e) => {
+                let f = File::open(&path).map_err(|e| Error::io(name, e))?;
+                Handle {
+                    file: Arc::new(f),
+                    writable: false,
+                }
+            }
+            Err(e) => return Err(Error::io(name, e)),
+        };
+        if handles.len() >= MAX_HANDLES && !handles.contains_key(name) {
+            // Evict an arbitrary entry; in-flight users keep their Arc.
+            if let Some(k) = handles.keys().next().cloned() {
+                handles.remove(&k);
+            }
+        }
+        let out = file.file.clone();
+        handles.insert(name.to_string(), file);
+        Ok(Some(out))
+    }
+
+    /// Fsyncs `dir`, re-marking it dirty when that fails.
+    fn fsync_dir(&self, dir: &Path) -> Result<()> {
+        let res = File::open(dir).and_then(|d| d.sync_all());
+        res.map_err(|e| {
+            self.mark_dirty(dir.to_path_buf());
+            Error::io(dir.display().to_string(), e)
+        })
+    }
+
+    /// Fsyncs every dirty directory between `name`'s parent and the root.
+    fn sync_dirs_for(&self, name: &str) -> Result<()> {
+        let mut dirs = Vec::new();
+        {
+            let mut dirty = self.dirty_dirs.lock().unwrap();
+            if dirty.is_empty() {
+                return Ok(());
+            }
+            let mut p = parent_of(&self.path_of(name));
+            loop {
+                // Removing before the fsync is safe: an entry created after the removal
+                // marks the directory dirty again.
+                if dirty.remove(&p) {
+                    dirs.push(p.clone());
+                }
+                if p == self.root || !p.pop() {
+                    break;
+                }
+            }
+        }
+        let mut first_err = None;
+        for d in dirs {
+            if let Err(e) = self.fsync_dir(&d) {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    fn list_dir(&self, dir: &Path, prefix: &str, out: &mut Vec<String>) -> Result<()> {
+        let entries = fs::read_dir(dir).map_err(|e| Error::io(dir.display().to_string(), e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io(dir.display().to_string(), e))?;
+            let Ok(fname) = entry.file_name().into_string() else {
+                continue;
+            };
+            if fname.starts_with(TMP_PREFIX) {
+                continue;
+            }
+            let ft = entry
+                .file_type()
+                .map_err(|e| Error::io(dir.display().to_string(), e))?;
+            let name = format!("{prefix}{fname}");
+            if ft.is_dir() {
+                self.list_dir(&entry.path(), &format!("{name}/"), out)?;
+            } else if ft.is_file() {
+                out.push(name);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn parent_of(path: &Path) -> PathBuf {
+    path.parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+fn is_read_only_error(e: &io::Error) -> bool {
+    e.kind() == ErrorKind::PermissionDenied || e.raw_os_error() == Some(libc::EROFS)
+}
+
+fn not_found(name: &str) -> Error {
+    Error::io(name, io::Error::new(ErrorKind::NotFound, "no such object"))
+}
+
+impl UntrustedStore for LocalDirStore {
+    fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> Result<usize> {
+        Self::check(name)?;
+        let file = self
+            .handle(name, false, false)?
+            .ok_or_else(|| not_found(name))?;
+        let mut done = 0;
+        while done < buf.len() {
+            match file.read_at(&mut buf[done..], off + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io(name, e)),
+            }
+        }
+        Ok(done)
+    }
+
+    fn write_at(&self, name: &str, off: u64, data: &[u8]) -> Result<()> {
+        Self::check(name)?;
+        let file = self.handle(name, true, true)?.expect("created");
+        // A write past the end leaves a hole, which reads as zeros.
+        file.write_all_at(data, off).map_err(|e| Error::io(name, e))
+    }
+
+    fn len(&self, name: &str) -> Result<Option<u64>> {
+        Self::check(name)?;
+        match fs::metadata(self.path_of(name)) {
+            Ok(m) if m.is_file() => Ok(Some(m.len())),
+            Ok(_) => Ok(None),
+            Err(e)
+                if e.kind() == ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(Error::io(name, e)),
+        }
+    }
+
+    fn set_len(&self, name: &str, len: u64) -> Result<()> {
+        Self::check(name)?;
+        let file = self.handle(name, true, true)?.expect("created");
+        file.set_len(len).map_err(|e| Error::io(name, e))
+    }
+
+    fn delete(&self, name: &str) -> Result<()> {
+        Self::check(name)?;
+        let path = self.path_of(name);
+        let mut handles = self.handles.lock().unwrap();
+        handles.remove(name);
+        match fs::remove_file(&path) {
+            Ok(()) => {
+                self.mark_dirty(parent_of(&path));
+                Ok(())
+            }
+            Err(e)
+                if e.kind() == ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(Error::io(name, e)),
+        }
+    }
+
+    fn sync(&self, names: &[String]) -> Result<()> {
+        for name in names {
+            Self::check(name)?;
+            if let Some(file) = self.handle(name, false, false)? {
+                // fdatasync also flushes the metadata needed to read the data back (the size).
+                file.sync_data().map_err(|e| Error::io(name.as_str(), e))?;
+            }
+            self.sync_dirs_for(name)?;
+        }
+        Ok(())
+    }
+
+    fn sync_all(&self) -> Result<()> {
+        let root =
+            File::open(&self.root).map_err(|e| Error::io(self.root.display().to_string(), e))?;
+        let taken = std::mem::take(&mut *self.dirty_dirs.lock().unwrap());
+        // SAFETY: `root` is an open file owned by this frame, so its fd is valid for the
+        // duration of the call; syncfs only reads the descriptor and touches no memory of ours.
+        let rc = unsafe { libc::syncfs(root.as_raw_fd()) };
+        if rc != 0 {
+            self.dirty_dirs.lock().unwrap().extend(taken);
+            return Err(Error::io(
+                self.root.display().to_string(),
+                io::Error::last_os_error(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn list(&self) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        self.list_dir(&self.root, "", &mut out)?;
+        Ok(out)
+    }
+
+    fn replace(&self, name: &str, data: &[u8]) -> Result<()> {
+        Self::check(name)?;
+        self.make_parents(name)?;
+        let path = self.path_of(name);
+        let dir = parent_of(&path);
+        let base = path.file_name().and_then(|s| s.to_str()).unwrap_or("obj");
+        let seq = self.tmp_seq.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!("{TMP_PREFIX}{base}.{}.{seq}", std::process::id()));
+        let write_tmp = || -> io::Result<()> {
+            let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+            f.write_all(data)?;
+            f.sync_all()
+        };
+        if let Err(e) = write_tmp() {
+            let _ = fs::remove_file(&tmp);
+            return Err(Error::io(name, e));
+        }
+        {
+            let mut handles = self.handles.lock().unwrap();
+            handles.remove(name);
+            if let Err(e) = fs::rename(&tmp, &path) {
+                let _ = fs::remove_file(&tmp);
+                return Err(Error::io(name, e));
+            }
+        }
+        self.mark_dirty(dir);
+        self.sync_dirs_for(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, LocalDirStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let s = LocalDirStore::open(dir.path()).unwrap();
+        (dir, s)
+    }
+
+    #[test]
+    fn open_requires_existing_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope");
+        let err = LocalDirStore::open(&missing).unwrap_err();
+        assert!(err.to_string().contains("does not exist"), "{err}");
+        let s = LocalDirStore::create(missing.join("deeper")).unwrap();
+        s.write_at("x", 0, b"1").unwrap();
+        assert!(missing.join("deeper/x").is_file());
+    }
+
+    #[test]
+    fn round_trip_and_zero_fill() {
+        let (dir, s) = store();
+        s.write_at("a/b/c.d", 4, b"xyz").unwrap();
+        assert!(dir.path().join("a/b/c.d").is_file());
+        assert_eq!(s.len("a/b/c.d").unwrap(), Some(7));
+        assert_eq!(s.read_all("a/b/c.d").unwrap().unwrap(), b"\0\0\0\0xyz");
+        s.write_at("a/b/c.d", 1, b"Q").unwrap();
+        assert_eq!(s.read_all("a/b/c.d").unwrap().unwrap(), b"\0Q\0\0xyz");
+        s.sync(&["a/b/c.d".to_string()]).unwrap();
+        assert!(s.dirty_dirs.lock().unwrap().is_empty());
+        s.sync_all().unwrap();
+    }
+
+    #[test]
+    fn short_reads_at_eof_and_missing() {
+        let (_d, s) = store();
+        s.write_at("o", 0, b"hello").unwrap();
+        let mut buf = [0u8; 8];
+        assert_eq!(s.read_at("o", 3, &mut buf).unwrap(), 2);
+        assert_eq!(&buf[..2], b"lo");
+        assert_eq!(s.read_at("o", 10, &mut buf).unwrap(), 0);
+        let err = s.read_at("missing", 0, &mut buf).unwrap_err();
+        assert!(
+            matches!(err, Error::Io { ref source, .. } if source.kind() == ErrorKind::NotFound)
+        );
+        assert_eq!(s.len("missing").unwrap(), None);
+        assert_eq!(s.read_all("missing").unwrap(), None);
+        assert_eq!(s.len("o/under-a-file").unwrap(), None);
+    }
+
+    #[test]
+    fn set_len_both_ways() {
+        let (_d, s) = store();
+        s.set_len("n/x", 3).unwrap();
+        assert_eq!(s.read_all("n/x").unwrap().unwrap(), vec![0; 3]);
+        s.write_at("n/x", 0, b"abc").unwrap();
+        s.set_len("n/x", 1).unwrap();
+        assert_eq!(s.read_all("n/x").unwrap().unwrap(), b"a");
+        s.set_len("n/x", 4).unwrap();
+        assert_eq!(s.read_all("n/x").unwrap().unwrap(), b"a\0\0\0");
+    }
+
+    #[test]
+    fn delete_and_list() {
+        let (_d, s) = store();
+        s.delete("never").unwrap();
+        s.delete("no/such/dir").unwrap();
+        for n in ["a", "b/c", "b/d/e", "journal.0"] {
+            s.write_at(n, 0, n.as_bytes()).unwrap();
+        }
+        s.replace("b/r", b"r").unwrap();
+        let mut l = s.list().unwrap();
+        l.sort();
+        assert_eq!(l, ["a", "b/c", "b/d/e", "b/r", "journal.0"]);
+        s.delete("b/c").unwrap();
+        assert_eq!(s.len("b/c").unwrap(), None);
+        let mut buf = [0u8; 1];
+        assert!(s.read_at("b/c", 0, &mut buf).is_err());
+        s.sync(&["b/c".to_string()]).unwrap();
+        assert!(!s.dirty_dirs.lock().unwrap().contains(&s.root.join("b")));
+        assert!(!s.dirty_dirs.lock().unwrap().contains(&s.root));
+        // Rewriting a deleted object starts from empty (no stale cached handle).
+        s.write_at("b/c", 2, b"z").unwrap();
+        assert_eq!(s.read_all("b/c").unwrap().unwrap(), b"\0\0z");
+    }
+
+    #[test]
+    fn replace_is_whole_and_drops_stale_handles() {
+        let (dir, s) = store();
+        s.write_at("cfg", 0, b"old contents, long").unwrap();
+        assert_eq!(s.read_all("cfg").unwrap().unwrap(), b"old contents, long");
+        s.replace("cfg", b"new").unwrap();
+        assert_eq!(s.read_all("cfg").unwrap().unwrap(), b"new");
+        s.replace("x/y/fresh", b"f").unwrap();
+        assert_eq!(s.read_all("x/y/fresh").unwrap().unwrap(), b"f");
+        // No temp files left behind.
+        let leftovers: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(TMP_PREFIX))
+            .collect();
+        assert!(leftovers.is_empty());
+        // A leftover temp file (as after a crash) is not listed.
+        fs::write(dir.path().join(format!("{TMP_PREFIX}cfg.1.1")), b"junk").unwrap();
+        let mut l = s.list().unwrap();
+        l.sort();
+        assert_eq!(l, ["cfg", "x/y/fresh"]);
+        // Everything created was synced by replace.
+        assert!(s.dirty_dirs.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn bad_names_rejected() {
+        let (_d, s) = store();
+        for bad in [
+            "",
+            "/abs",
+            "a/../b",
+            "..",
+            "a//b",
+            "a/",
+            "./a",
+            "x\0y",
+            ".intact-tmp.foo",
+        ] {
+            assert!(s.write_at(bad, 0, b"x").is_err(), "{bad:?}");
+            assert!(s.replace(bad, b"x").is_err(), "{bad:?}");
+            assert!(s.set_len(bad, 1).is_err(), "{bad:?}");
+            assert!(s.delete(bad).is_err(), "{bad:?}");
+            let mut buf = [0u8; 1];
+            assert!(s.read_at(bad, 0, &mut buf).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn handle_cache_is_bounded() {
+        let (_d, s) = store();
+        for i in 0..(MAX_HANDLES + 20) {
+            s.write_at(&format!("f/{i}"), 0, &[i as u8]).unwrap();
+        }
+        assert!(s.handles.lock().unwrap().len() <= MAX_HANDLES);
+        for i in 0..(MAX_HANDLES + 20) {
+            assert_eq!(s.read_all(&format!("f/{i}")).unwrap().unwrap(), [i as u8]);
+        }
+    }
+
+    #[test]
+    fn concurrent_writers() {
+        let (_d, s) = store();
+        let s = Arc::new(s);
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    for i in 0..50u64 {
+                        s.write_at("shared.d", (t * 50 + i) * 4, &[t as u8; 4])
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let all = s.read_all("shared.d").unwrap().unwrap();
+        assert_eq!(all.len(), 8 * 50 * 4);
+        for (i, chunk) in all.chunks(200).enumerate() {
+            assert!(chunk.iter().all(|&b| b == i as u8));
+        }
+    }
+}

@@ -1,0 +1,452 @@
+//! The trusted store: the constant-size anchor the adversary can neither modify nor roll
+//! back, plus the volume lock.
+
+use crate::error::{Error, Result};
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::{self, ErrorKind, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Where the anchor lives and who holds the volume.
+pub trait TrustedStore: Send + Sync {
+    /// The anchor bytes, or None when no anchor exists.
+    fn load(&self) -> Result<Option<Vec<u8>>>;
+    /// Atomically and durably replaces the anchor (temp file + fsync + rename + fsync dir
+    /// for the local implementation).
+    fn store(&self, bytes: &[u8]) -> Result<()>;
+    /// Takes the volume lock: exclusive for a writer, shared for readers. Returns
+    /// `Err(Error::Locked(..))` at once (non-blocking) if incompatible with a holder in
+    /// another process or another `lock` call in this process. The lock is released when
+    /// the guard drops.
+    fn lock(&self, exclusive: bool) -> Result<TrustedLock>;
+    /// Human-readable location (for messages).
+    fn location(&self) -> String;
+    /// Deletes the anchor (used by `init --force` style recovery only). Deleting a
+    /// missing anchor is not an error.
+    fn remove(&self) -> Result<()>;
+}
+
+impl<T: TrustedStore + ?Sized> TrustedStore for Arc<T> {
+    fn load(&self) -> Result<Option<Vec<u8>>> {
+        (**self).load()
+    }
+    fn store(&self, bytes: &[u8]) -> Result<()> {
+        (**self).store(bytes)
+    }
+    fn lock(&self, exclusive: bool) -> Result<TrustedLock> {
+        (**self).lock(exclusive)
+    }
+    fn location(&self) -> String {
+        (**self).location()
+    }
+    fn remove(&self) -> Result<()> {
+        (**self).remove()
+    }
+}
+
+/// A held volume lock; dropping it releases the lock.
+#[derive(Debug)]
+pub struct TrustedLock {
+    exclusive: bool,
+    _held: Held,
+}
+
+/// What keeps the lock held; never read, only dropped.
+#[derive(Debug)]
+#[allow(dead_code)]
+enum Held {
+    /// The flock'ed lock file; closing it releases the lock.
+    File(File),
+    Mem(MemGuard),
+}
+
+impl TrustedLock {
+    /// True for a writer's (exclusive) lock.
+    pub fn is_exclusive(&self) -> bool {
+        self.exclusive
+    }
+}
+
+/// The local trusted store: `dir/<volume id hex>/anchor` and `.../lock`, in a directory
+/// created with mode 0700 on first use.
+#[derive(Debug, Clone)]
+pub struct LocalStateDir {
+    dir: PathBuf,
+    volume: String,
+}
+
+static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
+
+impl LocalStateDir {
+    /// The state of volume `volume_id_hex` under `dir` (nothing is created yet). The id
+    /// must be non-empty lowercase or uppercase hex.
+    pub fn new(dir: PathBuf, volume_id_hex: &str) -> Result<Self> {
+        if volume_id_hex.is_empty() || !volume_id_hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(Error::Invalid(format!("bad volume id {volume_id_hex:?}")));
+        }
+        Ok(LocalStateDir {
+            dir: dir.join(volume_id_hex),
+            volume: volume_id_hex.to_string(),
+        })
+    }
+
+    /// The default base directory: `$XDG_STATE_HOME/intact`, else
+    /// `$HOME/.local/state/intact` (relative `.local/state/intact` if neither is set).
+    pub fn default_dir() -> PathBuf {
+        let xdg = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from);
+        if let Some(x) = xdg.filter(|p| p.is_absolute()) {
+            return x.join("intact");
+        }
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_default();
+        home.join(".local/state/intact")
+    }
+
+    /// The volume's state directory (`dir/<volume id>`).
+    pub fn volume_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The volume id (hex) this store is for.
+    pub fn volume_id(&self) -> &str {
+        &self.volume
+    }
+
+    /// The anchor file's path.
+    pub fn anchor_path(&self) -> PathBuf {
+        self.dir.join("anchor")
+    }
+
+    /// The lock file's path.
+    pub fn lock_path(&self) -> PathBuf {
+        self.dir.join("lock")
+    }
+
+    fn ensure_dir(&self) -> Result<()> {
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)
+            .map_err(|e| Error::io(self.dir.display().to_string(), e))
+    }
+
+    fn sync_dir(&self) -> Result<()> {
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::io(self.dir.display().to_string(), e))
+    }
+}
+
+impl TrustedStore for LocalStateDir {
+    fn load(&self) -> Result<Option<Vec<u8>>> {
+        let path = self.anchor_path();
+        match fs::read(&path) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(path.display().to_string(), e)),
+        }
+    }
+
+    fn store(&self, bytes: &[u8]) -> Result<()> {
+        self.ensure_dir()?;
+        let seq = TMP_SEQ.fetch_add(1, Ordering::Relaxed);
+        let tmp = self
+            .dir
+            .join(format!("anchor.tmp.{}.{seq}", std::process::id()));
+        let write = || -> io::Result<()> {
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            f.write_all(bytes)?;
+            f.sync_all()?;
+            fs::rename(&tmp, self.anchor_path())
+        };
+        if let Err(e) = write() {
+            let _ = fs::remove_file(&tmp);
+            return Err(Error::io(self.anchor_path().display().to_string(), e));
+        }
+        self.sync_dir()
+    }
+
+    fn lock(&self, exclusive: bool) -> Result<TrustedLock> {
+        self.ensure_dir()?;
+        let path = self.lock_path();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| Error::io(path.display().to_string(), e))?;
+        let op = if exclusive {
+            libc::LOCK_EX
+        } else {
+            libc::LOCK_SH
+        } | libc::LOCK_NB;
+        loop {
+            // SAFETY: `file` is open and owned by this frame, so the descriptor is valid
+            // for the call; flock touches no memory of ours. The lock belongs to this open
+            // file description and is released when `file` (moved into the guard) closes.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), op) };
+            if rc == 0 {
+                break;
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EWOULDBLOCK) => {
+                    let who = if exclusive {
+                        "another process has the volume open"
+                    } else {
+                        "another process has the volume open for writing"
+                    };
+                    return Err(Error::Locked(format!(
+                        "{who}; lock file {}",
+                        path.display()
+                    )));
+                }
+                _ => return Err(Error::io(path.display().to_string(), e)),
+            }
+        }
+        Ok(TrustedLock {
+            exclusive,
+            _held: Held::File(file),
+        })
+    }
+
+    fn location(&self) -> String {
+        self.dir.display().to_string()
+    }
+
+    fn remove(&self) -> Result<()> {
+        let path = self.anchor_path();
+        match fs::remove_file(&path) {
+            Ok(()) => self.sync_dir(),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io(path.display().to_string(), e)),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct LockState {
+    exclusive: bool,
+    shared: usize,
+}
+
+#[derive(Debug, Default)]
+struct MemInner {
+    anchor: Mutex<Option<Vec<u8>>>,
+    lock: Mutex<LockState>,
+}
+
+#[derive(Debug)]
+struct MemGuard {
+    inner: Arc<MemInner>,
+    exclusive: bool,
+}
+
+impl Drop for MemGuard {
+    fn drop(&mut self) {
+        let mut st = self.inner.lock.lock().unwrap_or_else(|p| p.into_inner());
+        if self.exclusive {
+            st.exclusive = false;
+        } else {
+            st.shared -= 1;
+        }
+    }
+}
+
+/// An in-memory trusted store for tests. Clones share the anchor and the lock, so a test
+/// can reopen a volume with "the same" trusted store; every `lock` call is a separate
+/// holder (like separate opens of the lock file).
+#[derive(Debug, Clone, Default)]
+pub struct MemTrusted {
+    inner: Arc<MemInner>,
+}
+
+impl MemTrusted {
+    /// An empty store (no anchor, unlocked).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A copy of the anchor (for rollback tests).
+    pub fn snapshot(&self) -> Option<Vec<u8>> {
+        self.inner.anchor.lock().unwrap().clone()
+    }
+
+    /// Sets the anchor to a snapshot (`None` removes it), bypassing the lock.
+    pub fn restore(&self, snap: Option<Vec<u8>>) {
+        *self.inner.anchor.lock().unwrap() = snap;
+    }
+}
+
+impl TrustedStore for MemTrusted {
+    fn load(&self) -> Result<Option<Vec<u8>>> {
+        Ok(self.snapshot())
+    }
+
+    fn store(&self, bytes: &[u8]) -> Result<()> {
+        *self.inner.anchor.lock().unwrap() = Some(bytes.to_vec());
+        Ok(())
+    }
+
+    fn lock(&self, exclusive: bool) -> Result<TrustedLock> {
+        let mut st = self.inner.lock.lock().unwrap();
+        if st.exclusive {
+            return Err(Error::Locked(
+                "the volume is open for writing; in-memory trusted store".into(),
+            ));
+        }
+        if exclusive {
+            if st.shared > 0 {
+                return Err(Error::Locked(
+                    "the volume is open; in-memory trusted store".into(),
+                ));
+            }
+            st.exclusive = true;
+        } else {
+            st.shared += 1;
+        }
+        drop(st);
+        Ok(TrustedLock {
+            exclusive,
+            _held: Held::Mem(MemGuard {
+                inner: self.inner.clone(),
+                exclusive,
+            }),
+        })
+    }
+
+    fn location(&self) -> String {
+        "<in-memory trusted store>".into()
+    }
+
+    fn remove(&self) -> Result<()> {
+        self.restore(None);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn local() -> (tempfile::TempDir, LocalStateDir) {
+        let d = tempfile::tempdir().unwrap();
+        let s = LocalStateDir::new(d.path().join("state"), "00ff").unwrap();
+        (d, s)
+    }
+
+    fn check_store(s: &dyn TrustedStore) {
+        assert_eq!(s.load().unwrap(), None);
+        s.remove().unwrap();
+        s.store(b"anchor-1").unwrap();
+        assert_eq!(s.load().unwrap().unwrap(), b"anchor-1");
+        s.store(b"anchor-two").unwrap();
+        assert_eq!(s.load().unwrap().unwrap(), b"anchor-two");
+        s.remove().unwrap();
+        assert_eq!(s.load().unwrap(), None);
+        assert!(!s.location().is_empty());
+    }
+
+    fn check_locks(s: &dyn TrustedStore) {
+        let w = s.lock(true).unwrap();
+        assert!(w.is_exclusive());
+        let e = s.lock(true).unwrap_err();
+        assert!(matches!(e, Error::Locked(_)), "{e}");
+        let e = s.lock(false).unwrap_err();
+        assert!(
+            matches!(e, Error::Locked(ref m) if m.contains("for writing")),
+            "{e}"
+        );
+        drop(w);
+        let r1 = s.lock(false).unwrap();
+        let r2 = s.lock(false).unwrap();
+        assert!(!r1.is_exclusive());
+        assert!(matches!(s.lock(true), Err(Error::Locked(_))));
+        drop(r1);
+        assert!(matches!(s.lock(true), Err(Error::Locked(_))));
+        drop(r2);
+        drop(s.lock(true).unwrap());
+        drop(s.lock(false).unwrap());
+    }
+
+    #[test]
+    fn local_round_trip() {
+        let (d, s) = local();
+        check_store(&s);
+        s.store(b"x").unwrap();
+        let mode = fs::metadata(d.path().join("state/00ff"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let names: Vec<_> = fs::read_dir(s.volume_dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["anchor"], "no temp files left");
+        // A second handle on the same directory sees the anchor.
+        let s2 = LocalStateDir::new(d.path().join("state"), "00ff").unwrap();
+        assert_eq!(s2.load().unwrap().unwrap(), b"x");
+    }
+
+    #[test]
+    fn local_locks() {
+        let (_d, s) = local();
+        check_locks(&s);
+        // Separate handles (as separate processes would have) conflict too.
+        let s2 = s.clone();
+        let w = s.lock(true).unwrap();
+        let e = s2.lock(false).unwrap_err();
+        assert!(
+            e.to_string().contains(&s.lock_path().display().to_string()),
+            "{e}"
+        );
+        drop(w);
+        let _r = s2.lock(false).unwrap();
+    }
+
+    #[test]
+    fn bad_volume_ids() {
+        for bad in ["", "../x", "ab/cd", "zz"] {
+            assert!(
+                LocalStateDir::new(PathBuf::from("/tmp"), bad).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn default_dir_ends_in_intact() {
+        assert!(LocalStateDir::default_dir().ends_with("intact"));
+    }
+
+    #[test]
+    fn mem_round_trip_and_locks() {
+        let s = MemTrusted::new();
+        check_store(&s);
+        check_locks(&s);
+        let c = s.clone();
+        s.store(b"v1").unwrap();
+        let snap = c.snapshot();
+        s.store(b"v2").unwrap();
+        assert_eq!(c.load().unwrap().unwrap(), b"v2");
+        c.restore(snap);
+        assert_eq!(s.load().unwrap().unwrap(), b"v1");
+        let _w = c.lock(true).unwrap();
+        assert!(matches!(s.lock(false), Err(Error::Locked(_))));
+        // An unrelated store is independent.
+        let _o = MemTrusted::new().lock(true).unwrap();
+    }
+}

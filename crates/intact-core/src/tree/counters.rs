@@ -1,0 +1,633 @@
+//! Block write counters stored as counter intervals (Oprea–Reiter 2006, §4.2, Fig. 6).
+//!
+//! A counter interval is a run of consecutive blocks sharing one write counter. The intervals
+//! are the two arrays `IntStart_F` (first block of each interval) and `CtrVal_F` (its
+//! counter). Counter 0 means "never written" (a hole). The trusted storage holds the arrays
+//! themselves when they fit in `L_ctr` bytes, else their hashes (and the arrays go to `US_F`).
+
+use super::merkle::Hash;
+
+/// Errors of counter authentication and decoding.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CounterError {
+    /// The untrusted copy of the counters does not match the trusted hashes or counts.
+    #[error("counter intervals do not match their trusted authentication data")]
+    Mismatch,
+    /// An encoding is malformed (wrong length or broken invariant).
+    #[error("malformed counter intervals: {0}")]
+    Malformed(String),
+}
+
+fn malformed(msg: &str) -> CounterError {
+    CounterError::Malformed(msg.to_owned())
+}
+
+/// Write counters of a file's blocks as intervals: `IntStart_F` and `CtrVal_F`. Counter 0
+/// means "never written" (a hole).
+///
+/// Invariants: `starts` strictly increasing, `starts[0] == 0` when `blocks > 0`, adjacent
+/// intervals have different counters, all starts `< blocks`; empty when `blocks == 0`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CounterIntervals {
+    starts: Vec<u64>,
+    ctrs: Vec<u64>,
+    blocks: u64,
+}
+
+/// Fixed header of the encoding: u32 interval count and u64 block count.
+const HEADER: usize = 12;
+
+impl CounterIntervals {
+    /// No blocks.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of blocks covered.
+    pub fn blocks(&self) -> u64 {
+        self.blocks
+    }
+
+    /// Number of intervals.
+    pub fn intervals(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// The interval starts (`IntStart_F`).
+    pub fn starts(&self) -> &[u64] {
+        &self.starts
+    }
+
+    /// The interval counters (`CtrVal_F`).
+    pub fn ctrs(&self) -> &[u64] {
+        &self.ctrs
+    }
+
+    /// Index of the interval containing block `i < blocks`.
+    fn interval_of(&self, i: u64) -> usize {
+        self.starts.partition_point(|&s| s <= i) - 1
+    }
+
+    /// `get_ctr`: the counter of block `i` (0 for holes and for `i >= blocks`).
+    pub fn get(&self, i: u64) -> u64 {
+        if i >= self.blocks {
+            return 0;
+        }
+        self.ctrs[self.interval_of(i)]
+    }
+
+    /// Removes interval `k` if it has the same counter as interval `k - 1`.
+    fn merge_at(&mut self, k: usize) {
+        if k > 0 && k < self.ctrs.len() && self.ctrs[k] == self.ctrs[k - 1] {
+            self.starts.remove(k);
+            self.ctrs.remove(k);
+        }
+    }
+
+    /// `update_ctr` for a run: sets the counter of blocks `[first, first + count)` to `ctr`,
+    /// extending the file if needed (blocks in a gap get counter 0) and merging equal
+    /// neighbours. `count == 0` does nothing.
+    pub fn set_range(&mut self, first: u64, count: u64, ctr: u64) {
+        if count == 0 {
+            return;
+        }
+        let end = first.saturating_add(count);
+        if first > self.blocks {
+            self.extend(first);
+        }
+        let tail = (end < self.blocks).then(|| self.get(end));
+        let lo = self.starts.partition_point(|&s| s < first);
+        let hi = self.starts.partition_point(|&s| s <= end);
+        let (ns, nc): (&[u64], &[u64]) = match tail {
+            Some(t) => (&[first, end], &[ctr, t]),
+            None => (&[first], &[ctr]),
+        };
+        self.starts.splice(lo..hi, ns.iter().copied());
+        self.ctrs.splice(lo..hi, nc.iter().copied());
+        self.blocks = self.blocks.max(end);
+        self.merge_at(lo + 2);
+        self.merge_at(lo + 1);
+        self.merge_at(lo);
+    }
+
+    /// `del_ctr` for every block `>= blocks`.
+    pub fn truncate(&mut self, blocks: u64) {
+        if blocks >= self.blocks {
+            return;
+        }
+        let k = self.starts.partition_point(|&s| s < blocks);
+        self.starts.truncate(k);
+        self.ctrs.truncate(k);
+        self.blocks = blocks;
+    }
+
+    /// Grows to `blocks` blocks with holes (counter 0); never shrinks.
+    pub fn extend(&mut self, blocks: u64) {
+        if blocks <= self.blocks {
+            return;
+        }
+        if self.ctrs.last() != Some(&0) {
+            self.starts.push(self.blocks);
+            self.ctrs.push(0);
+        }
+        self.blocks = blocks;
+    }
+
+    /// Maximum counter over the blocks `[first, first + count)` (0 if empty).
+    pub fn max_in(&self, first: u64, count: u64) -> u64 {
+        self.runs(first, count).map(|r| r.2).max().unwrap_or(0)
+    }
+
+    /// Maximum counter over all blocks.
+    pub fn max_all(&self) -> u64 {
+        self.ctrs.iter().copied().max().unwrap_or(0)
+    }
+
+    /// Runs `(first, count, ctr)` covering `[first, first + count)`, in order; blocks past
+    /// the end are reported as one run with counter 0.
+    pub fn runs(&self, first: u64, count: u64) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+        let end = first.saturating_add(count);
+        let mut pos = first;
+        let mut k = if first < self.blocks {
+            self.interval_of(first)
+        } else {
+            self.starts.len()
+        };
+        std::iter::from_fn(move || {
+            if pos >= end {
+                return None;
+            }
+            if pos >= self.blocks {
+                let r = (pos, end - pos, 0);
+                pos = end;
+                return Some(r);
+            }
+            let iend = self
+                .starts
+                .get(k + 1)
+                .copied()
+                .unwrap_or(self.blocks)
+                .min(end);
+            let r = (pos, iend - pos, self.ctrs[k]);
+            pos = iend;
+            k += 1;
+            Some(r)
+        })
+    }
+
+    /// Size in bytes of `IntStart_F` plus `CtrVal_F` (the paper's `size`).
+    pub fn arrays_size(&self) -> usize {
+        16 * self.starts.len()
+    }
+
+    /// Encoding: u32 LE number of intervals, u64 LE blocks, then the starts (u64 LE each),
+    /// then the counters (u64 LE each).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(HEADER + self.arrays_size());
+        out.extend_from_slice(&(self.starts.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.blocks.to_le_bytes());
+        out.extend(self.starts.iter().flat_map(|s| s.to_le_bytes()));
+        out.extend(self.ctrs.iter().flat_map(|c| c.to_le_bytes()));
+        out
+    }
+
+    /// Builds from parts, validating every invariant.
+    pub fn from_parts(starts: Vec<u64>, ctrs: Vec<u64>, blocks: u64) -> Result<Self, CounterError> {
+        if starts.len() != ctrs.len() {
+            return Err(malformed("array lengths differ"));
+        }
+        if (blocks == 0) != starts.is_empty() {
+            return Err(malformed("interval count inconsistent with block count"));
+        }
+        if let Some(&s0) = starts.first() {
+            if s0 != 0 {
+                return Err(malformed("first interval does not start at block 0"));
+            }
+        }
+        if starts.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(malformed("interval starts not strictly increasing"));
+        }
+        if starts.last().is_some_and(|&s| s >= blocks) {
+            return Err(malformed("interval starts past the last block"));
+        }
+        if ctrs.windows(2).any(|w| w[0] == w[1]) {
+            return Err(malformed("adjacent intervals with equal counters"));
+        }
+        Ok(CounterIntervals {
+            starts,
+            ctrs,
+            blocks,
+        })
+    }
+
+    /// Decodes [`encode`](Self::encode)'s form, validating every invariant; never panics.
+    pub fn decode(bytes: &[u8]) -> Result<Self, CounterError> {
+        if bytes.len() < HEADER {
+            return Err(malformed("truncated header"));
+        }
+        let count = u32::from_le_bytes(bytes[0..4].try_into().expect("4 bytes")) as usize;
+        let blocks = u64::from_le_bytes(bytes[4..12].try_into().expect("8 bytes"));
+        let body = &bytes[HEADER..];
+        if (body.len() as u64) != 16 * count as u64 {
+            return Err(malformed("length does not match interval count"));
+        }
+        let (s, c) = body.split_at(8 * count);
+        Self::from_parts(read_u64s(s), read_u64s(c), blocks)
+    }
+
+    /// `IntStart_F` as bytes (u64 LE each).
+    pub fn starts_bytes(&self) -> Vec<u8> {
+        self.starts.iter().flat_map(|s| s.to_le_bytes()).collect()
+    }
+
+    /// `CtrVal_F` as bytes (u64 LE each).
+    pub fn ctrs_bytes(&self) -> Vec<u8> {
+        self.ctrs.iter().flat_map(|c| c.to_le_bytes()).collect()
+    }
+}
+
+fn read_u64s(b: &[u8]) -> Vec<u64> {
+    b.chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect()
+}
+
+/// Trusted part of the counters (Fig. 6): inline when `IntStart.size + CtrVal.size <= L_ctr`,
+/// else the two hashes (and the untrusted copy in `US_F`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TrustedCounters {
+    /// The intervals themselves.
+    Inline(CounterIntervals),
+    /// Hashes of the arrays stored in `US_F`, with their counts.
+    Spilled {
+        /// Number of intervals.
+        intervals: u32,
+        /// Number of blocks.
+        blocks: u64,
+        /// `h(IntStart_F)`.
+        h_starts: Hash,
+        /// `h(CtrVal_F)`.
+        h_ctrs: Hash,
+    },
+}
+
+/// Size of the spilled fixed form: tag, count, blocks, two hashes.
+const SPILLED_SIZE: usize = 1 + HEADER + 64;
+
+/// Fixed size of [`TrustedCounters::encode_into`]'s form for a given `L_ctr`.
+pub const fn trusted_size(l_ctr: usize) -> usize {
+    let inline = 1 + HEADER + (l_ctr / 16) * 16;
+    if inline > SPILLED_SIZE {
+        inline
+    } else {
+        SPILLED_SIZE
+    }
+}
+
+impl TrustedCounters {
+    /// Writes the fixed-size form into `out` (which must hold at least the encoded size, e.g.
+    /// `trusted_size(l_ctr)` for counters produced by [`auth_ctr`] with that `l_ctr`); the
+    /// rest of `out` is zeroed. Byte 0 is 0 (inline) or 1 (spilled); then u32 LE count, u64
+    /// LE blocks, then (start, ctr) u64 LE pairs (inline) or `h_starts`, `h_ctrs` (spilled).
+    pub fn encode_into(&self, out: &mut [u8]) -> Result<(), CounterError> {
+        let need = match self {
+            TrustedCounters::Inline(c) => 1 + HEADER + c.arrays_size(),
+            TrustedCounters::Spilled { .. } => SPILLED_SIZE,
+        };
+        if out.len() < need {
+            return Err(malformed("trusted counter slot too small"));
+        }
+        out.fill(0);
+        match self {
+            TrustedCounters::Inline(c) => {
+                out[1..5].copy_from_slice(&(c.starts.len() as u32).to_le_bytes());
+                out[5..13].copy_from_slice(&c.blocks.to_le_bytes());
+                for (j, (s, v)) in c.starts.iter().zip(&c.ctrs).enumerate() {
+                    let o = 13 + 16 * j;
+                    out[o..o + 8].copy_from_slice(&s.to_le_bytes());
+                    out[o + 8..o + 16].copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            TrustedCounters::Spilled {
+                intervals,
+                blocks,
+                h_starts,
+                h_ctrs,
+            } => {
+                out[0] = 1;
+                out[1..5].copy_from_slice(&intervals.to_le_bytes());
+                out[5..13].copy_from_slice(&blocks.to_le_bytes());
+                out[13..45].copy_from_slice(h_starts);
+                out[45..77].copy_from_slice(h_ctrs);
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes the fixed-size form (trailing bytes are ignored); never panics.
+    pub fn decode(bytes: &[u8]) -> Result<Self, CounterError> {
+        if bytes.len() < 1 + HEADER {
+            return Err(malformed("truncated trusted counters"));
+        }
+        let count = u32::from_le_bytes(bytes[1..5].try_into().expect("4 bytes"));
+        let blocks = u64::from_le_bytes(bytes[5..13].try_into().expect("8 bytes"));
+        match bytes[0] {
+            0 => {
+                let n = count as usize;
+                let body = &bytes[13..];
+                if (body.len() as u64) < 16 * count as u64 {
+                    return Err(malformed("truncated inline counters"));
+                }
+                let mut starts = Vec::with_capacity(n);
+                let mut ctrs = Vec::with_capacity(n);
+                for pair in body[..16 * n].chunks_exact(16) {
+                    starts.push(u64::from_le_bytes(pair[..8].try_into().expect("8 bytes")));
+                    ctrs.push(u64::from_le_bytes(pair[8..].try_into().expect("8 bytes")));
+                }
+                CounterIntervals::from_parts(starts, ctrs, blocks).map(TrustedCounters::Inline)
+            }
+            1 => {
+                if bytes.len() < SPILLED_SIZE {
+                    return Err(malformed("truncated spilled counters"));
+                }
+                if (count == 0) != (blocks == 0) || u64::from(count) > blocks {
+                    return Err(malformed("inconsistent spilled counts"));
+                }
+                Ok(TrustedCounters::Spilled {
+                    intervals: count,
+                    blocks,
+                    h_starts: bytes[13..45].try_into().expect("32 bytes"),
+                    h_ctrs: bytes[45..77].try_into().expect("32 bytes"),
+                })
+            }
+            _ => Err(malformed("unknown trusted counter tag")),
+        }
+    }
+}
+
+/// `auth_ctr` (Fig. 6): the trusted part and, when spilled, the bytes to store in `US_F`
+/// (the [`CounterIntervals::encode`] form). `h` is a keyed hash supplied by the caller
+/// (domain separation is the caller's).
+pub fn auth_ctr(
+    c: &CounterIntervals,
+    l_ctr: usize,
+    h: &dyn Fn(&[u8]) -> Hash,
+) -> (TrustedCounters, Option<Vec<u8>>) {
+    if c.arrays_size() <= l_ctr {
+        return (TrustedCounters::Inline(c.clone()), None);
+    }
+    let t = TrustedCounters::Spilled {
+        intervals: c.starts.len() as u32,
+        blocks: c.blocks,
+        h_starts: h(&c.starts_bytes()),
+        h_ctrs: h(&c.ctrs_bytes()),
+    };
+    (t, Some(c.encode()))
+}
+
+/// `check_ctr` (Fig. 6): the counters from the trusted part and (when spilled) the
+/// untrusted bytes from `US_F`; [`CounterError::Mismatch`] when the copy is missing or its
+/// hashes or counts differ.
+pub fn check_ctr(
+    t: &TrustedCounters,
+    us: Option<&[u8]>,
+    h: &dyn Fn(&[u8]) -> Hash,
+) -> Result<CounterIntervals, CounterError> {
+    match t {
+        TrustedCounters::Inline(c) => Ok(c.clone()),
+        TrustedCounters::Spilled {
+            intervals,
+            blocks,
+            h_starts,
+            h_ctrs,
+        } => {
+            let bytes = us.ok_or(CounterError::Mismatch)?;
+            let c = CounterIntervals::decode(bytes)?;
+            if c.starts.len() as u64 != u64::from(*intervals)
+                || c.blocks != *blocks
+                || h(&c.starts_bytes()) != *h_starts
+                || h(&c.ctrs_bytes()) != *h_ctrs
+            {
+                return Err(CounterError::Mismatch);
+            }
+            Ok(c)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn check_invariants(c: &CounterIntervals) {
+        CounterIntervals::from_parts(c.starts.clone(), c.ctrs.clone(), c.blocks)
+            .expect("invariants hold");
+    }
+
+    fn hash(b: &[u8]) -> Hash {
+        *blake3::keyed_hash(&[7; 32], b).as_bytes()
+    }
+
+    #[test]
+    fn sequential_writes_are_one_interval() {
+        let mut c = CounterIntervals::new();
+        for i in 0..100 {
+            c.set_range(i, 1, 1);
+        }
+        assert_eq!(c.intervals(), 1);
+        assert_eq!(c.blocks(), 100);
+        assert_eq!(c.get(57), 1);
+        assert_eq!(c.get(100), 0);
+        // A second sequential pass.
+        for i in 0..100 {
+            c.set_range(i, 1, 2);
+        }
+        assert_eq!((c.intervals(), c.max_all()), (1, 2));
+    }
+
+    #[test]
+    fn overwrite_middle_truncate_holes_merge() {
+        let mut c = CounterIntervals::new();
+        c.set_range(0, 10, 1);
+        c.set_range(3, 4, 2);
+        assert_eq!(c.starts(), &[0, 3, 7]);
+        assert_eq!(c.ctrs(), &[1, 2, 1]);
+        assert_eq!(
+            c.runs(0, 12).collect::<Vec<_>>(),
+            vec![(0, 3, 1), (3, 4, 2), (7, 3, 1), (10, 2, 0)]
+        );
+        assert_eq!(c.max_in(0, 3), 1);
+        assert_eq!(c.max_in(2, 2), 2);
+        // Merge of equal neighbours: overwriting the middle back to 1.
+        c.set_range(3, 4, 1);
+        assert_eq!(c.intervals(), 1);
+        // Holes: writing past the end.
+        c.set_range(15, 2, 3);
+        assert_eq!(c.starts(), &[0, 10, 15]);
+        assert_eq!(c.ctrs(), &[1, 0, 3]);
+        assert_eq!(c.get(12), 0);
+        assert_eq!(c.blocks(), 17);
+        c.extend(20);
+        assert_eq!(c.starts(), &[0, 10, 15, 17]);
+        c.extend(25);
+        assert_eq!(c.intervals(), 4);
+        // Truncate.
+        c.truncate(16);
+        assert_eq!(c.starts(), &[0, 10, 15]);
+        assert_eq!(c.blocks(), 16);
+        c.truncate(10);
+        assert_eq!(c.starts(), &[0]);
+        c.truncate(0);
+        assert_eq!(c, CounterIntervals::new());
+        // Filling a hole with the neighbours' counter merges three intervals into one.
+        let mut d = CounterIntervals::new();
+        d.set_range(0, 2, 5);
+        d.set_range(4, 2, 5);
+        assert_eq!(d.ctrs(), &[5, 0, 5]);
+        d.set_range(2, 2, 5);
+        assert_eq!((d.starts(), d.ctrs()), (&[0u64][..], &[5u64][..]));
+        check_invariants(&d);
+    }
+
+    #[test]
+    fn auth_inline_vs_spilled_and_check() {
+        let mut c = CounterIntervals::new();
+        c.set_range(0, 10, 1);
+        c.set_range(3, 4, 2); // 3 intervals = 48 bytes
+        let (t, us) = auth_ctr(&c, 48, &hash);
+        assert!(matches!(t, TrustedCounters::Inline(_)) && us.is_none());
+        assert_eq!(check_ctr(&t, None, &hash).unwrap(), c);
+        let (t, us) = auth_ctr(&c, 47, &hash);
+        let us = us.expect("spilled");
+        assert!(matches!(
+            t,
+            TrustedCounters::Spilled {
+                intervals: 3,
+                blocks: 10,
+                ..
+            }
+        ));
+        assert_eq!(check_ctr(&t, Some(&us), &hash).unwrap(), c);
+        assert!(matches!(
+            check_ctr(&t, None, &hash),
+            Err(CounterError::Mismatch)
+        ));
+        // Modified US copy: a different (valid) counter value.
+        let mut bad = c.clone();
+        bad.set_range(3, 4, 3);
+        let bad = bad.encode();
+        assert!(matches!(
+            check_ctr(&t, Some(&bad), &hash),
+            Err(CounterError::Mismatch)
+        ));
+        // Rolled-back copy (fewer blocks).
+        let mut old = c.clone();
+        old.truncate(9);
+        assert!(matches!(
+            check_ctr(&t, Some(&old.encode()), &hash),
+            Err(CounterError::Mismatch)
+        ));
+        // Byte flip anywhere is detected (either malformed or mismatch).
+        for i in 0..us.len() {
+            let mut b = us.clone();
+            b[i] ^= 1;
+            assert!(check_ctr(&t, Some(&b), &hash).is_err(), "flip at {i}");
+        }
+    }
+
+    #[test]
+    fn trusted_fixed_form_round_trip() {
+        let l_ctr = 64;
+        let size = trusted_size(l_ctr);
+        assert_eq!(size, 77);
+        assert_eq!(trusted_size(160), 173);
+        let mut c = CounterIntervals::new();
+        let mut buf = vec![0xAA; size];
+        for k in 0..6u64 {
+            c.set_range(k * 3, 1, k + 1);
+            let (t, _) = auth_ctr(&c, l_ctr, &hash);
+            t.encode_into(&mut buf).unwrap();
+            assert_eq!(TrustedCounters::decode(&buf).unwrap(), t);
+        }
+        assert!(TrustedCounters::Inline(CounterIntervals::new())
+            .encode_into(&mut [0u8; 5])
+            .is_err());
+        assert!(TrustedCounters::decode(&[2; 100]).is_err());
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Set(u64, u64, u64),
+        Truncate(u64),
+        Extend(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u64..60, 0u64..12, 0u64..4).prop_map(|(a, b, c)| Op::Set(a, b, c)),
+            1 => (0u64..60).prop_map(Op::Truncate),
+            1 => (0u64..70).prop_map(Op::Extend),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn matches_per_block_model(ops in proptest::collection::vec(op(), 0..40)) {
+            let mut c = CounterIntervals::new();
+            let mut model: Vec<u64> = Vec::new();
+            for o in ops {
+                match o {
+                    Op::Set(f, n, v) => {
+                        c.set_range(f, n, v);
+                        if n > 0 {
+                            let end = (f + n) as usize;
+                            if model.len() < end { model.resize(end, 0); }
+                            model[f as usize..end].fill(v);
+                        }
+                    }
+                    Op::Truncate(b) => { c.truncate(b); model.truncate(b as usize); }
+                    Op::Extend(b) => { c.extend(b); if model.len() < b as usize { model.resize(b as usize, 0); } }
+                }
+                check_invariants(&c);
+                prop_assert_eq!(c.blocks(), model.len() as u64);
+                for (i, v) in model.iter().enumerate() {
+                    prop_assert_eq!(c.get(i as u64), *v);
+                }
+                let expected = model.windows(2).filter(|w| w[0] != w[1]).count() + usize::from(!model.is_empty());
+                prop_assert_eq!(c.intervals(), expected);
+                let total: u64 = c.runs(3, 20).map(|r| { prop_assert!(r.1 > 0); Ok(r.1) }).sum::<Result<u64, TestCaseError>>()?;
+                prop_assert_eq!(total, 20);
+                prop_assert_eq!(CounterIntervals::decode(&c.encode()).unwrap(), c.clone());
+                prop_assert_eq!(c.max_all(), model.iter().copied().max().unwrap_or(0));
+            }
+        }
+
+        #[test]
+        fn decode_random_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..120)) {
+            if let Ok(c) = CounterIntervals::decode(&bytes) {
+                check_invariants(&c);
+                prop_assert_eq!(c.encode(), bytes.clone());
+            }
+            let _ = TrustedCounters::decode(&bytes);
+            let _ = check_ctr(
+                &TrustedCounters::Spilled { intervals: 1, blocks: 1, h_starts: [0; 32], h_ctrs: [0; 32] },
+                Some(&bytes),
+                &hash,
+            );
+        }
+
+        #[test]
+        fn decode_structured_bytes_never_panics(count in 0u32..5, blocks in 0u64..10, body in proptest::collection::vec(0u64..12, 0..10)) {
+            let mut b = Vec::new();
+            b.extend_from_slice(&count.to_le_bytes());
+            b.extend_from_slice(&blocks.to_le_bytes());
+            for x in &body { b.extend_from_slice(&x.to_le_bytes()); }
+            if let Ok(c) = CounterIntervals::decode(&b) { check_invariants(&c); }
+            let mut t = vec![0u8];
+            t.extend_from_slice(&b);
+            if let Ok(TrustedCounters::Inline(c)) = TrustedCounters::decode(&t) { check_invariants(&c); }
+        }
+    }
+}

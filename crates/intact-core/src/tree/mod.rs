@@ -1,0 +1,15 @@
+//! Authentication structures: the left-complete Merkle tree (MT-EINT), counter intervals
+//! (write counters of file blocks) and the cache of verified Merkle nodes.
+
+pub mod cache;
+pub mod counters;
+pub mod merkle;
+
+pub use cache::{NodeCache, RunCheck, DEFAULT_CACHE_BYTES, NODE_COST};
+pub use counters::{
+    auth_ctr, check_ctr, trusted_size, CounterError, CounterIntervals, TrustedCounters,
+};
+pub use merkle::{
+    flat_index, flat_span, is_complete_node, peaks, stored_node_count, FileId, Hash, MerkleTree,
+    NodeHasher, NodeIo, TreeError, TreeState, VecNodeIo, MAX_LEAVES, ZERO_HASH,
+};

@@ -1,0 +1,598 @@
+//! The staging layer between schemes and the untrusted store: crash-safe commits.
+//!
+//! Schemes read and write objects through a [`Tx`]. A write lands either
+//!
+//! - **directly** in the store, when it falls entirely at or past the object's *committed
+//!   length* (the length it had when the transaction began) and the object was not cut
+//!   shorter in this transaction: no committed state refers to those bytes, so a crash
+//!   cannot hurt (this is what makes appends and new files single-write), or
+//! - in the in-memory **overlay** otherwise (overwrites of committed bytes, truncations,
+//!   deletions).
+//!
+//! [`Tx::prepare`] turns the overlay into a redo journal, written to one of two journal
+//! slots and made durable; the caller then seals the journal's digest into the trusted
+//! anchor; [`Tx::apply`] writes the overlay in place. On open, the journal the anchor names
+//! is verified and replayed (replay is idempotent: it holds the final images of
+//! overwritten ranges and final lengths). Two slots alternate so the journal the current
+//! anchor names is never overwritten before the anchor moves on. See docs/design.md,
+//! "Crash safety", for the case-by-case argument.
+
+use crate::crypto::{Hash, SubKey};
+use crate::error::{Error, Result, Subject};
+use crate::store::UntrustedStore;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// Magic of a journal object.
+pub const JOURNAL_MAGIC: &[u8; 8] = b"INTJRNL1";
+
+/// Name of journal slot `s` (0 or 1).
+pub fn journal_name(slot: u8) -> String {
+    format!("journal.{slot}")
+}
+
+/// Where the anchor says the last commit's journal is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalRef {
+    /// Slot (0 or 1).
+    pub slot: u8,
+    /// Byte length.
+    pub len: u64,
+    /// Keyed digest of the journal's bytes.
+    pub digest: Hash,
+}
+
+#[derive(Debug, Default)]
+struct ObjState {
+    /// Length in the store when the transaction began (`None`: did not exist).
+    committed_len: Option<u64>,
+    /// Current logical length (`None`: does not exist).
+    len: Option<u64>,
+    /// Smallest length the object was cut to in this transaction: store bytes at or past
+    /// it are no longer visible.
+    cut: Option<u64>,
+    /// Overlay data: non-overlapping ranges keyed by start offset.
+    ranges: BTreeMap<u64, Vec<u8>>,
+    /// Deleted in this transaction.
+    deleted: bool,
+    /// Written directly in this transaction (needs a sync before the commit is sealed).
+    direct: bool,
+}
+
+impl ObjState {
+    fn staged(&self) -> bool {
+        self.deleted || self.cut.is_some() || !self.ranges.is_empty() || self.len != self.committed_len
+    }
+}
+
+/// One transaction's view of the untrusted store.
+pub struct Tx {
+    store: Arc<dyn UntrustedStore>,
+    objs: HashMap<String, ObjState>,
+    overlay_bytes: usize,
+}
+
+/// One journal operation (the final image of a range, a length, or a deletion).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Op {
+    Write { name: String, off: u64, data: Vec<u8> },
+    SetLen { name: String, len: u64 },
+    Delete { name: String },
+}
+
+/// A journal ready to be sealed: its bytes are durable in `slot`.
+#[derive(Debug)]
+pub struct Prepared {
+    /// What the anchor must record, or `None` when nothing needed journaling.
+    pub journal: Option<JournalRef>,
+    ops: Vec<Op>,
+}
+
+impl Tx {
+    /// A new, empty transaction over `store`.
+    pub fn new(store: Arc<dyn UntrustedStore>) -> Self {
+        Tx { store, objs: HashMap::new(), overlay_bytes: 0 }
+    }
+
+    /// The underlying store.
+    pub fn store(&self) -> &Arc<dyn UntrustedStore> {
+        &self.store
+    }
+
+    /// Bytes currently held in the overlay (the engine commits when this grows large).
+    pub fn overlay_bytes(&self) -> usize {
+        self.overlay_bytes
+    }
+
+    fn state(&mut self, name: &str) -> Result<&mut ObjState> {
+        if !self.objs.contains_key(name) {
+            let len = self.store.len(name)?;
+            self.objs.insert(
+                name.to_string(),
+                ObjState { committed_len: len, len, ..Default::default() },
+            );
+        }
+        Ok(self.objs.get_mut(name).expect("inserted above"))
+    }
+
+    /// The object's current length (`None` if it does not exist).
+    pub fn len(&mut self, name: &str) -> Result<Option<u64>> {
+        Ok(self.state(name)?.len)
+    }
+
+    /// Reads `buf.len()` bytes at `off`; bytes past the end read as zeros. Returns the
+    /// number of bytes that lay inside the object.
+    pub fn read_at(&mut self, name: &str, off: u64, buf: &mut [u8]) -> Result<usize> {
+        let store = self.store.clone();
+        let st = self.state(name)?;
+        buf.fill(0);
+        let Some(len) = st.len else { return Ok(0) };
+        if off >= len {
+            return Ok(0);
+        }
+        let inside = ((len - off) as usize).min(buf.len());
+        // Base bytes, up to the cut.
+        let base_end = st.cut.unwrap_or(u64::MAX).min(len);
+        let in_store = st.committed_len.is_some() || st.direct;
+        if in_store && off < base_end {
+            let n = ((base_end.saturating_sub(off)) as usize).min(inside);
+            if n > 0 {
+                let mut done = 0;
+                while done < n {
+                    let r = store.read_at(name, off + done as u64, &mut buf[done..n])?;
+                    if r == 0 {
+                        break;
+                    }
+                    done += r;
+                }
+            }
+        }
+        // Overlay ranges on top.
+        let end = off + inside as u64;
+        let first = st.ranges.range(..=off).next_back().map(|(k, _)| *k).unwrap_or(off);
+        for (&s, data) in st.ranges.range(first..end) {
+            let e = s + data.len() as u64;
+            if e <= off {
+                continue;
+            }
+            let a = s.max(off);
+            let b = e.min(end);
+            buf[(a - off) as usize..(b - off) as usize]
+                .copy_from_slice(&data[(a - s) as usize..(b - s) as usize]);
+        }
+        Ok(inside)
+    }
+
+    /// Writes `data` at `off` (direct or staged; see the module docs).
+    pub fn write_at(&mut self, name: &str, off: u64, data: &[u8]) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let store = self.store.clone();
+        let st = self.state(name)?;
+        if st.deleted {
+            return Err(Error::Invalid(format!("write to deleted object {name}")));
+        }
+        let end = off + data.len() as u64;
+        let boundary = st.committed_len.unwrap_or(0);
+        let (staged, direct) = if st.cut.is_some() {
+            (data, &data[data.len()..])
+        } else if off >= boundary {
+            (&data[..0], data)
+        } else if end <= boundary {
+            (data, &data[data.len()..])
+        } else {
+            data.split_at((boundary - off) as usize)
+        };
+        if !direct.is_empty() {
+            let doff = end - direct.len() as u64;
+            store.write_at(name, doff, direct)?;
+            st.direct = true;
+        }
+        if !staged.is_empty() {
+            let added = insert_range(&mut st.ranges, off, staged);
+            self.overlay_bytes = self.overlay_bytes.saturating_add_signed(added);
+        }
+        let st = self.objs.get_mut(name).expect("present");
+        st.len = Some(st.len.unwrap_or(0).max(end));
+        Ok(())
+    }
+
+    /// Sets the object's length (creating it if missing); shrinking hides the tail.
+    pub fn set_len(&mut self, name: &str, len: u64) -> Result<()> {
+        let st = self.state(name)?;
+        if st.deleted {
+            return Err(Error::Invalid(format!("set_len of deleted object {name}")));
+        }
+        let cur = st.len.unwrap_or(0);
+        if len < cur {
+            st.cut = Some(st.cut.unwrap_or(u64::MAX).min(len));
+            let removed = truncate_ranges(&mut st.ranges, len);
+            self.overlay_bytes = self.overlay_bytes.saturating_sub(removed);
+        }
+        let st = self.objs.get_mut(name).expect("present");
+        st.len = Some(len);
+        Ok(())
+    }
+
+    /// Deletes the object at commit; it reads as missing from now on.
+    pub fn delete(&mut self, name: &str) -> Result<()> {
+        let st = self.state(name)?;
+        let removed: usize = st.ranges.values().map(|v| v.len()).sum();
+        st.ranges.clear();
+        st.deleted = true;
+        st.len = None;
+        self.overlay_bytes = self.overlay_bytes.saturating_sub(removed);
+        Ok(())
+    }
+
+    /// True when anything is staged or was written directly.
+    pub fn is_dirty(&self) -> bool {
+        self.objs.values().any(|s| s.staged() || s.direct)
+    }
+
+    /// Step 1 of a commit: makes direct writes durable, then writes and syncs the journal
+    /// into the slot other than `current` (when there is anything to journal).
+    pub fn prepare(&mut self, key: &SubKey, epoch: u64, current: Option<u8>) -> Result<Prepared> {
+        let direct: Vec<String> =
+            self.objs.iter().filter(|(_, s)| s.direct).map(|(n, _)| n.clone()).collect();
+        if !direct.is_empty() {
+            self.store.sync(&direct)?;
+        }
+        let mut names: Vec<&String> = self.objs.iter().filter(|(_, s)| s.staged()).map(|(n, _)| n).collect();
+        names.sort();
+        let mut ops = Vec::new();
+        for name in names {
+            let st = &self.objs[name];
+            if st.deleted {
+                ops.push(Op::Delete { name: name.clone() });
+                continue;
+            }
+            if let Some(cut) = st.cut {
+                ops.push(Op::SetLen { name: name.clone(), len: cut });
+            }
+            for (&off, data) in &st.ranges {
+                ops.push(Op::Write { name: name.clone(), off, data: data.clone() });
+            }
+            ops.push(Op::SetLen { name: name.clone(), len: st.len.unwrap_or(0) });
+        }
+        if ops.is_empty() {
+            return Ok(Prepared { journal: None, ops });
+        }
+        let slot = match current {
+            Some(0) => 1,
+            _ => 0,
+        };
+        let bytes = encode_journal(epoch, &ops);
+        let digest = key.mac(&[&bytes]);
+        let name = journal_name(slot);
+        self.store.replace(&name, &bytes)?;
+        Ok(Prepared { journal: Some(JournalRef { slot, len: bytes.len() as u64, digest }), ops })
+    }
+
+    /// Step 3 of a commit (after the anchor is sealed): applies the journal in place,
+    /// syncs, and starts a fresh transaction.
+    pub fn apply(&mut self, prepared: Prepared) -> Result<()> {
+        apply_ops(self.store.as_ref(), &prepared.ops)?;
+        self.objs.clear();
+        self.overlay_bytes = 0;
+        Ok(())
+    }
+
+    /// Forgets all staged state (after a failed commit the engine reopens instead).
+    pub fn abandon(&mut self) {
+        self.objs.clear();
+        self.overlay_bytes = 0;
+    }
+
+    /// Loads a verified journal into the overlay without touching the store (read-only
+    /// opens of a volume whose last commit may not have been applied).
+    pub fn stage_journal(&mut self, bytes: &[u8]) -> Result<()> {
+        let (_, ops) = decode_journal(bytes)?;
+        for op in ops {
+            match op {
+                Op::Write { name, off, data } => {
+                    let st = self.state(&name)?;
+                    st.cut.get_or_insert(u64::MAX);
+                    self.write_at(&name, off, &data)?
+                }
+                Op::SetLen { name, len } => {
+                    self.set_len(&name, len)?;
+                    let st = self.state(&name)?;
+                    st.cut = Some(st.cut.unwrap_or(u64::MAX).min(len));
+                }
+                Op::Delete { name } => self.delete(&name)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads, verifies against the anchor's reference, and returns a journal's bytes.
+pub fn load_journal(store: &dyn UntrustedStore, key: &SubKey, r: &JournalRef) -> Result<Vec<u8>> {
+    let name = journal_name(r.slot);
+    let bytes = store.read_all(&name)?.ok_or_else(|| {
+        Error::tampered(Subject::Journal, None, format!("{name} named by the anchor is missing"))
+    })?;
+    if bytes.len() as u64 != r.len || !crate::crypto::ct_eq(&key.mac(&[&bytes]), &r.digest) {
+        return Err(Error::tampered(
+            Subject::Journal,
+            None,
+            format!("{name} does not match the digest sealed in the anchor"),
+        ));
+    }
+    decode_journal(&bytes)?;
+    Ok(bytes)
+}
+
+/// Replays a verified journal into the store (idempotent) and syncs what it touched.
+pub fn replay_journal(store: &dyn UntrustedStore, bytes: &[u8]) -> Result<()> {
+    let (_, ops) = decode_journal(bytes)?;
+    apply_ops(store, &ops)
+}
+
+fn apply_ops(store: &dyn UntrustedStore, ops: &[Op]) -> Result<()> {
+    let mut touched: Vec<String> = Vec::new();
+    for op in ops {
+        match op {
+            Op::Write { name, off, data } => store.write_at(name, *off, data)?,
+            Op::SetLen { name, len } => store.set_len(name, *len)?,
+            Op::Delete { name } => store.delete(name)?,
+        }
+        let name = match op {
+            Op::Write { name, .. } | Op::SetLen { name, .. } | Op::Delete { name } => name,
+        };
+        if touched.last() != Some(name) {
+            touched.push(name.clone());
+        }
+    }
+    touched.dedup();
+    if !touched.is_empty() {
+        store.sync(&touched)?;
+    }
+    Ok(())
+}
+
+/// Inserts `data` at `off` into a set of non-overlapping ranges, merging with neighbours it
+/// touches. Returns the change in held bytes.
+fn insert_range(ranges: &mut BTreeMap<u64, Vec<u8>>, off: u64, data: &[u8]) -> isize {
+    let end = off + data.len() as u64;
+    let mut new_start = off;
+    let mut before: Vec<u8> = Vec::new();
+    let mut after: Vec<u8> = Vec::new();
+    let mut removed = 0usize;
+    // Collect ranges that overlap or touch [off, end].
+    let start_key = ranges.range(..=off).next_back().map(|(k, _)| *k).unwrap_or(off);
+    let keys: Vec<u64> = ranges.range(start_key..=end).map(|(k, _)| *k).collect();
+    for k in keys {
+        let v = &ranges[&k];
+        let ve = k + v.len() as u64;
+        if ve < off || k > end {
+            continue;
+        }
+        let v = ranges.remove(&k).expect("present");
+        removed += v.len();
+        if k < off {
+            new_start = k;
+            before = v[..(off - k) as usize].to_vec();
+        }
+        if ve > end {
+            after = v[(end - k) as usize..].to_vec();
+        }
+    }
+    let mut merged = before;
+    merged.extend_from_slice(data);
+    merged.extend_from_slice(&after);
+    let added = merged.len();
+    ranges.insert(new_start, merged);
+    added as isize - removed as isize
+}
+
+/// Drops range bytes at or past `len`; returns the bytes removed.
+fn truncate_ranges(ranges: &mut BTreeMap<u64, Vec<u8>>, len: u64) -> usize {
+    let mut removed = 0;
+    let tail: Vec<u64> = ranges.range(len..).map(|(k, _)| *k).collect();
+    for k in tail {
+        removed += ranges.remove(&k).map(|v| v.len()).unwrap_or(0);
+    }
+    if let Some((&k, v)) = ranges.range_mut(..len).next_back() {
+        let keep = (len - k) as usize;
+        if v.len() > keep {
+            removed += v.len() - keep;
+            v.truncate(keep);
+        }
+    }
+    removed
+}
+
+fn encode_journal(epoch: u64, ops: &[Op]) -> Vec<u8> {
+    let size: usize = ops
+        .iter()
+        .map(|op| match op {
+            Op::Write { name, data, .. } => 1 + 2 + name.len() + 8 + 4 + data.len(),
+            Op::SetLen { name, .. } => 1 + 2 + name.len() + 8,
+            Op::Delete { name } => 1 + 2 + name.len(),
+        })
+        .sum();
+    let mut out = Vec::with_capacity(20 + size);
+    out.extend_from_slice(JOURNAL_MAGIC);
+    out.extend_from_slice(&epoch.to_le_bytes());
+    out.extend_from_slice(&(ops.len() as u32).to_le_bytes());
+    for op in ops {
+        let (code, name) = match op {
+            Op::Write { name, .. } => (1u8, name),
+            Op::SetLen { name, .. } => (2, name),
+            Op::Delete { name } => (3, name),
+        };
+        out.push(code);
+        out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        out.extend_from_slice(name.as_bytes());
+        match op {
+            Op::Write { off, data, .. } => {
+                out.extend_from_slice(&off.to_le_bytes());
+                out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+                out.extend_from_slice(data);
+            }
+            Op::SetLen { len, .. } => out.extend_from_slice(&len.to_le_bytes()),
+            Op::Delete { .. } => {}
+        }
+    }
+    out
+}
+
+fn decode_journal(b: &[u8]) -> Result<(u64, Vec<Op>)> {
+    let bad = |what: &str| Error::tampered(Subject::Journal, None, format!("malformed journal: {what}"));
+    let mut r = Reader { b, pos: 0 };
+    if r.take(8).ok_or_else(|| bad("short"))? != JOURNAL_MAGIC {
+        return Err(bad("magic"));
+    }
+    let epoch = r.u64().ok_or_else(|| bad("epoch"))?;
+    let n = r.u32().ok_or_else(|| bad("count"))?;
+    let mut ops = Vec::with_capacity((n as usize).min(1 << 16));
+    for _ in 0..n {
+        let code = r.take(1).ok_or_else(|| bad("op"))?[0];
+        let nl = r.u16().ok_or_else(|| bad("name"))? as usize;
+        let name = std::str::from_utf8(r.take(nl).ok_or_else(|| bad("name"))?)
+            .map_err(|_| bad("name"))?
+            .to_string();
+        crate::store::check_name(&name).map_err(|_| bad("name"))?;
+        ops.push(match code {
+            1 => {
+                let off = r.u64().ok_or_else(|| bad("offset"))?;
+                let len = r.u32().ok_or_else(|| bad("length"))? as usize;
+                Op::Write { name, off, data: r.take(len).ok_or_else(|| bad("data"))?.to_vec() }
+            }
+            2 => Op::SetLen { name, len: r.u64().ok_or_else(|| bad("length"))? },
+            3 => Op::Delete { name },
+            _ => return Err(bad("op code")),
+        });
+    }
+    if r.pos != b.len() {
+        return Err(bad("trailing bytes"));
+    }
+    Ok((epoch, ops))
+}
+
+/// A bounds-checked little-endian reader.
+pub(crate) struct Reader<'a> {
+    pub(crate) b: &'a [u8],
+    pub(crate) pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let end = self.pos.checked_add(n)?;
+        let s = self.b.get(self.pos..end)?;
+        self.pos = end;
+        Some(s)
+    }
+    pub(crate) fn u16(&mut self) -> Option<u16> {
+        Some(u16::from_le_bytes(self.take(2)?.try_into().ok()?))
+    }
+    pub(crate) fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+    pub(crate) fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemStore;
+
+    fn key() -> SubKey {
+        crate::crypto::MasterKey::from_bytes([9; 32]).derive(crate::crypto::label::JOURNAL, &[])
+    }
+
+    #[test]
+    fn ranges_merge_and_truncate() {
+        let mut r = BTreeMap::new();
+        assert_eq!(insert_range(&mut r, 10, b"abcd"), 4);
+        assert_eq!(insert_range(&mut r, 12, b"XYZW"), 2);
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[&10], b"abXYZW");
+        insert_range(&mut r, 0, b"01");
+        insert_range(&mut r, 2, b"23");
+        assert_eq!(r[&0], b"0123");
+        insert_range(&mut r, 4, b"456789");
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[&0], b"0123456789abXYZW");
+        assert_eq!(truncate_ranges(&mut r, 5), 11);
+        assert_eq!(r[&0], b"01234");
+    }
+
+    #[test]
+    fn direct_writes_past_committed_length_staged_below() {
+        let store = Arc::new(MemStore::new());
+        store.write_at("o", 0, &[1u8; 100]).unwrap();
+        let mut tx = Tx::new(store.clone());
+        tx.write_at("o", 90, &[2u8; 20]).unwrap();
+        // The part past 100 went straight to the store; the overwrite is staged.
+        let raw = store.read_all("o").unwrap().unwrap();
+        assert_eq!(raw.len(), 110);
+        assert_eq!(raw[95], 1);
+        assert_eq!(raw[105], 2);
+        let mut buf = [0u8; 30];
+        assert_eq!(tx.read_at("o", 85, &mut buf).unwrap(), 25);
+        assert_eq!(&buf[..5], &[1; 5]);
+        assert_eq!(&buf[5..25], &[2; 20]);
+        assert_eq!(&buf[25..], &[0; 5]);
+        let p = tx.prepare(&key(), 1, None).unwrap();
+        assert!(p.journal.is_some());
+        tx.apply(p).unwrap();
+        assert_eq!(&store.read_all("o").unwrap().unwrap()[90..110], &[2u8; 20]);
+    }
+
+    #[test]
+    fn truncate_then_extend_reads_zeros() {
+        let store = Arc::new(MemStore::new());
+        store.write_at("o", 0, &[7u8; 64]).unwrap();
+        let mut tx = Tx::new(store.clone());
+        tx.set_len("o", 10).unwrap();
+        tx.write_at("o", 40, b"zz").unwrap();
+        let mut buf = [9u8; 64];
+        assert_eq!(tx.read_at("o", 0, &mut buf).unwrap(), 42);
+        assert_eq!(&buf[..10], &[7; 10]);
+        assert!(buf[10..40].iter().all(|&b| b == 0));
+        assert_eq!(&buf[40..42], b"zz");
+        let p = tx.prepare(&key(), 1, None).unwrap();
+        tx.apply(p).unwrap();
+        let raw = store.read_all("o").unwrap().unwrap();
+        assert_eq!(raw.len(), 42);
+        assert!(raw[10..40].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn journal_round_trip_verify_and_replay_idempotent() {
+        let store = Arc::new(MemStore::new());
+        store.write_at("a", 0, &[1u8; 32]).unwrap();
+        store.write_at("b", 0, &[1u8; 8]).unwrap();
+        let mut tx = Tx::new(store.clone());
+        tx.write_at("a", 4, b"four").unwrap();
+        tx.delete("b").unwrap();
+        let p = tx.prepare(&key(), 7, Some(0)).unwrap();
+        let r = p.journal.unwrap();
+        assert_eq!(r.slot, 1);
+        let bytes = load_journal(store.as_ref(), &key(), &r).unwrap();
+        replay_journal(store.as_ref(), &bytes).unwrap();
+        replay_journal(store.as_ref(), &bytes).unwrap();
+        assert_eq!(&store.read_all("a").unwrap().unwrap()[4..8], b"four");
+        assert!(store.len("b").unwrap().is_none());
+        // A modified journal is a tamper error.
+        store.with_object("journal.1", |o| o[30] ^= 1);
+        assert!(load_journal(store.as_ref(), &key(), &r).unwrap_err().is_tampered());
+    }
+
+    #[test]
+    fn malformed_journals_never_panic() {
+        for len in 0..64 {
+            let junk: Vec<u8> = (0..len).map(|i| (i * 37 % 251) as u8).collect();
+            let _ = decode_journal(&junk);
+        }
+        let mut ok = encode_journal(1, &[Op::Write { name: "x".into(), off: 0, data: vec![1; 4] }]);
+        ok.truncate(ok.len() - 1);
+        assert!(decode_journal(&ok).is_err());
+    }
+}

@@ -1,0 +1,1456 @@
+//! The volume engine: the trust chain of docs/design.md.
+//!
+//! ```text
+//! trusted anchor (volume id, epoch, counter reservation, journal digest, TS of the inode table; MAC'd)
+//!   └─ inode table: a file under mt-eint; record k is inode k's attributes and TS_F
+//!        └─ files: blocks under their scheme, US_F beside them
+//!        └─ directories: files of entries name -> inode (always mt-eint)
+//! ```
+//!
+//! All mutation goes through one [`Tx`]; [`Volume::sync`] seals it: the journal is made
+//! durable, the anchor's epoch advances with the new inode-table root and the journal's
+//! digest, then the journal is applied in place.
+
+use crate::crypto::{self, label, FileId, KdfParams, MasterKey, SubKey};
+use crate::error::{Error, FsErrorKind, Result, Subject};
+use crate::format::*;
+use crate::scheme::{scheme, Env, FileState};
+use crate::store::{LocalStateDir, TrustedLock, TrustedStore, UntrustedStore};
+use crate::tree::{auth_ctr, check_ctr, NodeCache, NodeHasher, TrustedCounters};
+use crate::tx::{load_journal, replay_journal, Tx};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Counters reserved per session (see docs/design.md, "Counters").
+pub const CTR_RESERVATION: u64 = 1 << 32;
+/// Dirty plaintext held per file before it is pushed through its scheme.
+const FILE_DIRTY_LIMIT: usize = 8 << 20;
+/// Staged (journaled) bytes before the engine seals on its own.
+const OVERLAY_LIMIT: usize = 64 << 20;
+/// Longest name in a directory.
+pub const NAME_MAX: usize = 255;
+/// Open-file states kept after a seal.
+const KEEP_OPEN: usize = 1024;
+
+/// How to open or create a volume.
+#[derive(Clone)]
+pub struct Options {
+    /// Bytes of verified Merkle nodes to cache (0 disables; the paper's evaluation used 1 KiB).
+    pub cache_bytes: usize,
+    /// Open without writing anything (no lock for writing, no journal replay on disk).
+    pub read_only: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { cache_bytes: 1024, read_only: false }
+    }
+}
+
+/// Parameters of a new volume.
+#[derive(Clone, Debug)]
+pub struct CreateOptions {
+    /// Block size.
+    pub block_size: u32,
+    /// Default scheme of new files.
+    pub scheme: SchemeId,
+    /// Argon2id parameters.
+    pub kdf: KdfParams,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions { block_size: 4096, scheme: SchemeId::MtEintGcm, kdf: KdfParams::DEFAULT }
+    }
+}
+
+/// What `stat` reports.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Stat {
+    /// Inode number.
+    pub ino: u64,
+    /// File, directory or symlink.
+    pub kind: Kind,
+    /// Length in bytes.
+    pub size: u64,
+    /// Permission bits.
+    pub mode: u32,
+    /// Modification time, ns.
+    pub mtime_ns: i64,
+    /// Change time, ns.
+    pub ctime_ns: i64,
+    /// Integrity scheme of the contents.
+    pub scheme: String,
+    /// Blocks held by the scheme.
+    pub blocks: u64,
+    /// Counter intervals, and whether they are spilled to untrusted storage.
+    pub counter_intervals: u64,
+    /// True when the counter arrays live in US_F with their hashes in TS_F.
+    pub counters_spilled: bool,
+}
+
+/// One directory entry.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DirEntry {
+    /// Name.
+    pub name: String,
+    /// Inode.
+    pub ino: u64,
+    /// Kind.
+    pub kind: Kind,
+}
+
+/// One fsck finding.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FsckFailure {
+    /// Path of the damaged file (or a structure name).
+    pub path: String,
+    /// Block index, where one applies.
+    pub block: Option<u64>,
+    /// What failed.
+    pub what: String,
+}
+
+impl std::fmt::Display for FsckFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.block {
+            Some(b) => write!(f, "{}: block {}: {}", self.path, b, self.what),
+            None => write!(f, "{}: {}", self.path, self.what),
+        }
+    }
+}
+
+/// Volume facts for `intact info`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Info {
+    /// Volume id (hex).
+    pub volume_id: String,
+    /// Default scheme.
+    pub scheme: String,
+    /// Block size.
+    pub block_size: u32,
+    /// Regular files.
+    pub files: u64,
+    /// Directories (including the root).
+    pub directories: u64,
+    /// Symlinks.
+    pub symlinks: u64,
+    /// Bytes of file contents.
+    pub content_bytes: u64,
+    /// Bytes of trusted storage (the anchor), constant.
+    pub trusted_bytes: u64,
+    /// Bytes of encrypted data objects in the store.
+    pub data_object_bytes: u64,
+    /// Bytes of integrity metadata (Merkle nodes, spilled counters) in the store.
+    pub integrity_bytes: u64,
+    /// Bytes of inode table objects (records, their tree).
+    pub inode_table_bytes: u64,
+    /// The anchor's epoch.
+    pub epoch: u64,
+    /// Where the anchor lives.
+    pub anchor: String,
+}
+
+/// An encrypted, authenticated, fresh volume.
+pub struct Volume {
+    inner: Mutex<Inner>,
+    integrity_failures: AtomicU64,
+}
+
+struct Keys {
+    master: MasterKey,
+    hasher: NodeHasher,
+    leaf: SubKey,
+    ctrs: SubKey,
+    anchor: SubKey,
+    journal: SubKey,
+}
+
+struct OpenFile {
+    inode: Inode,
+    state: FileState,
+    dirty: BTreeMap<u64, Vec<u8>>,
+    record_dirty: bool,
+    dir: Option<BTreeMap<String, (u64, Kind)>>,
+    dir_dirty: bool,
+}
+
+struct Inner {
+    store: Arc<dyn UntrustedStore>,
+    trusted: Box<dyn TrustedStore>,
+    _lock: TrustedLock,
+    config: Config,
+    bs: usize,
+    default_scheme: SchemeId,
+    keys: Keys,
+    cache: NodeCache,
+    anchor: Anchor,
+    ctr_floor: u64,
+    tx: Tx,
+    itable: OpenFile,
+    header: TableHeader,
+    header_dirty: bool,
+    files: HashMap<u64, OpenFile>,
+    read_only: bool,
+    poisoned: Option<String>,
+}
+
+const HEADER_MAGIC: &[u8; 8] = b"ITABHDR1";
+
+#[derive(Debug, Clone, Copy)]
+struct TableHeader {
+    free_head: u64,
+    count: u64,
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+fn derive_keys(master: &MasterKey) -> Keys {
+    let node = master.derive(label::NODE, &[]);
+    Keys {
+        master: master.clone(),
+        hasher: NodeHasher::new(*node.expose_secret()),
+        leaf: master.derive(label::LEAF, &[]),
+        ctrs: master.derive(label::COUNTERS, &[]),
+        anchor: master.derive(label::ANCHOR, &[]),
+        journal: master.derive(label::JOURNAL, &[]),
+    }
+}
+
+fn wrap_key(master: &MasterKey, kek: &SubKey, aad: &[u8]) -> String {
+    let mut nonce = [0u8; crypto::NONCE_LEN];
+    crypto::fill_random(&mut nonce);
+    let mut buf = master.expose_secret().to_vec();
+    crypto::Gcm::new(kek).seal_append(nonce, aad, &mut buf);
+    let mut out = nonce.to_vec();
+    out.extend_from_slice(&buf);
+    let h = hex::encode(&out);
+    zeroize::Zeroize::zeroize(&mut buf);
+    h
+}
+
+fn unwrap_key(config: &Config, password: &[u8]) -> Result<MasterKey> {
+    let salt = hex::decode(&config.salt).map_err(|_| Error::Config("bad salt".into()))?;
+    let kek = crypto::password_key(password, &salt, config.kdf)?;
+    let mut env = zeroize::Zeroizing::new(
+        hex::decode(&config.wrapped_key).map_err(|_| Error::Config("bad wrapped key".into()))?,
+    );
+    if env.len() != crypto::NONCE_LEN + 32 + crypto::TAG_LEN {
+        return Err(Error::Config("wrapped key has the wrong length".into()));
+    }
+    let nonce: [u8; crypto::NONCE_LEN] = env[..crypto::NONCE_LEN].try_into().expect("12");
+    let n = crypto::Gcm::new(&kek)
+        .open_in_place(nonce, &config.aad(), &mut env[crypto::NONCE_LEN..])
+        .ok_or(Error::WrongPassword)?;
+    debug_assert_eq!(n, 32);
+    let mut k = [0u8; 32];
+    k.copy_from_slice(&env[crypto::NONCE_LEN..crypto::NONCE_LEN + 32]);
+    Ok(MasterKey::from_bytes(k))
+}
+
+pub use crate::format::Kind;
+
+/// Creates a volume in `store` with its anchor under the local state directory `state_dir`.
+pub fn create_local(
+    store: Arc<dyn UntrustedStore>,
+    state_dir: &std::path::Path,
+    password: &[u8],
+    copts: &CreateOptions,
+) -> Result<Volume> {
+    Volume::create(
+        store,
+        |id| Ok(Box::new(LocalStateDir::new(state_dir.to_path_buf(), id)?) as Box<dyn TrustedStore>),
+        password,
+        copts,
+        &Options::default(),
+    )
+}
+
+/// Reads and parses the config of the volume in `store`.
+pub fn read_config(store: &dyn UntrustedStore) -> Result<Config> {
+    let bytes = store.read_all(CONFIG_NAME)?.ok_or_else(|| {
+        Error::Config(format!("no intact volume here ({CONFIG_NAME} is missing); create one with `intact init`"))
+    })?;
+    Config::parse(&bytes)
+}
+
+fn valid_name(name: &str) -> Result<()> {
+    if name.len() > NAME_MAX {
+        return Err(Error::fs(name, FsErrorKind::NameTooLong));
+    }
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
+        return Err(Error::fs(name, FsErrorKind::InvalidName));
+    }
+    Ok(())
+}
+
+fn split_path(path: &str) -> Vec<&str> {
+    path.split('/').filter(|c| !c.is_empty() && *c != ".").collect()
+}
+
+fn parent_and_name(path: &str) -> Result<(Vec<&str>, &str)> {
+    let mut comps = split_path(path);
+    let name = comps.pop().ok_or_else(|| Error::fs(path, FsErrorKind::InvalidName))?;
+    valid_name(name)?;
+    Ok((comps, name))
+}
+
+fn encode_dir(entries: &BTreeMap<String, (u64, Kind)>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + entries.len() * 24);
+    out.extend_from_slice(b"IDIR");
+    out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+    for (name, (ino, kind)) in entries {
+        out.push(*kind as u8);
+        out.extend_from_slice(&ino.to_le_bytes());
+        out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        out.extend_from_slice(name.as_bytes());
+    }
+    out
+}
+
+fn decode_dir(b: &[u8]) -> Option<BTreeMap<String, (u64, Kind)>> {
+    let mut m = BTreeMap::new();
+    if b.is_empty() {
+        return Some(m);
+    }
+    let mut r = crate::tx::Reader { b, pos: 0 };
+    if r.take(4)? != b"IDIR" {
+        return None;
+    }
+    let n = r.u32()?;
+    for _ in 0..n {
+        let kind = match r.take(1)?[0] {
+            1 => Kind::File,
+            2 => Kind::Dir,
+            3 => Kind::Symlink,
+            _ => return None,
+        };
+        let ino = r.u64()?;
+        let nl = r.u16()? as usize;
+        let name = std::str::from_utf8(r.take(nl)?).ok()?.to_string();
+        m.insert(name, (ino, kind));
+    }
+    (r.pos == b.len()).then_some(m)
+}
+
+impl Volume {
+    /// Creates a new volume in `store`, anchored in `trusted`.
+    /// `trusted` makes the anchor store once the new volume's id (hex) is known.
+    pub fn create(
+        store: Arc<dyn UntrustedStore>,
+        trusted: impl FnOnce(&str) -> Result<Box<dyn TrustedStore>>,
+        password: &[u8],
+        copts: &CreateOptions,
+        opts: &Options,
+    ) -> Result<Volume> {
+        check_block_size(copts.block_size)?;
+        if store.len(CONFIG_NAME)?.is_some() {
+            return Err(Error::Config("an intact volume already exists here".into()));
+        }
+        if !store.list()?.is_empty() {
+            return Err(Error::Config("the directory is not empty; intact init needs an empty directory".into()));
+        }
+        let master = MasterKey::generate();
+        let mut volume_id = [0u8; 16];
+        crypto::fill_random(&mut volume_id);
+        let mut salt = [0u8; 16];
+        crypto::fill_random(&mut salt);
+        let mut config = Config {
+            format: FORMAT_VERSION,
+            volume_id: hex::encode(volume_id),
+            block_size: copts.block_size,
+            scheme: copts.scheme.name().to_string(),
+            kdf: copts.kdf,
+            salt: hex::encode(salt),
+            features: vec![],
+            wrapped_key: String::new(),
+        };
+        let kek = crypto::password_key(password, &salt, copts.kdf)?;
+        config.wrapped_key = wrap_key(&master, &kek, &config.aad());
+        let trusted = trusted(&config.volume_id)?;
+        let lock = trusted.lock(true)?;
+        if trusted.load()?.is_some() {
+            return Err(Error::Config(format!("an anchor already exists at {}", trusted.location())));
+        }
+        let keys = derive_keys(&master);
+        let itable_id = crypto::random_file_id();
+        let tree = crate::tree::TreeState::empty(&keys.hasher, &itable_id);
+        let itable_inode = Inode::new(Kind::File, SchemeId::MtEintGcm, itable_id, tree, now_ns());
+        let anchor = Anchor {
+            volume_id,
+            epoch: 0,
+            ctr_next: 1 + CTR_RESERVATION,
+            journal: None,
+            itable: itable_inode.clone(),
+        };
+        store.replace(CONFIG_NAME, serde_json::to_string_pretty(&config).expect("json").as_bytes())?;
+        trusted.store(&anchor.encode(&keys.anchor))?;
+        let itable = OpenFile::load(itable_inode, &keys, &mut Tx::new(store.clone()), Subject::InodeTable)?;
+        let mut inner = Inner {
+            tx: Tx::new(store.clone()),
+            store,
+            trusted,
+            _lock: lock,
+            bs: copts.block_size as usize,
+            default_scheme: copts.scheme,
+            config,
+            keys,
+            cache: NodeCache::new(opts.cache_bytes),
+            anchor,
+            ctr_floor: 1,
+            itable,
+            header: TableHeader { free_head: 0, count: ROOT_INO + 1 },
+            header_dirty: true,
+            files: HashMap::new(),
+            read_only: false,
+            poisoned: None,
+        };
+        // The root directory.
+        let mut root = Inode::new(Kind::Dir, SchemeId::MtEintGcm, crypto::random_file_id(), tree, now_ns());
+        root.tree = inner.empty_tree(SchemeId::MtEintGcm, &root.id);
+        root.nlink = 2;
+        root.link = ROOT_INO;
+        let mut of = OpenFile::load(root, &inner.keys, &mut inner.tx, Subject::Path("/".into()))?;
+        of.dir = Some(BTreeMap::new());
+        of.record_dirty = true;
+        inner.files.insert(ROOT_INO, of);
+        inner.commit()?;
+        Ok(Volume { inner: Mutex::new(inner), integrity_failures: AtomicU64::new(0) })
+    }
+
+    /// Opens the volume in `store` with `password`; `trusted` must be the anchor store of
+    /// this volume (see [`Volume::state_for`]).
+    pub fn open(
+        store: Arc<dyn UntrustedStore>,
+        trusted: Box<dyn TrustedStore>,
+        password: &[u8],
+        opts: &Options,
+    ) -> Result<Volume> {
+        let config = read_config(store.as_ref())?;
+        let master = unwrap_key(&config, password)?;
+        Self::open_with_key(store, trusted, config, master, opts)
+    }
+
+    fn open_with_key(
+        store: Arc<dyn UntrustedStore>,
+        trusted: Box<dyn TrustedStore>,
+        config: Config,
+        master: MasterKey,
+        opts: &Options,
+    ) -> Result<Volume> {
+        let keys = derive_keys(&master);
+        let lock = trusted.lock(!opts.read_only)?;
+        let bytes = trusted.load()?.ok_or_else(|| Error::AnchorMissing {
+            volume: config.volume_id.clone(),
+            dir: trusted.location(),
+        })?;
+        let mut anchor = Anchor::decode(&bytes, &keys.anchor)?;
+        if anchor.volume_id != config.volume_id_bytes() {
+            return Err(Error::AnchorCorrupt("the anchor belongs to another volume".into()));
+        }
+        let mut tx = Tx::new(store.clone());
+        if let Some(j) = &anchor.journal {
+            let jb = load_journal(store.as_ref(), &keys.journal, j)?;
+            if opts.read_only {
+                tx.stage_journal(&jb)?;
+            } else {
+                replay_journal(store.as_ref(), &jb)?;
+            }
+        }
+        let ctr_floor = anchor.ctr_next;
+        if !opts.read_only {
+            // Reserve this session's counters before any block can be written with them.
+            anchor.ctr_next = anchor
+                .ctr_next
+                .checked_add(CTR_RESERVATION)
+                .ok_or_else(|| Error::Invalid("write counters exhausted".into()))?;
+            anchor.epoch += 1;
+            trusted.store(&anchor.encode(&keys.anchor))?;
+        }
+        let itable = OpenFile::load(anchor.itable.clone(), &keys, &mut tx, Subject::InodeTable)?;
+        let mut inner = Inner {
+            store,
+            trusted,
+            _lock: lock,
+            bs: config.block_size as usize,
+            default_scheme: SchemeId::parse(&config.scheme)?,
+            config,
+            keys,
+            cache: NodeCache::new(opts.cache_bytes),
+            anchor,
+            ctr_floor,
+            tx,
+            itable,
+            header: TableHeader { free_head: 0, count: 0 },
+            header_dirty: false,
+            files: HashMap::new(),
+            read_only: opts.read_only,
+            poisoned: None,
+        };
+        inner.header = inner.read_header()?;
+        Ok(Volume { inner: Mutex::new(inner), integrity_failures: AtomicU64::new(0) })
+    }
+
+    /// The local trusted state directory of the volume in `store`.
+    pub fn state_for(store: &dyn UntrustedStore, state_dir: &std::path::Path) -> Result<LocalStateDir> {
+        let config = read_config(store)?;
+        LocalStateDir::new(state_dir.to_path_buf(), &config.volume_id)
+    }
+
+    /// Rebuilds a missing anchor from the untrusted copy the volume keeps. This trusts the
+    /// untrusted store's idea of the latest state: a rollback of the store before this call
+    /// goes undetected. Only for a lost state directory, after explicit confirmation.
+    pub fn recover_anchor(store: &dyn UntrustedStore, trusted: &dyn TrustedStore, password: &[u8]) -> Result<u64> {
+        let config = read_config(store)?;
+        let master = unwrap_key(&config, password)?;
+        let keys = derive_keys(&master);
+        let _lock = trusted.lock(true)?;
+        if trusted.load()?.is_some() {
+            return Err(Error::Invalid(format!("an anchor already exists at {}; nothing to recover", trusted.location())));
+        }
+        let copy = store
+            .read_all(ANCHOR_COPY_NAME)?
+            .ok_or_else(|| Error::Config(format!("{ANCHOR_COPY_NAME} is missing: the anchor cannot be recovered")))?;
+        let anchor = Anchor::decode(&copy, &keys.anchor)?;
+        if anchor.volume_id != config.volume_id_bytes() {
+            return Err(Error::AnchorCorrupt("the anchor copy belongs to another volume".into()));
+        }
+        trusted.store(&copy)?;
+        Ok(anchor.epoch)
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Inner>> {
+        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(why) = &g.poisoned {
+            return Err(Error::Invalid(format!("volume must be reopened after a failed commit: {why}")));
+        }
+        Ok(g)
+    }
+
+    fn note<T>(&self, r: Result<T>) -> Result<T> {
+        if let Err(e) = &r {
+            if e.is_tampered() {
+                self.integrity_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(error = %e, "integrity failure");
+            }
+        }
+        r
+    }
+
+    /// Integrity failures seen since open.
+    pub fn integrity_failures(&self) -> u64 {
+        self.integrity_failures.load(Ordering::Relaxed)
+    }
+
+    /// Block size.
+    pub fn block_size(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).bs
+    }
+
+    /// Resolves a path to an inode number.
+    pub fn lookup(&self, path: &str) -> Result<u64> {
+        let mut g = self.lock()?;
+        self.note(g.resolve(&split_path(path), path))
+    }
+
+    /// Attributes of a path.
+    pub fn stat(&self, path: &str) -> Result<Stat> {
+        let mut g = self.lock()?;
+        let r = (|| {
+            let ino = g.resolve(&split_path(path), path)?;
+            g.stat_ino(ino)
+        })();
+        self.note(r.map_err(|e| e.with_subject(Subject::Path(path.into()))))
+    }
+
+    /// Creates an empty regular file (`scheme` defaults to the volume's).
+    pub fn create_file(&self, path: &str, scheme: Option<SchemeId>) -> Result<u64> {
+        let mut g = self.lock()?;
+        let s = scheme.unwrap_or(g.default_scheme);
+        self.note(g.create_node(path, Kind::File, s))
+    }
+
+    /// Creates a directory.
+    pub fn mkdir(&self, path: &str) -> Result<u64> {
+        let mut g = self.lock()?;
+        self.note(g.create_node(path, Kind::Dir, SchemeId::MtEintGcm))
+    }
+
+    /// Creates a symlink at `path` pointing to `target`.
+    pub fn symlink(&self, target: &str, path: &str) -> Result<u64> {
+        let mut g = self.lock()?;
+        let r = (|| {
+            let ino = g.create_node(path, Kind::Symlink, SchemeId::MtEintGcm)?;
+            g.write_ino(ino, 0, target.as_bytes())?;
+            Ok(ino)
+        })();
+        self.note(r)
+    }
+
+    /// The target of a symlink.
+    pub fn readlink(&self, path: &str) -> Result<String> {
+        let mut g = self.lock()?;
+        let r = (|| {
+            let ino = g.resolve(&split_path(path), path)?;
+            let of = g.open_ino(ino)?;
+            if of.inode.kind != Kind::Symlink {
+                return Err(Error::Invalid(format!("{path}: not a symlink")));
+            }
+            let size = of.inode.size as usize;
+            let mut buf = vec![0u8; size];
+            g.read_ino(ino, 0, &mut buf)?;
+            String::from_utf8(buf).map_err(|_| Error::tampered(Subject::Path(path.into()), None, "symlink target is not UTF-8"))
+        })();
+        self.note(r.map_err(|e| e.with_subject(Subject::Path(path.into()))))
+    }
+
+    /// Reads up to `buf.len()` bytes at `off` of the file at `path`; returns bytes read.
+    pub fn read_path(&self, path: &str, off: u64, buf: &mut [u8]) -> Result<usize> {
+        let mut g = self.lock()?;
+        let r = (|| {
+            let ino = g.resolve(&split_path(path), path)?;
+            g.expect_kind(ino, path, Kind::File)?;
+            g.read_ino(ino, off, buf)
+        })();
+        self.note(r.map_err(|e| e.with_subject(Subject::Path(path.into()))))
+    }
+
+    /// Reads from an inode.
+    pub fn read(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
+        let mut g = self.lock()?;
+        self.note(g.read_ino(ino, off, buf))
+    }
+
+    /// Writes `data` at `off` of the file at `path`, extending it as needed.
+    pub fn write_path(&self, path: &str, off: u64, data: &[u8]) -> Result<()> {
+        let mut g = self.lock()?;
+        let r = (|| {
+            let ino = g.resolve(&split_path(path), path)?;
+            g.expect_kind(ino, path, Kind::File)?;
+            g.write_ino(ino, off, data)
+        })();
+        self.note(r.map_err(|e| e.with_subject(Subject::Path(path.into()))))
+    }
+
+    /// Writes to an inode.
+    pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<()> {
+        let mut g = self.lock()?;
+        self.note(g.write_ino(ino, off, data))
+    }
+
+    /// Sets the length of the file at `path` (shrinks or extends with zeros).
+    pub fn truncate(&self, path: &str, size: u64) -> Result<()> {
+        let mut g = self.lock()?;
+        let r = (|| {
+            let ino = g.resolve(&split_path(path), path)?;
+            g.expect_kind(ino, path, Kind::File)?;
+            g.truncate_ino(ino, size)
+        })();
+        self.note(r.map_err(|e| e.with_subject(Subject::Path(path.into()))))
+    }
+
+    /// Lists a directory, sorted by name.
+    pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
+        let mut g = self.lock()?;
+        let r = (|| -> Result<Vec<DirEntry>> {
+            let ino = g.resolve(&split_path(path), path)?;
+            let entries = g.dir_entries(ino, path)?;
+            Ok(entries.iter().map(|(n, (i, k))| DirEntry { name: n.clone(), ino: *i, kind: *k }).collect())
+        })();
+        self.note(r.map_err(|e| e.with_subject(Subject::Path(path.into()))))
+    }
+
+    /// Removes a file or symlink.
+    pub fn unlink(&self, path: &str) -> Result<()> {
+        let mut g = self.lock()?;
+        let r = g.remove(path, false);
+        self.note(r)
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, path: &str) -> Result<()> {
+        let mut g = self.lock()?;
+        let r = g.remove(path, true);
+        self.note(r)
+    }
+
+    /// Renames `from` to `to`, replacing a file (or empty directory) at `to`.
+    pub fn rename(&self, from: &str, to: &str) -> Result<()> {
+        let mut g = self.lock()?;
+        let r = g.rename(from, to);
+        self.note(r)
+    }
+
+    /// Seals everything written so far: after this returns, a crash loses none of it,
+    /// and a rollback of any of it is detected.
+    pub fn sync(&self) -> Result<()> {
+        let mut g = self.lock()?;
+        let r = g.commit();
+        self.note(r)
+    }
+
+    /// Checks every block of every file and directory; returns what failed.
+    pub fn fsck(&self, progress: &mut dyn FnMut(u64)) -> Result<Vec<FsckFailure>> {
+        let mut g = self.lock()?;
+        let r = g.fsck(progress);
+        if let Ok(f) = &r {
+            self.integrity_failures.fetch_add(f.len() as u64, Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// Total bytes of file contents (for fsck's progress bar).
+    pub fn content_bytes(&self) -> Result<u64> {
+        Ok(self.info()?.content_bytes)
+    }
+
+    /// Volume facts.
+    pub fn info(&self) -> Result<Info> {
+        let mut g = self.lock()?;
+        g.info()
+    }
+
+    /// The volume's default scheme.
+    pub fn default_scheme(&self) -> SchemeId {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).default_scheme
+    }
+}
+
+impl Drop for Volume {
+    fn drop(&mut self) {
+        let g = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
+        if !g.read_only && g.poisoned.is_none() {
+            if let Err(e) = g.commit() {
+                tracing::error!(error = %e, "final seal on close failed");
+            }
+        }
+    }
+}
+
+impl OpenFile {
+    fn load(inode: Inode, keys: &Keys, tx: &mut Tx, subject: Subject) -> Result<OpenFile> {
+        let names = ObjectNames::of(&inode.id);
+        let ctr_hash = |b: &[u8]| keys.ctrs.mac(&[b"ctrs", &inode.id, b]);
+        let spilled = match &inode.counters {
+            TrustedCounters::Spilled { .. } => {
+                let len = tx.len(&names.ctrs)?.unwrap_or(0);
+                let mut buf = vec![0u8; len as usize];
+                tx.read_at(&names.ctrs, 0, &mut buf)?;
+                Some(buf)
+            }
+            TrustedCounters::Inline(_) => None,
+        };
+        let ctrs = check_ctr(&inode.counters, spilled.as_deref(), &ctr_hash)
+            .map_err(|e| Error::tampered(subject.clone(), None, format!("write counters: {e}")))?;
+        let fresh = inode.scheme.fresh();
+        if fresh && ctrs.blocks() != inode.tree.leaves {
+            return Err(Error::tampered(subject, None, "counter intervals do not cover the file's blocks"));
+        }
+        let state = FileState {
+            subject,
+            id: inode.id,
+            keys: crypto::FileKeys::derive(&keys.master, &inode.id),
+            names,
+            tree: inode.tree,
+            ctrs,
+            ctr_hw: inode.ctr_hw,
+        };
+        Ok(OpenFile { inode, state, dirty: BTreeMap::new(), record_dirty: false, dir: None, dir_dirty: false })
+    }
+
+    fn is_dirty(&self) -> bool {
+        !self.dirty.is_empty() || self.record_dirty || self.dir_dirty
+    }
+}
+
+macro_rules! env {
+    ($s:ident) => {
+        Env {
+            bs: $s.bs,
+            hasher: &$s.keys.hasher,
+            leaf_key: &$s.keys.leaf,
+            cache: &$s.cache,
+            ctr_floor: $s.ctr_floor,
+            ctr_limit: $s.anchor.ctr_next,
+        }
+    };
+}
+
+fn copy_block_part(bs: u64, b: u64, block: &[u8], off: u64, buf: &mut [u8]) {
+    let end = off + buf.len() as u64;
+    let s = (b * bs).max(off);
+    let e = ((b + 1) * bs).min(end);
+    if s < e {
+        buf[(s - off) as usize..(e - off) as usize]
+            .copy_from_slice(&block[(s - b * bs) as usize..(e - b * bs) as usize]);
+    }
+}
+
+/// Reads a file's bytes, from its dirty blocks or through its scheme.
+fn file_read(env: &Env, tx: &mut Tx, of: &mut OpenFile, off: u64, buf: &mut [u8]) -> Result<usize> {
+    let size = of.inode.size;
+    if off >= size || buf.is_empty() {
+        return Ok(0);
+    }
+    let n = (buf.len() as u64).min(size - off) as usize;
+    let buf = &mut buf[..n];
+    let bs = env.bs as u64;
+    let sch = scheme(of.inode.scheme);
+    let (first, last) = (off / bs, (off + n as u64 - 1) / bs);
+    let stored = of.state.blocks();
+    let mut b = first;
+    let mut tmp = Vec::new();
+    while b <= last {
+        if let Some(d) = of.dirty.get(&b) {
+            copy_block_part(bs, b, d, off, buf);
+            b += 1;
+            continue;
+        }
+        if b >= stored {
+            copy_block_part(bs, b, &vec![0u8; env.bs], off, buf);
+            b += 1;
+            continue;
+        }
+        let mut e = b;
+        while e < last && e + 1 < stored && !of.dirty.contains_key(&(e + 1)) && e - b < 1023 {
+            e += 1;
+        }
+        tmp.resize(((e - b + 1) * bs) as usize, 0);
+        sch.read_blocks(env, &mut of.state, tx, b, &mut tmp)?;
+        for k in b..=e {
+            copy_block_part(bs, k, &tmp[((k - b) * bs) as usize..((k - b + 1) * bs) as usize], off, buf);
+        }
+        b = e + 1;
+    }
+    Ok(n)
+}
+
+/// One block's current plaintext (dirty, stored, or zeros past the stored end).
+fn load_block(env: &Env, tx: &mut Tx, of: &mut OpenFile, b: u64) -> Result<Vec<u8>> {
+    if let Some(d) = of.dirty.get(&b) {
+        return Ok(d.clone());
+    }
+    let mut blk = vec![0u8; env.bs];
+    if b < of.state.blocks() {
+        scheme(of.inode.scheme).read_blocks(env, &mut of.state, tx, b, &mut blk)?;
+    }
+    Ok(blk)
+}
+
+fn file_write(env: &Env, tx: &mut Tx, of: &mut OpenFile, off: u64, data: &[u8]) -> Result<()> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    let bs = env.bs as u64;
+    let end = off.checked_add(data.len() as u64).ok_or_else(|| Error::fs("", FsErrorKind::TooLarge))?;
+    if end.div_ceil(bs) > crypto::MAX_BLOCKS {
+        return Err(Error::fs("", FsErrorKind::TooLarge));
+    }
+    for b in off / bs..=(end - 1) / bs {
+        let s = (b * bs).max(off);
+        let e = ((b + 1) * bs).min(end);
+        let src = &data[(s - off) as usize..(e - off) as usize];
+        if e - s == bs {
+            of.dirty.insert(b, src.to_vec());
+            continue;
+        }
+        if let Some(d) = of.dirty.get_mut(&b) {
+            d[(s - b * bs) as usize..(e - b * bs) as usize].copy_from_slice(src);
+            continue;
+        }
+        let mut blk = load_block(env, tx, of, b)?;
+        blk[(s - b * bs) as usize..(e - b * bs) as usize].copy_from_slice(src);
+        of.dirty.insert(b, blk);
+    }
+    of.inode.size = of.inode.size.max(end);
+    of.inode.mtime_ns = now_ns();
+    of.record_dirty = true;
+    if of.dirty.len() * env.bs >= FILE_DIRTY_LIMIT {
+        flush_data(env, tx, of)?;
+    }
+    Ok(())
+}
+
+/// Pushes dirty blocks through the scheme (Update / Append), extending with holes where the
+/// file grew past its stored blocks.
+fn flush_data(env: &Env, tx: &mut Tx, of: &mut OpenFile) -> Result<()> {
+    let sch = scheme(of.inode.scheme);
+    let bs = env.bs as u64;
+    let dirty = std::mem::take(&mut of.dirty);
+    let mut it = dirty.into_iter().peekable();
+    let mut run = Vec::new();
+    while let Some((first, blk)) = it.next() {
+        run.clear();
+        run.extend_from_slice(&blk);
+        let mut next = first + 1;
+        while let Some((b, _)) = it.peek() {
+            if *b != next {
+                break;
+            }
+            run.extend_from_slice(&it.next().expect("peeked").1);
+            next += 1;
+        }
+        if first > of.state.blocks() {
+            sch.resize(env, &mut of.state, tx, first)?;
+        }
+        sch.write_blocks(env, &mut of.state, tx, first, &run)?;
+    }
+    let target = of.inode.size.div_ceil(bs);
+    if of.state.blocks() < target {
+        sch.resize(env, &mut of.state, tx, target)?;
+    }
+    Ok(())
+}
+
+/// auth_ctr (Fig. 6) and the TS_F fields of the record, after a flush.
+fn finish_record(keys: &Keys, tx: &mut Tx, of: &mut OpenFile) -> Result<()> {
+    let id = of.inode.id;
+    let hash = |b: &[u8]| keys.ctrs.mac(&[b"ctrs", &id, b]);
+    let (tc, spill) = auth_ctr(&of.state.ctrs, L_CTR, &hash);
+    match spill {
+        Some(bytes) => {
+            tx.write_at(&of.state.names.ctrs, 0, &bytes)?;
+            tx.set_len(&of.state.names.ctrs, bytes.len() as u64)?;
+        }
+        None => {
+            if matches!(of.inode.counters, TrustedCounters::Spilled { .. }) {
+                tx.set_len(&of.state.names.ctrs, 0)?;
+            }
+        }
+    }
+    of.inode.counters = tc;
+    of.inode.tree = of.state.tree;
+    of.inode.ctr_hw = of.state.ctr_hw;
+    Ok(())
+}
+
+impl Inner {
+    fn empty_tree(&self, s: SchemeId, id: &FileId) -> crate::tree::TreeState {
+        let env = env!(self);
+        scheme(s).empty(&env, id)
+    }
+
+    fn read_record(&mut self, ino: u64) -> Result<Inode> {
+        let mut b = [0u8; RECORD_SIZE];
+        let env = env!(self);
+        let n = file_read(&env, &mut self.tx, &mut self.itable, ino * RECORD_SIZE as u64, &mut b)?;
+        if n != RECORD_SIZE {
+            return Err(Error::tampered(Subject::InodeTable, None, format!("inode {ino} is past the end of the table")));
+        }
+        Inode::decode(&b).ok_or_else(|| Error::tampered(Subject::InodeTable, None, format!("inode {ino}: malformed record")))
+    }
+
+    fn write_record(&mut self, ino: u64, inode: &Inode) -> Result<()> {
+        let env = env!(self);
+        file_write(&env, &mut self.tx, &mut self.itable, ino * RECORD_SIZE as u64, &inode.encode())
+    }
+
+    fn read_header(&mut self) -> Result<TableHeader> {
+        let mut b = [0u8; RECORD_SIZE];
+        let env = env!(self);
+        let n = file_read(&env, &mut self.tx, &mut self.itable, 0, &mut b)?;
+        if n != RECORD_SIZE || &b[..8] != HEADER_MAGIC {
+            return Err(Error::tampered(Subject::InodeTable, None, "bad inode-table header"));
+        }
+        let free_head = u64::from_le_bytes(b[8..16].try_into().expect("8"));
+        let count = u64::from_le_bytes(b[16..24].try_into().expect("8"));
+        let records = self.itable.inode.size / RECORD_SIZE as u64;
+        if count > records || free_head >= count.max(1) || count <= ROOT_INO {
+            return Err(Error::tampered(Subject::InodeTable, None, "inconsistent inode-table header"));
+        }
+        Ok(TableHeader { free_head, count })
+    }
+
+    fn write_header(&mut self) -> Result<()> {
+        let mut b = [0u8; RECORD_SIZE];
+        b[..8].copy_from_slice(HEADER_MAGIC);
+        b[8..16].copy_from_slice(&self.header.free_head.to_le_bytes());
+        b[16..24].copy_from_slice(&self.header.count.to_le_bytes());
+        let env = env!(self);
+        file_write(&env, &mut self.tx, &mut self.itable, 0, &b)
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if self.read_only {
+            return Err(Error::fs("", FsErrorKind::ReadOnly));
+        }
+        Ok(())
+    }
+
+    fn ensure_open(&mut self, ino: u64) -> Result<()> {
+        if self.files.contains_key(&ino) {
+            return Ok(());
+        }
+        if ino == 0 || ino >= self.header.count {
+            return Err(Error::tampered(Subject::Inode(ino), None, "directory entry points outside the inode table"));
+        }
+        let inode = self.read_record(ino)?;
+        if inode.kind == Kind::Free {
+            return Err(Error::tampered(Subject::Inode(ino), None, "directory entry points to a free inode"));
+        }
+        let of = OpenFile::load(inode, &self.keys, &mut self.tx, Subject::Inode(ino))?;
+        self.files.insert(ino, of);
+        Ok(())
+    }
+
+    fn open_ino(&mut self, ino: u64) -> Result<&mut OpenFile> {
+        self.ensure_open(ino)?;
+        Ok(self.files.get_mut(&ino).expect("opened"))
+    }
+
+    fn expect_kind(&mut self, ino: u64, path: &str, kind: Kind) -> Result<()> {
+        let k = self.open_ino(ino)?.inode.kind;
+        match (k, kind) {
+            (a, b) if a == b => Ok(()),
+            (Kind::Dir, _) => Err(Error::fs(path, FsErrorKind::IsADirectory)),
+            _ => Err(Error::Invalid(format!("{path}: not a regular file"))),
+        }
+    }
+
+    fn dir_entries(&mut self, ino: u64, path: &str) -> Result<&mut BTreeMap<String, (u64, Kind)>> {
+        self.ensure_open(ino)?;
+        let env = env!(self);
+        let of = self.files.get_mut(&ino).expect("opened");
+        if of.inode.kind != Kind::Dir {
+            return Err(Error::fs(path, FsErrorKind::NotADirectory));
+        }
+        if of.dir.is_none() {
+            let mut buf = vec![0u8; of.inode.size as usize];
+            file_read(&env, &mut self.tx, of, 0, &mut buf)?;
+            let d = decode_dir(&buf).ok_or_else(|| Error::tampered(Subject::Inode(ino), None, "malformed directory"))?;
+            of.dir = Some(d);
+        }
+        Ok(of.dir.as_mut().expect("loaded"))
+    }
+
+    fn resolve(&mut self, comps: &[&str], path: &str) -> Result<u64> {
+        let mut ino = ROOT_INO;
+        for (k, c) in comps.iter().enumerate() {
+            let prefix = || format!("/{}", comps[..k].join("/"));
+            let entries = self.dir_entries(ino, &prefix()).map_err(|e| e.with_subject(Subject::Path(prefix())))?;
+            ino = entries.get(*c).ok_or_else(|| Error::fs(path, FsErrorKind::NotFound))?.0;
+        }
+        Ok(ino)
+    }
+
+    fn stat_ino(&mut self, ino: u64) -> Result<Stat> {
+        let bs = self.bs as u64;
+        let of = self.open_ino(ino)?;
+        let (intervals, spilled) = match &of.inode.counters {
+            TrustedCounters::Inline(c) => (c.intervals() as u64, false),
+            TrustedCounters::Spilled { intervals, .. } => (*intervals as u64, true),
+        };
+        Ok(Stat {
+            ino,
+            kind: of.inode.kind,
+            size: of.inode.size,
+            mode: of.inode.mode,
+            mtime_ns: of.inode.mtime_ns,
+            ctime_ns: of.inode.ctime_ns,
+            scheme: of.inode.scheme.name().to_string(),
+            blocks: of.state.blocks().max(of.inode.size.div_ceil(bs)),
+            counter_intervals: intervals,
+            counters_spilled: spilled,
+        })
+    }
+
+    fn read_ino(&mut self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
+        self.ensure_open(ino)?;
+        let env = env!(self);
+        let of = self.files.get_mut(&ino).expect("opened");
+        file_read(&env, &mut self.tx, of, off, buf)
+    }
+
+    fn write_ino(&mut self, ino: u64, off: u64, data: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        self.ensure_open(ino)?;
+        let env = env!(self);
+        let of = self.files.get_mut(&ino).expect("opened");
+        file_write(&env, &mut self.tx, of, off, data)?;
+        self.maybe_commit()
+    }
+
+    fn truncate_ino(&mut self, ino: u64, size: u64) -> Result<()> {
+        self.check_writable()?;
+        self.ensure_open(ino)?;
+        let env = env!(self);
+        let bs = env.bs as u64;
+        if size.div_ceil(bs) > crypto::MAX_BLOCKS {
+            return Err(Error::fs("", FsErrorKind::TooLarge));
+        }
+        let of = self.files.get_mut(&ino).expect("opened");
+        let new_blocks = size.div_ceil(bs);
+        of.dirty.retain(|&b, _| b < new_blocks);
+        if size < of.inode.size {
+            if size % bs != 0 {
+                let b = size / bs;
+                let mut blk = load_block(&env, &mut self.tx, of, b)?;
+                blk[(size % bs) as usize..].fill(0);
+                of.dirty.insert(b, blk);
+            }
+            if new_blocks < of.state.blocks() {
+                scheme(of.inode.scheme).resize(&env, &mut of.state, &mut self.tx, new_blocks)?;
+            }
+        }
+        of.inode.size = size;
+        of.inode.mtime_ns = now_ns();
+        of.record_dirty = true;
+        self.maybe_commit()
+    }
+
+    fn maybe_commit(&mut self) -> Result<()> {
+        if self.tx.overlay_bytes() >= OVERLAY_LIMIT {
+            self.commit()?;
+        }
+        Ok(())
+    }
+
+    fn alloc_ino(&mut self) -> Result<u64> {
+        let ino = if self.header.free_head != 0 {
+            let ino = self.header.free_head;
+            let rec = self.read_record(ino)?;
+            if rec.kind != Kind::Free {
+                return Err(Error::tampered(Subject::InodeTable, None, "free list points to a used inode"));
+            }
+            self.header.free_head = rec.link;
+            ino
+        } else {
+            let ino = self.header.count;
+            self.header.count += 1;
+            ino
+        };
+        self.header_dirty = true;
+        Ok(ino)
+    }
+
+    fn free_ino(&mut self, ino: u64) -> Result<()> {
+        self.ensure_open(ino)?;
+        let of = self.files.remove(&ino).expect("opened");
+        for name in [&of.state.names.data, &of.state.names.meta, &of.state.names.ctrs] {
+            self.tx.delete(name)?;
+        }
+        self.cache.remove_file(&of.inode.id);
+        let rec = Inode::free(self.header.free_head);
+        self.write_record(ino, &rec)?;
+        self.header.free_head = ino;
+        self.header_dirty = true;
+        Ok(())
+    }
+
+    fn touch_dir(&mut self, ino: u64) {
+        if let Some(of) = self.files.get_mut(&ino) {
+            of.dir_dirty = true;
+            of.record_dirty = true;
+            of.inode.mtime_ns = now_ns();
+        }
+    }
+
+    fn create_node(&mut self, path: &str, kind: Kind, s: SchemeId) -> Result<u64> {
+        self.check_writable()?;
+        let (parents, name) = parent_and_name(path)?;
+        let pino = self.resolve(&parents, path)?;
+        if self.dir_entries(pino, path)?.contains_key(name) {
+            return Err(Error::fs(path, FsErrorKind::Exists));
+        }
+        let ino = self.alloc_ino()?;
+        let id = crypto::random_file_id();
+        let mut inode = Inode::new(kind, s, id, self.empty_tree(s, &id), now_ns());
+        if kind == Kind::Dir {
+            inode.nlink = 2;
+            inode.link = pino;
+        }
+        if kind == Kind::Symlink {
+            inode.mode = 0o777;
+        }
+        let mut of = OpenFile::load(inode, &self.keys, &mut self.tx, Subject::Inode(ino))?;
+        if kind == Kind::Dir {
+            of.dir = Some(BTreeMap::new());
+            of.dir_dirty = true;
+        }
+        of.record_dirty = true;
+        self.files.insert(ino, of);
+        self.dir_entries(pino, path)?.insert(name.to_string(), (ino, kind));
+        self.touch_dir(pino);
+        Ok(ino)
+    }
+
+    fn remove(&mut self, path: &str, dir: bool) -> Result<()> {
+        self.check_writable()?;
+        let (parents, name) = parent_and_name(path)?;
+        let pino = self.resolve(&parents, path)?;
+        let (ino, kind) = *self.dir_entries(pino, path)?.get(name).ok_or_else(|| Error::fs(path, FsErrorKind::NotFound))?;
+        match (dir, kind) {
+            (true, Kind::Dir) => {
+                if !self.dir_entries(ino, path)?.is_empty() {
+                    return Err(Error::fs(path, FsErrorKind::NotEmpty));
+                }
+            }
+            (true, _) => return Err(Error::fs(path, FsErrorKind::NotADirectory)),
+            (false, Kind::Dir) => return Err(Error::fs(path, FsErrorKind::IsADirectory)),
+            (false, _) => {}
+        }
+        self.dir_entries(pino, path)?.remove(name);
+        self.touch_dir(pino);
+        self.free_ino(ino)
+    }
+
+    fn rename(&mut self, from: &str, to: &str) -> Result<()> {
+        self.check_writable()?;
+        let (fp, fname) = parent_and_name(from)?;
+        let (tp, tname) = parent_and_name(to)?;
+        let fpino = self.resolve(&fp, from)?;
+        let tpino = self.resolve(&tp, to)?;
+        let (ino, kind) = *self.dir_entries(fpino, from)?.get(fname).ok_or_else(|| Error::fs(from, FsErrorKind::NotFound))?;
+        if fpino == tpino && fname == tname {
+            return Ok(());
+        }
+        if kind == Kind::Dir {
+            let f = split_path(from);
+            let t = split_path(to);
+            if t.len() > f.len() && t[..f.len()] == f[..] {
+                return Err(Error::fs(to, FsErrorKind::RenameIntoSelf));
+            }
+        }
+        if let Some(&(tino, tkind)) = self.dir_entries(tpino, to)?.get(tname) {
+            if tino == ino {
+                return Ok(());
+            }
+            match (kind, tkind) {
+                (Kind::Dir, Kind::Dir) => {
+                    if !self.dir_entries(tino, to)?.is_empty() {
+                        return Err(Error::fs(to, FsErrorKind::NotEmpty));
+                    }
+                }
+                (Kind::Dir, _) => return Err(Error::fs(to, FsErrorKind::NotADirectory)),
+                (_, Kind::Dir) => return Err(Error::fs(to, FsErrorKind::IsADirectory)),
+                _ => {}
+            }
+            self.dir_entries(tpino, to)?.remove(tname);
+            self.free_ino(tino)?;
+        }
+        self.dir_entries(fpino, from)?.remove(fname);
+        self.dir_entries(tpino, to)?.insert(tname.to_string(), (ino, kind));
+        self.touch_dir(fpino);
+        self.touch_dir(tpino);
+        let of = self.open_ino(ino)?;
+        of.inode.ctime_ns = now_ns();
+        if kind == Kind::Dir {
+            of.inode.link = tpino;
+        }
+        of.record_dirty = true;
+        Ok(())
+    }
+
+    fn commit(&mut self) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        let r = self.commit_inner();
+        if let Err(e) = &r {
+            self.poisoned = Some(e.to_string());
+            self.tx.abandon();
+        }
+        r
+    }
+
+    fn commit_inner(&mut self) -> Result<()> {
+        // 1. Directory contents, then file data, then records into the inode table.
+        let dirty: Vec<u64> = self.files.iter().filter(|(_, f)| f.is_dirty()).map(|(i, _)| *i).collect();
+        for ino in dirty {
+            let env = env!(self);
+            let of = self.files.get_mut(&ino).expect("listed");
+            if of.dir_dirty {
+                let bytes = encode_dir(of.dir.as_ref().expect("dirty dir is loaded"));
+                let len = bytes.len() as u64;
+                file_write(&env, &mut self.tx, of, 0, &bytes)?;
+                if of.inode.size > len {
+                    of.inode.size = len;
+                    let nb = len.div_ceil(env.bs as u64);
+                    of.dirty.retain(|&b, _| b < nb);
+                    if nb < of.state.blocks() {
+                        scheme(of.inode.scheme).resize(&env, &mut of.state, &mut self.tx, nb)?;
+                    }
+                    if len % env.bs as u64 != 0 {
+                        let b = len / env.bs as u64;
+                        let mut blk = load_block(&env, &mut self.tx, of, b)?;
+                        blk[(len % env.bs as u64) as usize..].fill(0);
+                        of.dirty.insert(b, blk);
+                    }
+                }
+                of.dir_dirty = false;
+            }
+            flush_data(&env, &mut self.tx, of)?;
+            finish_record(&self.keys, &mut self.tx, of)?;
+            of.record_dirty = false;
+            let rec = of.inode.clone();
+            self.write_record(ino, &rec)?;
+        }
+        if self.header_dirty {
+            self.write_header()?;
+            self.header_dirty = false;
+        }
+        // 2. The inode table itself.
+        let env = env!(self);
+        flush_data(&env, &mut self.tx, &mut self.itable)?;
+        finish_record(&self.keys, &mut self.tx, &mut self.itable)?;
+        if !self.tx.is_dirty() && self.itable.inode == self.anchor.itable {
+            return Ok(());
+        }
+        // 3. Journal, seal, apply.
+        let epoch = self.anchor.epoch + 1;
+        let prepared = self.tx.prepare(&self.keys.journal, epoch, self.anchor.journal.map(|j| j.slot))?;
+        let anchor = Anchor {
+            volume_id: self.anchor.volume_id,
+            epoch,
+            ctr_next: self.anchor.ctr_next,
+            journal: prepared.journal,
+            itable: self.itable.inode.clone(),
+        };
+        let bytes = anchor.encode(&self.keys.anchor);
+        self.trusted.store(&bytes)?;
+        self.anchor = anchor;
+        self.tx.apply(prepared)?;
+        self.store.replace(ANCHOR_COPY_NAME, &bytes)?;
+        if self.files.len() > KEEP_OPEN {
+            self.files.retain(|_, f| f.inode.kind == Kind::Dir);
+        }
+        Ok(())
+    }
+
+    fn fsck(&mut self, progress: &mut dyn FnMut(u64)) -> Result<Vec<FsckFailure>> {
+        let mut failures = Vec::new();
+        let fail = |path: &str, e: Error| match e {
+            Error::Tampered { block, what, .. } => FsckFailure { path: path.to_string(), block, what },
+            other => FsckFailure { path: path.to_string(), block: None, what: other.to_string() },
+        };
+        // The whole inode table.
+        let env = env!(self);
+        if let Err(e) = check_all_blocks(&env, &mut self.tx, &mut self.itable, &mut |_| {}) {
+            failures.extend(e.into_iter().map(|e| fail("<inode table>", e)));
+            return Ok(failures);
+        }
+        let mut reached = std::collections::HashSet::new();
+        let mut stack = vec![("/".to_string(), ROOT_INO)];
+        while let Some((path, ino)) = stack.pop() {
+            reached.insert(ino);
+            if let Err(e) = self.ensure_open(ino) {
+                failures.push(fail(&path, e));
+                continue;
+            }
+            let env = env!(self);
+            let of = self.files.get_mut(&ino).expect("opened");
+            if let Err(errs) = check_all_blocks(&env, &mut self.tx, of, progress) {
+                failures.extend(errs.into_iter().map(|e| fail(&path, e)));
+                continue;
+            }
+            if of.inode.kind == Kind::Dir {
+                match self.dir_entries(ino, &path) {
+                    Ok(entries) => {
+                        for (name, (child, _)) in entries.iter().rev() {
+                            let p = if path == "/" { format!("/{name}") } else { format!("{path}/{name}") };
+                            stack.push((p, *child));
+                        }
+                    }
+                    Err(e) => failures.push(fail(&path, e)),
+                }
+            }
+        }
+        for ino in ROOT_INO..self.header.count {
+            if reached.contains(&ino) {
+                continue;
+            }
+            match self.read_record(ino) {
+                Ok(r) if r.kind == Kind::Free => {}
+                Ok(_) => failures.push(FsckFailure {
+                    path: format!("<inode {ino}>"),
+                    block: None,
+                    what: "allocated but not referenced by any directory (lost file)".into(),
+                }),
+                Err(e) => failures.push(fail("<inode table>", e)),
+            }
+        }
+        Ok(failures)
+    }
+
+    fn info(&mut self) -> Result<Info> {
+        let (mut files, mut dirs, mut links, mut content) = (0, 0, 0, 0);
+        for ino in ROOT_INO..self.header.count {
+            let r = match self.files.get(&ino) {
+                Some(of) => of.inode.clone(),
+                None => self.read_record(ino)?,
+            };
+            match r.kind {
+                Kind::File => {
+                    files += 1;
+                    content += r.size;
+                }
+                Kind::Dir => dirs += 1,
+                Kind::Symlink => links += 1,
+                Kind::Free => {}
+            }
+        }
+        let itable_prefix = hex::encode(self.itable.inode.id);
+        let (mut data, mut integrity, mut itable) = (0, 0, 0);
+        for name in self.store.list()? {
+            let len = self.store.len(&name)?.unwrap_or(0);
+            if name.contains(&itable_prefix) {
+                itable += len;
+                continue;
+            }
+            match crate::store::ObjectClass::of(&name) {
+                crate::store::ObjectClass::Data => data += len,
+                crate::store::ObjectClass::Integrity => integrity += len,
+                _ => {}
+            }
+        }
+        Ok(Info {
+            volume_id: self.config.volume_id.clone(),
+            scheme: self.default_scheme.name().to_string(),
+            block_size: self.bs as u32,
+            files,
+            directories: dirs,
+            symlinks: links,
+            content_bytes: content,
+            trusted_bytes: ANCHOR_SIZE as u64,
+            data_object_bytes: data,
+            integrity_bytes: integrity,
+            inode_table_bytes: itable,
+            epoch: self.anchor.epoch,
+            anchor: self.trusted.location(),
+        })
+    }
+}
+
+/// Verifies every stored block of a file; returns every failure (one per failing block).
+fn check_all_blocks(env: &Env, tx: &mut Tx, of: &mut OpenFile, progress: &mut dyn FnMut(u64)) -> std::result::Result<(), Vec<Error>> {
+    const CHUNK: u64 = 256;
+    let sch = scheme(of.inode.scheme);
+    let blocks = of.state.blocks();
+    let mut errs = Vec::new();
+    let mut buf = vec![0u8; CHUNK as usize * env.bs];
+    let mut b = 0;
+    while b < blocks {
+        let n = (blocks - b).min(CHUNK);
+        let chunk = &mut buf[..(n as usize * env.bs)];
+        if sch.read_blocks(env, &mut of.state, tx, b, chunk).is_err() {
+            for k in b..b + n {
+                if let Err(e) = sch.read_blocks(env, &mut of.state, tx, k, &mut chunk[..env.bs]) {
+                    errs.push(e);
+                }
+            }
+        }
+        progress(n * env.bs as u64);
+        b += n;
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(errs)
+    }
+}

@@ -1,0 +1,507 @@
+//! `intact`: the command-line front end. It parses arguments, asks for the password, and
+//! calls the volume engine; it never touches a cipher or a tree.
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use intact_core::format::SchemeId;
+use intact_core::store::{LocalDirStore, LocalStateDir, TrustedStore, UntrustedStore};
+use intact_core::volume::{read_config, Kind};
+use intact_core::{CreateOptions, Error, Options, Volume};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// Exit codes (documented in the README).
+mod code {
+    pub const INTEGRITY: u8 = 10;
+    pub const PASSWORD: u8 = 11;
+    pub const CONFIG: u8 = 12;
+    pub const ANCHOR_MISSING: u8 = 13;
+    pub const LOCKED: u8 = 14;
+    pub const IO: u8 = 15;
+    pub const OTHER: u8 = 1;
+}
+
+#[derive(Parser)]
+#[command(name = "intact", version, about = "Encrypted, integrity-checked and fresh storage in a directory you do not trust")]
+struct Cli {
+    /// The cipher directory (the untrusted store).
+    #[arg(long, global = true, env = "INTACT_VOLUME")]
+    volume: Option<PathBuf>,
+    /// Read the password from this file (first line).
+    #[arg(long, global = true)]
+    passfile: Option<PathBuf>,
+    /// The trusted state directory holding the anchor [default: $XDG_STATE_HOME/intact].
+    #[arg(long, global = true, env = "INTACT_STATE")]
+    state: Option<PathBuf>,
+    /// Machine-readable output.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Bytes of verified Merkle nodes to cache (0 disables).
+    #[arg(long, global = true, default_value_t = 1 << 20)]
+    cache_bytes: usize,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Create a new volume in DIR (created if missing; must be empty).
+    Init {
+        dir: PathBuf,
+        /// Default scheme of new files: mt-eint (freshness, default), mt-eint-cbc, aead (no freshness).
+        #[arg(long, default_value = "mt-eint")]
+        scheme: String,
+        /// Block size in bytes (power of two, 128..=65536).
+        #[arg(long, default_value_t = 4096)]
+        block_size: u32,
+        /// Argon2id memory in KiB.
+        #[arg(long, default_value_t = 65536)]
+        kdf_memory: u32,
+        /// Argon2id passes.
+        #[arg(long, default_value_t = 3)]
+        kdf_passes: u32,
+    },
+    /// Copy a local file (or - for stdin) into the volume.
+    Put {
+        src: PathBuf,
+        path: String,
+        /// Scheme of the new file (default: the volume's).
+        #[arg(long)]
+        scheme: Option<String>,
+    },
+    /// Copy a file out of the volume (DST - for stdout).
+    Get { path: String, dst: PathBuf },
+    /// Print a file.
+    Cat { path: String },
+    /// List a directory.
+    Ls {
+        #[arg(default_value = "/")]
+        path: String,
+        /// Long listing.
+        #[arg(short = 'l')]
+        long: bool,
+    },
+    /// Create a directory.
+    Mkdir {
+        path: String,
+        /// Create parents as needed; no error if it exists.
+        #[arg(short = 'p')]
+        parents: bool,
+    },
+    /// Remove a file, or a directory with -r.
+    Rm {
+        path: String,
+        /// Remove directories and their contents.
+        #[arg(short = 'r')]
+        recursive: bool,
+    },
+    /// Rename or move.
+    Mv { from: String, to: String },
+    /// Create a symlink PATH pointing to TARGET.
+    Ln {
+        /// Must be given: only symbolic links exist.
+        #[arg(short = 's', required = true)]
+        symbolic: bool,
+        target: String,
+        path: String,
+    },
+    /// Show a file's attributes and integrity state.
+    Stat { path: String },
+    /// Check every block of every file and directory.
+    Fsck,
+    /// Show the volume's scheme, sizes and trusted/untrusted storage.
+    Info,
+    /// Rebuild a lost trusted anchor from the copy in the cipher directory.
+    RecoverAnchor {
+        /// Confirms you understand that a rollback of the cipher directory made before this
+        /// command cannot be detected.
+        #[arg(long)]
+        i_accept_rollback_risk: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("INTACT_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("intact: {e:#}");
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
+fn exit_code(e: &anyhow::Error) -> u8 {
+    match e.downcast_ref::<Error>() {
+        Some(Error::Tampered { .. }) => code::INTEGRITY,
+        Some(Error::WrongPassword) => code::PASSWORD,
+        Some(Error::Config(_)) | Some(Error::AnchorCorrupt(_)) => code::CONFIG,
+        Some(Error::AnchorMissing { .. }) => code::ANCHOR_MISSING,
+        Some(Error::Locked(_)) => code::LOCKED,
+        Some(Error::Io { .. }) => code::IO,
+        _ => code::OTHER,
+    }
+}
+
+fn password(cli: &Cli, confirm: bool) -> Result<zeroize::Zeroizing<String>> {
+    if let Some(f) = &cli.passfile {
+        let s = std::fs::read_to_string(f).with_context(|| format!("reading passfile {}", f.display()))?;
+        let line = s.lines().next().unwrap_or("").to_string();
+        if line.is_empty() {
+            bail!("passfile {} is empty", f.display());
+        }
+        return Ok(zeroize::Zeroizing::new(line));
+    }
+    if let Ok(p) = std::env::var("INTACT_PASSWORD") {
+        if p.is_empty() {
+            bail!("INTACT_PASSWORD is empty");
+        }
+        return Ok(zeroize::Zeroizing::new(p));
+    }
+    let p = zeroize::Zeroizing::new(rpassword::prompt_password("Password: ").context("reading the password")?);
+    if p.is_empty() {
+        bail!("empty password");
+    }
+    if confirm {
+        let q = zeroize::Zeroizing::new(rpassword::prompt_password("Repeat password: ")?);
+        if *p != *q {
+            bail!("passwords do not match");
+        }
+    }
+    Ok(p)
+}
+
+fn state_dir(cli: &Cli) -> PathBuf {
+    cli.state.clone().unwrap_or_else(LocalStateDir::default_dir)
+}
+
+fn volume_dir(cli: &Cli) -> Result<PathBuf> {
+    cli.volume.clone().ok_or_else(|| anyhow!("no volume given: use --volume DIR or set INTACT_VOLUME"))
+}
+
+fn open_store(dir: &Path) -> Result<Arc<dyn UntrustedStore>> {
+    if !dir.is_dir() {
+        return Err(Error::Config(format!("{}: no such directory (is the backend missing or unmounted?)", dir.display())).into());
+    }
+    Ok(Arc::new(LocalDirStore::open(dir)?))
+}
+
+fn open(cli: &Cli, read_only: bool) -> Result<Volume> {
+    let dir = volume_dir(cli)?;
+    let store = open_store(&dir)?;
+    let trusted: Box<dyn TrustedStore> = Box::new(Volume::state_for(store.as_ref(), &state_dir(cli))?);
+    read_config(store.as_ref())?;
+    let pw = password(cli, false)?;
+    let opts = Options { cache_bytes: cli.cache_bytes, read_only };
+    Ok(Volume::open(store, trusted, pw.as_bytes(), &opts)?)
+}
+
+fn bar(total: u64, what: &str) -> ProgressBar {
+    if total < 8 << 20 {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(total);
+    pb.set_style(
+        ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+            .expect("template")
+            .progress_chars("=> "),
+    );
+    pb.set_message(what.to_string());
+    pb
+}
+
+fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match &cli.cmd {
+        Cmd::Init { dir, scheme, block_size, kdf_memory, kdf_passes } => {
+            let scheme = SchemeId::parse(scheme)?;
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            let store: Arc<dyn UntrustedStore> = Arc::new(LocalDirStore::open(dir)?);
+            let pw = password(&cli, true)?;
+            let copts = CreateOptions {
+                block_size: *block_size,
+                scheme,
+                kdf: intact_core::crypto::KdfParams { m_kib: *kdf_memory, t: *kdf_passes, p: 1 },
+            };
+            // The volume id is only known once the config exists, so the state directory
+            // for the anchor is chosen by a two-step create.
+            let vol = intact_core::volume::create_local(store, &state_dir(&cli), pw.as_bytes(), &copts)?;
+            let info = vol.info()?;
+            if cli.json {
+                print_json(&info)?;
+            } else {
+                println!(
+                    "created volume {} in {} (scheme {}, {}-byte blocks); anchor at {}",
+                    info.volume_id,
+                    dir.display(),
+                    info.scheme,
+                    info.block_size,
+                    info.anchor
+                );
+            }
+        }
+        Cmd::Put { src, path, scheme } => {
+            let vol = open(&cli, false)?;
+            let scheme = scheme.as_deref().map(SchemeId::parse).transpose()?;
+            let (mut input, total): (Box<dyn Read>, u64) = if src.as_os_str() == "-" {
+                (Box::new(std::io::stdin().lock()), 0)
+            } else {
+                let f = std::fs::File::open(src).with_context(|| format!("opening {}", src.display()))?;
+                let len = f.metadata()?.len();
+                if f.metadata()?.is_dir() {
+                    bail!("{} is a directory", src.display());
+                }
+                (Box::new(f), len)
+            };
+            match vol.lookup(path) {
+                Ok(_) => vol.truncate(path, 0)?,
+                Err(Error::Fs { kind: intact_core::FsErrorKind::NotFound, .. }) => {
+                    vol.create_file(path, scheme)?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+            let pb = bar(total, "put");
+            let mut buf = vec![0u8; 1 << 20];
+            let mut off = 0u64;
+            loop {
+                let n = read_full(&mut input, &mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                vol.write_path(path, off, &buf[..n])?;
+                off += n as u64;
+                pb.inc(n as u64);
+            }
+            vol.sync()?;
+            pb.finish_and_clear();
+        }
+        Cmd::Get { path, dst } => {
+            let vol = open(&cli, true)?;
+            let st = vol.stat(path)?;
+            let mut out: Box<dyn Write> = if dst.as_os_str() == "-" {
+                Box::new(std::io::stdout().lock())
+            } else {
+                Box::new(std::io::BufWriter::new(
+                    std::fs::File::create(dst).with_context(|| format!("creating {}", dst.display()))?,
+                ))
+            };
+            let pb = bar(st.size, "get");
+            copy_out(&vol, path, &mut out, &pb)?;
+            out.flush()?;
+            pb.finish_and_clear();
+        }
+        Cmd::Cat { path } => {
+            let vol = open(&cli, true)?;
+            let mut out = std::io::stdout().lock();
+            copy_out(&vol, path, &mut out, &ProgressBar::hidden())?;
+            out.flush()?;
+        }
+        Cmd::Ls { path, long } => {
+            let vol = open(&cli, true)?;
+            let entries = vol.readdir(path)?;
+            if cli.json {
+                let mut rows = Vec::new();
+                for e in &entries {
+                    let p = join(path, &e.name);
+                    rows.push(serde_json::json!({"name": e.name, "kind": e.kind, "stat": vol.stat(&p)?}));
+                }
+                print_json(&rows)?;
+            } else {
+                for e in entries {
+                    if *long {
+                        let st = vol.stat(&join(path, &e.name))?;
+                        let t = match st.kind {
+                            Kind::Dir => 'd',
+                            Kind::Symlink => 'l',
+                            _ => '-',
+                        };
+                        println!("{t}{:04o} {:>12} {:<12} {}", st.mode, st.size, st.scheme, e.name);
+                    } else {
+                        println!("{}", e.name);
+                    }
+                }
+            }
+        }
+        Cmd::Mkdir { path, parents } => {
+            let vol = open(&cli, false)?;
+            if *parents {
+                let mut p = String::new();
+                for c in path.split('/').filter(|c| !c.is_empty()) {
+                    p.push('/');
+                    p.push_str(c);
+                    match vol.mkdir(&p) {
+                        Ok(_) => {}
+                        Err(Error::Fs { kind: intact_core::FsErrorKind::Exists, .. }) => {
+                            if vol.stat(&p)?.kind != Kind::Dir {
+                                bail!("{p} exists and is not a directory");
+                            }
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            } else {
+                vol.mkdir(path)?;
+            }
+            vol.sync()?;
+        }
+        Cmd::Rm { path, recursive } => {
+            let vol = open(&cli, false)?;
+            if *recursive && vol.stat(path)?.kind == Kind::Dir {
+                remove_tree(&vol, path)?;
+            } else {
+                vol.unlink(path)?;
+            }
+            vol.sync()?;
+        }
+        Cmd::Mv { from, to } => {
+            let vol = open(&cli, false)?;
+            let to = match vol.stat(to) {
+                Ok(st) if st.kind == Kind::Dir => join(to, from.rsplit('/').next().unwrap_or(from)),
+                _ => to.clone(),
+            };
+            vol.rename(from, &to)?;
+            vol.sync()?;
+        }
+        Cmd::Ln { target, path, .. } => {
+            let vol = open(&cli, false)?;
+            vol.symlink(target, path)?;
+            vol.sync()?;
+        }
+        Cmd::Stat { path } => {
+            let vol = open(&cli, true)?;
+            let st = vol.stat(path)?;
+            if cli.json {
+                print_json(&st)?;
+            } else {
+                println!("  path: {path}");
+                println!("  kind: {:?}", st.kind);
+                println!("  size: {}", st.size);
+                println!("  mode: {:04o}", st.mode);
+                println!(" inode: {}", st.ino);
+                println!("scheme: {}", st.scheme);
+                println!("blocks: {}", st.blocks);
+                println!("counter intervals: {}{}", st.counter_intervals, if st.counters_spilled { " (spilled to untrusted storage, hashes in TS_F)" } else { " (in TS_F)" });
+                if st.kind == Kind::Symlink {
+                    println!("target: {}", vol.readlink(path)?);
+                }
+            }
+        }
+        Cmd::Fsck => {
+            let vol = open(&cli, true)?;
+            let total = vol.content_bytes()?;
+            let pb = bar(total, "fsck");
+            let failures = vol.fsck(&mut |n| pb.inc(n))?;
+            pb.finish_and_clear();
+            if cli.json {
+                print_json(&serde_json::json!({"ok": failures.is_empty(), "failures": failures}))?;
+            } else {
+                for f in &failures {
+                    println!("{f}");
+                }
+                if failures.is_empty() {
+                    eprintln!("fsck: no integrity failures");
+                } else {
+                    eprintln!("fsck: {} integrity failure(s)", failures.len());
+                }
+            }
+            if !failures.is_empty() {
+                return Ok(ExitCode::from(code::INTEGRITY));
+            }
+        }
+        Cmd::Info => {
+            let vol = open(&cli, true)?;
+            let i = vol.info()?;
+            if cli.json {
+                print_json(&i)?;
+            } else {
+                println!("volume:             {}", i.volume_id);
+                println!("scheme:             {}", i.scheme);
+                println!("block size:         {}", i.block_size);
+                println!("files:              {} ({} directories, {} symlinks)", i.files, i.directories, i.symlinks);
+                println!("content bytes:      {}", i.content_bytes);
+                println!("trusted bytes:      {} (the anchor, constant)", i.trusted_bytes);
+                println!("data object bytes:  {}", i.data_object_bytes);
+                println!("integrity metadata: {} bytes (Merkle nodes, spilled counters)", i.integrity_bytes);
+                println!("inode table:        {} bytes", i.inode_table_bytes);
+                println!("epoch:              {}", i.epoch);
+                println!("anchor:             {}", i.anchor);
+            }
+        }
+        Cmd::RecoverAnchor { i_accept_rollback_risk } => {
+            if !i_accept_rollback_risk {
+                bail!(
+                    "recover-anchor trusts the cipher directory's own copy of the anchor, so a rollback \
+                     of the directory made before now would go undetected. Re-run with \
+                     --i-accept-rollback-risk to proceed."
+                );
+            }
+            let dir = volume_dir(&cli)?;
+            let store = open_store(&dir)?;
+            let trusted = Volume::state_for(store.as_ref(), &state_dir(&cli))?;
+            let pw = password(&cli, false)?;
+            let epoch = Volume::recover_anchor(store.as_ref(), &trusted, pw.as_bytes())?;
+            println!("anchor restored at epoch {epoch} into {}", trusted.location());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn join(dir: &str, name: &str) -> String {
+    if dir.ends_with('/') {
+        format!("{dir}{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(n)
+}
+
+fn copy_out(vol: &Volume, path: &str, out: &mut dyn Write, pb: &ProgressBar) -> Result<()> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut off = 0u64;
+    loop {
+        let n = vol.read_path(path, off, &mut buf)?;
+        if n == 0 {
+            break;
+        }
+        out.write_all(&buf[..n])?;
+        off += n as u64;
+        pb.inc(n as u64);
+    }
+    Ok(())
+}
+
+fn remove_tree(vol: &Volume, path: &str) -> Result<()> {
+    for e in vol.readdir(path)? {
+        let p = join(path, &e.name);
+        if e.kind == Kind::Dir {
+            remove_tree(vol, &p)?;
+        } else {
+            vol.unlink(&p)?;
+        }
+    }
+    vol.rmdir(path)?;
+    Ok(())
+}
