@@ -82,6 +82,8 @@ pub struct Stat {
     pub ctime_ns: i64,
     /// Integrity scheme of the contents.
     pub scheme: String,
+    /// The file's random id (hex): its objects are `f/<2 hex>/<id>.{d,m,c}`.
+    pub file_id: String,
     /// Blocks held by the scheme.
     pub blocks: u64,
     /// Counter intervals, and whether they are spilled to untrusted storage.
@@ -1054,6 +1056,7 @@ impl Inner {
             mtime_ns: of.inode.mtime_ns,
             ctime_ns: of.inode.ctime_ns,
             scheme: of.inode.scheme.name().to_string(),
+            file_id: hex::encode(of.inode.id),
             blocks: of.state.blocks().max(of.inode.size.div_ceil(bs)),
             counter_intervals: intervals,
             counters_spilled: spilled,

@@ -1,0 +1,43 @@
+//! Shared helpers of the integration tests.
+#![allow(dead_code)]
+
+use intact_core::crypto::KdfParams;
+use intact_core::format::{ObjectNames, SchemeId};
+use intact_core::store::{MemTrusted, TrustedStore, UntrustedStore};
+use intact_core::{CreateOptions, Options, Volume};
+use std::sync::Arc;
+
+pub const PW: &[u8] = b"correct horse";
+
+pub fn create(store: Arc<dyn UntrustedStore>, trusted: &MemTrusted, scheme: SchemeId, bs: u32) -> Volume {
+    let t = trusted.clone();
+    Volume::create(
+        store,
+        move |_| Ok(Box::new(t) as Box<dyn TrustedStore>),
+        PW,
+        &CreateOptions { block_size: bs, scheme, kdf: KdfParams::TEST },
+        &Options { cache_bytes: 1024, read_only: false },
+    )
+    .expect("create")
+}
+
+pub fn open(store: Arc<dyn UntrustedStore>, trusted: &MemTrusted) -> intact_core::Result<Volume> {
+    Volume::open(store, Box::new(trusted.clone()), PW, &Options { cache_bytes: 1024, read_only: false })
+}
+
+pub fn names(vol: &Volume, path: &str) -> ObjectNames {
+    let id = hex::decode(vol.stat(path).unwrap().file_id).unwrap();
+    ObjectNames::of(&id.try_into().unwrap())
+}
+
+pub fn read_all(vol: &Volume, path: &str) -> intact_core::Result<Vec<u8>> {
+    let size = vol.stat(path)?.size as usize;
+    let mut buf = vec![0u8; size];
+    let n = vol.read_path(path, 0, &mut buf)?;
+    assert_eq!(n, size);
+    Ok(buf)
+}
+
+pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed).rotate_left(3) ^ (i >> 8) as u8).collect()
+}
