@@ -124,6 +124,10 @@ pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && aws_lc_rs::constant_time::verify_slices_are_equal(a, b).is_ok()
 }
 
+/// An AEAD tag did not verify.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuthFailed;
+
 /// AES-256-GCM with a caller-supplied nonce and a detached tag.
 pub struct Gcm {
     key: LessSafeKey,
@@ -155,7 +159,7 @@ impl Gcm {
         ct: &[u8],
         tag: &[u8],
         out: &mut [u8],
-    ) -> std::result::Result<(), ()> {
+    ) -> std::result::Result<(), AuthFailed> {
         let r = self.key.open_separate_gather(
             Nonce::assume_unique_for_key(nonce),
             Aad::from(aad),
@@ -165,7 +169,7 @@ impl Gcm {
         );
         if r.is_err() {
             out.fill(0);
-            return Err(());
+            return Err(AuthFailed);
         }
         Ok(())
     }

@@ -146,7 +146,7 @@ impl Scheme for Aead {
             f.keys
                 .gcm
                 .open(nonce, &aad, &rec[NONCE_LEN..NONCE_LEN + bs], &rec[NONCE_LEN + bs..], &mut out[k * bs..(k + 1) * bs])
-                .map_err(|()| f.tampered(first + k as u64, "AES-GCM authentication failed"))?;
+                .map_err(|_| f.tampered(first + k as u64, "AES-GCM authentication failed"))?;
         }
         Ok(())
     }
@@ -293,7 +293,7 @@ impl MtEint {
             f.keys
                 .gcm
                 .open(FileKeys::nonce(i, ctr), &block_aad(MT_LABEL, &f.id, i), ct, &leaf[..TAG_LEN], out)
-                .map_err(|()| f.tampered(i, "AES-GCM authentication failed"))?;
+                .map_err(|_| f.tampered(i, "AES-GCM authentication failed"))?;
         }
         Ok(())
     }

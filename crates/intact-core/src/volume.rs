@@ -879,6 +879,31 @@ fn file_write(env: &Env, tx: &mut Tx, of: &mut OpenFile, off: u64, data: &[u8]) 
     Ok(())
 }
 
+/// Sets a file's length: drops dirty blocks past it, zeroes the tail of a new partial last
+/// block (so a later extension reads zeros), and truncates the scheme's blocks.
+fn file_truncate(env: &Env, tx: &mut Tx, of: &mut OpenFile, size: u64) -> Result<()> {
+    let bs = env.bs as u64;
+    let new_blocks = size.div_ceil(bs);
+    of.dirty.retain(|&b, _| b < new_blocks);
+    if size < of.inode.size {
+        if !size.is_multiple_of(bs) {
+            let b = size / bs;
+            let mut blk = load_block(env, tx, of, b)?;
+            blk[(size % bs) as usize..].fill(0);
+            of.dirty.insert(b, blk);
+        }
+        if new_blocks < of.state.blocks() {
+            scheme(of.inode.scheme).resize(env, &mut of.state, tx, new_blocks)?;
+        }
+    }
+    if size != of.inode.size {
+        of.inode.size = size;
+        of.inode.mtime_ns = now_ns();
+        of.record_dirty = true;
+    }
+    Ok(())
+}
+
 /// Pushes dirty blocks through the scheme (Update / Append), extending with holes where the
 /// file grew past its stored blocks.
 fn flush_data(env: &Env, tx: &mut Tx, of: &mut OpenFile) -> Result<()> {
@@ -1088,22 +1113,7 @@ impl Inner {
             return Err(Error::fs("", FsErrorKind::TooLarge));
         }
         let of = self.files.get_mut(&ino).expect("opened");
-        let new_blocks = size.div_ceil(bs);
-        of.dirty.retain(|&b, _| b < new_blocks);
-        if size < of.inode.size {
-            if size % bs != 0 {
-                let b = size / bs;
-                let mut blk = load_block(&env, &mut self.tx, of, b)?;
-                blk[(size % bs) as usize..].fill(0);
-                of.dirty.insert(b, blk);
-            }
-            if new_blocks < of.state.blocks() {
-                scheme(of.inode.scheme).resize(&env, &mut of.state, &mut self.tx, new_blocks)?;
-            }
-        }
-        of.inode.size = size;
-        of.inode.mtime_ns = now_ns();
-        of.record_dirty = true;
+        file_truncate(&env, &mut self.tx, of, size)?;
         self.maybe_commit()
     }
 
@@ -1225,11 +1235,10 @@ impl Inner {
                 return Ok(());
             }
             match (kind, tkind) {
-                (Kind::Dir, Kind::Dir) => {
-                    if !self.dir_entries(tino, to)?.is_empty() {
-                        return Err(Error::fs(to, FsErrorKind::NotEmpty));
-                    }
+                (Kind::Dir, Kind::Dir) if !self.dir_entries(tino, to)?.is_empty() => {
+                    return Err(Error::fs(to, FsErrorKind::NotEmpty));
                 }
+                (Kind::Dir, Kind::Dir) => {}
                 (Kind::Dir, _) => return Err(Error::fs(to, FsErrorKind::NotADirectory)),
                 (_, Kind::Dir) => return Err(Error::fs(to, FsErrorKind::IsADirectory)),
                 _ => {}
@@ -1270,22 +1279,8 @@ impl Inner {
             let of = self.files.get_mut(&ino).expect("listed");
             if of.dir_dirty {
                 let bytes = encode_dir(of.dir.as_ref().expect("dirty dir is loaded"));
-                let len = bytes.len() as u64;
                 file_write(&env, &mut self.tx, of, 0, &bytes)?;
-                if of.inode.size > len {
-                    of.inode.size = len;
-                    let nb = len.div_ceil(env.bs as u64);
-                    of.dirty.retain(|&b, _| b < nb);
-                    if nb < of.state.blocks() {
-                        scheme(of.inode.scheme).resize(&env, &mut of.state, &mut self.tx, nb)?;
-                    }
-                    if len % env.bs as u64 != 0 {
-                        let b = len / env.bs as u64;
-                        let mut blk = load_block(&env, &mut self.tx, of, b)?;
-                        blk[(len % env.bs as u64) as usize..].fill(0);
-                        of.dirty.insert(b, blk);
-                    }
-                }
+                file_truncate(&env, &mut self.tx, of, bytes.len() as u64)?;
                 of.dir_dirty = false;
             }
             flush_data(&env, &mut self.tx, of)?;

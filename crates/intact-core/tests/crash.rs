@@ -21,7 +21,7 @@ type Model = BTreeMap<String, Vec<u8>>;
 /// syncs that returned.
 fn workload(vol: &Volume, bs: usize, points: &mut Vec<Model>, done: &mut usize) -> Result<()> {
     let mut m: Model = BTreeMap::new();
-    let mut sync = |m: &Model, points: &mut Vec<Model>, done: &mut usize| -> Result<()> {
+    let sync = |m: &Model, points: &mut Vec<Model>, done: &mut usize| -> Result<()> {
         points.push(m.clone());
         vol.sync()?;
         *done = points.len();

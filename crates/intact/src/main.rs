@@ -125,7 +125,7 @@ enum Cmd {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("INTACT_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("INTACT_LOG").unwrap_or_else(|_| "warn,intact_core=off".into()))
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();

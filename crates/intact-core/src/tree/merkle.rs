@@ -12,6 +12,11 @@
 //! recomputed from the peaks). All stored nodes of an `n`-leaf tree have flat index
 //! `< 2n - 1`; positions below that which are not complete nodes ("holes") hold junk that is
 //! never trusted.
+//!
+//! File holes: a hole's leaf is all zeros, and a complete node over two all-zero children is
+//! all zeros (see [`NodeHasher::node`]), so a long run of holes is appended in O(log n)
+//! ([`MerkleTree::append_holes`]) and its interior is never written: those positions read
+//! as zeros, which is their value.
 
 use std::fmt;
 
@@ -109,8 +114,23 @@ impl NodeHasher {
     }
 
     /// Complete internal node at `flat` over children `(left, right)`:
-    /// `keyed_hash(key, "intact/merkle/node\0" || file || flat_le || left || right)`.
+    /// `keyed_hash(key, "intact/merkle/node\0" || file || flat_le || left || right)`,
+    /// except that a node whose children are both [`ZERO_HASH`] is [`ZERO_HASH`] itself.
+    ///
+    /// The zero rule gives a complete subtree whose leaves are all holes (the all-zero leaf;
+    /// a block is a hole iff its write counter, which is trusted, is 0) a canonical value,
+    /// as in sparse Merkle trees, so a hole range of any length is appended (and later read
+    /// back from storage that was never written, which reads as zeros) without hashing or
+    /// writing its interior ([`MerkleTree::append_holes`]). It does not weaken binding:
+    /// substituting `ZERO_HASH` for a real subtree changes the parent's hash input, just as
+    /// any other substitution does, and passing a subtree off as all-zero would require
+    /// children whose keyed BLAKE3 is all zeros, which is infeasible. Spine and root nodes
+    /// are always hashed, so the root still binds the leaf count (a file of holes is not
+    /// confused with a shorter or longer one).
     pub fn node(&self, file: &FileId, flat: u64, left: &Hash, right: &Hash) -> Hash {
+        if *left == ZERO_HASH && *right == ZERO_HASH {
+            return ZERO_HASH;
+        }
         let mut h = blake3::Hasher::new_keyed(&self.key);
         h.update(b"intact/merkle/node\0");
         h.update(file);
@@ -725,21 +745,11 @@ impl<'a> MerkleTree<'a> {
         if m == 0 {
             return Ok(());
         }
-        // Old peaks: fetched (cache or storage) and verified against the trusted root.
-        let mut known: Vec<(u64, Hash)> = Vec::with_capacity(64);
-        let mut old_peaks: Vec<(u64, Hash)> = Vec::with_capacity(64);
-        {
-            let mut w0 = Walk::new(self, &[], n);
-            for (s, h) in peaks(n) {
-                let flat = peak_flat(s, h);
-                let v = w0.fetch(io, flat)?;
-                known.push((flat, v));
-                old_peaks.push((s, v));
-            }
-            if n > 0 && self.hasher.root_from_peaks(&self.file, n, &old_peaks) != ts.root {
-                return Err(TreeError::Mismatch { leaf: n });
-            }
-        }
+        let known: Vec<(u64, Hash)> = self
+            .verified_peaks(ts, io)?
+            .into_iter()
+            .map(|(s, v)| (peak_flat(s, peak_height(n, s)), v))
+            .collect();
         let mut w = Walk::new(self, &known, n);
         let mut np = Vec::with_capacity(64);
         let mut op = Vec::with_capacity(64);
@@ -748,6 +758,152 @@ impl<'a> MerkleTree<'a> {
         w.commit_cache();
         ts.leaves = n2;
         ts.root = self.hasher.root_from_peaks(&self.file, n2, &np);
+        Ok(())
+    }
+
+    /// The peaks of the tree of `ts`, as `(first leaf, value)`, fetched (cache or storage)
+    /// and verified against the trusted root (when `ts.leaves > 0`).
+    fn verified_peaks(
+        &self,
+        ts: &TreeState,
+        io: &mut dyn NodeIo,
+    ) -> Result<Vec<(u64, Hash)>, TreeError> {
+        let n = ts.leaves;
+        let mut old_peaks: Vec<(u64, Hash)> = Vec::with_capacity(64);
+        let mut w0 = Walk::new(self, &[], n);
+        for (s, h) in peaks(n) {
+            let v = w0.fetch(io, peak_flat(s, h))?;
+            old_peaks.push((s, v));
+        }
+        if n > 0 && self.hasher.root_from_peaks(&self.file, n, &old_peaks) != ts.root {
+            return Err(TreeError::Mismatch { leaf: n });
+        }
+        Ok(old_peaks)
+    }
+
+    /// Appends `count` holes (all-zero leaves, [`ZERO_HASH`]) at `[ts.leaves, ..)`: the same
+    /// resulting root and the same readable node values as `append` of `count` zero leaves,
+    /// but in O(log(n + count)) hashes and node writes, `n = ts.leaves`.
+    ///
+    /// The old peaks are verified against `ts.root` first (as `append` does). By the zero
+    /// rule of [`NodeHasher::node`], every complete node lying entirely inside the hole range
+    /// is `ZERO_HASH`; such nodes are not written, they read as zero because they lie at
+    /// flat indices `>= 2n - 1`, past the end of the storage, which is first truncated to
+    /// the old node count ([`stored_node_count`]) so that nothing stale lies there. Only
+    /// the nodes that merge old content with holes are computed and written: the ancestors
+    /// of the boundary between leaf `n - 1` and leaf `n` inside the new peak that crosses
+    /// it (at most one per level). Later `append`, `update`, `verify` and `truncate` read
+    /// the unwritten hole nodes as zeros, which are their values.
+    pub fn append_holes(
+        &self,
+        ts: &mut TreeState,
+        io: &mut dyn NodeIo,
+        count: u64,
+    ) -> Result<(), TreeError> {
+        let n = ts.leaves;
+        let n2 = match n.checked_add(count) {
+            Some(n2) if n2 <= MAX_LEAVES => n2,
+            _ => {
+                return Err(TreeError::OutOfRange {
+                    first: n,
+                    count,
+                    leaves: n,
+                })
+            }
+        };
+        if count == 0 {
+            return Ok(());
+        }
+        let old_peaks = self.verified_peaks(ts, io)?;
+        let old_end = stored_node_count(n);
+        // Nodes at or past the old end are complete nodes of the new tree only if they lie
+        // inside the hole range (zero) or are boundary nodes (written below): clear them.
+        io.truncate_nodes(old_end)?;
+        if let Some(c) = self.cache {
+            c.remove_from(&self.file, old_end);
+        }
+        let old_peak = |s: u64| -> Result<Hash, TreeError> {
+            old_peaks
+                .iter()
+                .find(|p| p.0 == s)
+                .map(|p| p.1)
+                // Unreachable: every complete node left of the boundary is an old peak.
+                .ok_or(TreeError::Mismatch { leaf: n })
+        };
+        let mut new_peaks: Vec<(u64, Hash)> = Vec::with_capacity(64);
+        // Boundary nodes, top-down per crossing peak: (flat, value).
+        let mut merged: Vec<(u64, Hash)> = Vec::new();
+        for (s, h) in peaks(n2) {
+            let e = s + (1u64 << h);
+            let v = if e <= n {
+                old_peak(s)?
+            } else if s >= n {
+                ZERO_HASH
+            } else {
+                // s < n < e: descend to the boundary, remembering the left children (old
+                // peaks, or ZERO where the boundary lies in the left half), then hash up.
+                let mut chain: Vec<(u64, u32, Hash)> = Vec::with_capacity(64);
+                let (mut a, mut l) = (s, h);
+                let mut acc = loop {
+                    // Invariant: a < n < a + 2^l, so l >= 1.
+                    let mid = a + (1u64 << (l - 1));
+                    if n < mid {
+                        chain.push((a, l, ZERO_HASH));
+                        l -= 1;
+                    } else if n == mid {
+                        break self.hasher.node(
+                            &self.file,
+                            flat_index(l, a >> l),
+                            &old_peak(a)?,
+                            &ZERO_HASH,
+                        );
+                    } else {
+                        chain.push((a, l, old_peak(a)?));
+                        a = mid;
+                        l -= 1;
+                    }
+                };
+                merged.push((flat_index(l, a >> l), acc));
+                for &(pa, pl, other) in chain.iter().rev() {
+                    let flat = flat_index(pl, pa >> pl);
+                    // `other` is the right sibling (ZERO) when the boundary went left.
+                    let (left, right) = if pa == a { (acc, other) } else { (other, acc) };
+                    acc = self.hasher.node(&self.file, flat, &left, &right);
+                    merged.push((flat, acc));
+                    a = pa;
+                }
+                acc
+            };
+            new_peaks.push((s, v));
+        }
+        // Zero-valued nodes past the old end already read as zero; below it, the position
+        // may hold junk (it was not a complete node of the old tree), so write it.
+        let mut writes: Vec<(u64, Hash)> = merged
+            .iter()
+            .copied()
+            .filter(|&(f, v)| v != ZERO_HASH || f < old_end)
+            .collect();
+        writes.sort_unstable_by_key(|w| w.0);
+        let mut i = 0;
+        while i < writes.len() {
+            let mut j = i + 1;
+            while j < writes.len() && writes[j].0 == writes[j - 1].0 + 1 {
+                j += 1;
+            }
+            let run: Vec<Hash> = writes[i..j].iter().map(|w| w.1).collect();
+            io.write_nodes(writes[i].0, &run)?;
+            i = j;
+        }
+        if let Some(c) = self.cache.filter(|c| c.capacity_entries() > 0) {
+            let mut trusted: Vec<(u64, Hash)> = old_peaks
+                .iter()
+                .map(|&(s, v)| (peak_flat(s, peak_height(n, s)), v))
+                .collect();
+            trusted.extend_from_slice(&merged);
+            c.insert_many(&self.file, &trusted);
+        }
+        ts.leaves = n2;
+        ts.root = self.hasher.root_from_peaks(&self.file, n2, &new_peaks);
         Ok(())
     }
 
