@@ -5,8 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-demo}
-cargo build --release -p intact
-bin=$PWD/target/release/intact
+CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target} cargo build --release -p intact
+bin=${CARGO_TARGET_DIR:-$PWD/target}/release/intact
 export INTACT_PASSWORD=${INTACT_PASSWORD:-demo}
 export INTACT_VOLUME=$work/cipher INTACT_STATE=$work/state
 rm -rf "$work" && mkdir -p "$work"

@@ -266,7 +266,7 @@ impl Anchor {
         b
     }
 
-    /// Parses and verifies the MAC. `subject` says which copy is being read.
+    /// Parses and verifies the MAC.
     pub fn decode(bytes: &[u8], key: &SubKey) -> Result<Anchor> {
         let corrupt = |what: &str| Error::AnchorCorrupt(what.to_string());
         if bytes.len() != ANCHOR_SIZE {

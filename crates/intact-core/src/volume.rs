@@ -707,6 +707,27 @@ impl Volume {
         r
     }
 
+    /// Objects in the store that no file references: left behind by a transaction that
+    /// never sealed (a crash, a full disk). Harmless to integrity; they only take space.
+    pub fn orphans(&self) -> Result<Vec<String>> {
+        let mut g = self.lock()?;
+        g.orphans()
+    }
+
+    /// Deletes orphaned objects (see [`Volume::orphans`]); returns how many.
+    pub fn remove_orphans(&self) -> Result<usize> {
+        let mut g = self.lock()?;
+        g.check_writable()?;
+        // Seal first, so that nothing written in this session counts as an orphan.
+        g.commit()?;
+        let orphans = g.orphans()?;
+        for name in &orphans {
+            g.store.delete(name)?;
+        }
+        g.store.sync_all()?;
+        Ok(orphans.len())
+    }
+
     /// Total bytes of file contents (for fsck's progress bar).
     pub fn content_bytes(&self) -> Result<u64> {
         Ok(self.info()?.content_bytes)
@@ -1374,6 +1395,32 @@ impl Inner {
             }
         }
         Ok(failures)
+    }
+
+    fn orphans(&mut self) -> Result<Vec<String>> {
+        let mut live = std::collections::HashSet::new();
+        live.insert(hex::encode(self.itable.inode.id));
+        for ino in ROOT_INO..self.header.count {
+            let r = match self.files.get(&ino) {
+                Some(of) => of.inode.clone(),
+                None => self.read_record(ino)?,
+            };
+            if r.kind != Kind::Free {
+                live.insert(hex::encode(r.id));
+            }
+        }
+        let mut out: Vec<String> = self
+            .store
+            .list()?
+            .into_iter()
+            .filter(|n| n.starts_with("f/"))
+            .filter(|n| {
+                let id = n.rsplit('/').next().unwrap_or("").split('.').next().unwrap_or("");
+                !live.contains(id)
+            })
+            .collect();
+        out.sort();
+        Ok(out)
     }
 
     fn info(&mut self) -> Result<Info> {

@@ -114,6 +114,11 @@ fn check_recovered(image: MemStore, trusted: &MemTrusted, points: &[Model], done
             "{what} ({label}): state after recovery matches no sync point >= {done}:\n{:?}",
             state.iter().map(|(k, v)| (k, v.len())).collect::<Vec<_>>()
         );
+        // Objects of the lost transaction are orphans: removing them changes nothing.
+        vol.remove_orphans().unwrap_or_else(|e| panic!("{what} ({label}): remove_orphans: {e}"));
+        assert!(vol.orphans().unwrap().is_empty());
+        assert_eq!(read_state(&vol).unwrap(), state, "{what} ({label}): orphan removal changed the state");
+        assert!(vol.fsck(&mut |_| {}).unwrap().is_empty(), "{what} ({label}): fsck after orphan removal");
         drop(vol);
     }
 }
