@@ -44,7 +44,10 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { cache_bytes: 1024, read_only: false }
+        Options {
+            cache_bytes: 1024,
+            read_only: false,
+        }
     }
 }
 
@@ -61,7 +64,11 @@ pub struct CreateOptions {
 
 impl Default for CreateOptions {
     fn default() -> Self {
-        CreateOptions { block_size: 4096, scheme: SchemeId::MtEintGcm, kdf: KdfParams::DEFAULT }
+        CreateOptions {
+            block_size: 4096,
+            scheme: SchemeId::MtEintGcm,
+            kdf: KdfParams::DEFAULT,
+        }
     }
 }
 
@@ -158,6 +165,7 @@ pub struct Info {
 pub struct Volume {
     inner: Mutex<Inner>,
     integrity_failures: AtomicU64,
+    seal_on_drop: std::sync::atomic::AtomicBool,
 }
 
 struct Keys {
@@ -277,7 +285,9 @@ pub fn create_local(
 /// Reads and parses the config of the volume in `store`.
 pub fn read_config(store: &dyn UntrustedStore) -> Result<Config> {
     let bytes = store.read_all(CONFIG_NAME)?.ok_or_else(|| {
-        Error::Config(format!("no intact volume here ({CONFIG_NAME} is missing); create one with `intact init`"))
+        Error::Config(format!(
+            "no intact volume here ({CONFIG_NAME} is missing); create one with `intact init`"
+        ))
     })?;
     Config::parse(&bytes)
 }
@@ -293,12 +303,16 @@ fn valid_name(name: &str) -> Result<()> {
 }
 
 fn split_path(path: &str) -> Vec<&str> {
-    path.split('/').filter(|c| !c.is_empty() && *c != ".").collect()
+    path.split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect()
 }
 
 fn parent_and_name(path: &str) -> Result<(Vec<&str>, &str)> {
     let mut comps = split_path(path);
-    let name = comps.pop().ok_or_else(|| Error::fs(path, FsErrorKind::InvalidName))?;
+    let name = comps
+        .pop()
+        .ok_or_else(|| Error::fs(path, FsErrorKind::InvalidName))?;
     valid_name(name)?;
     Ok((comps, name))
 }
@@ -356,7 +370,9 @@ impl Volume {
             return Err(Error::Config("an intact volume already exists here".into()));
         }
         if !store.list()?.is_empty() {
-            return Err(Error::Config("the directory is not empty; intact init needs an empty directory".into()));
+            return Err(Error::Config(
+                "the directory is not empty; intact init needs an empty directory".into(),
+            ));
         }
         let master = MasterKey::generate();
         let mut volume_id = [0u8; 16];
@@ -378,7 +394,10 @@ impl Volume {
         let trusted = trusted(&config.volume_id)?;
         let lock = trusted.lock(true)?;
         if trusted.load()?.is_some() {
-            return Err(Error::Config(format!("an anchor already exists at {}", trusted.location())));
+            return Err(Error::Config(format!(
+                "an anchor already exists at {}",
+                trusted.location()
+            )));
         }
         let keys = derive_keys(&master);
         let itable_id = crypto::random_file_id();
@@ -391,9 +410,19 @@ impl Volume {
             journal: None,
             itable: itable_inode.clone(),
         };
-        store.replace(CONFIG_NAME, serde_json::to_string_pretty(&config).expect("json").as_bytes())?;
+        store.replace(
+            CONFIG_NAME,
+            serde_json::to_string_pretty(&config)
+                .expect("json")
+                .as_bytes(),
+        )?;
         trusted.store(&anchor.encode(&keys.anchor))?;
-        let itable = OpenFile::load(itable_inode, &keys, &mut Tx::new(store.clone()), Subject::InodeTable)?;
+        let itable = OpenFile::load(
+            itable_inode,
+            &keys,
+            &mut Tx::new(store.clone()),
+            Subject::InodeTable,
+        )?;
         let mut inner = Inner {
             tx: Tx::new(store.clone()),
             store,
@@ -407,14 +436,23 @@ impl Volume {
             anchor,
             ctr_floor: 1,
             itable,
-            header: TableHeader { free_head: 0, count: ROOT_INO + 1 },
+            header: TableHeader {
+                free_head: 0,
+                count: ROOT_INO + 1,
+            },
             header_dirty: true,
             files: HashMap::new(),
             read_only: false,
             poisoned: None,
         };
         // The root directory.
-        let mut root = Inode::new(Kind::Dir, SchemeId::MtEintGcm, crypto::random_file_id(), tree, now_ns());
+        let mut root = Inode::new(
+            Kind::Dir,
+            SchemeId::MtEintGcm,
+            crypto::random_file_id(),
+            tree,
+            now_ns(),
+        );
         root.tree = inner.empty_tree(SchemeId::MtEintGcm, &root.id);
         root.nlink = 2;
         root.link = ROOT_INO;
@@ -423,7 +461,7 @@ impl Volume {
         of.record_dirty = true;
         inner.files.insert(ROOT_INO, of);
         inner.commit()?;
-        Ok(Volume { inner: Mutex::new(inner), integrity_failures: AtomicU64::new(0) })
+        Ok(Volume::wrap(inner))
     }
 
     /// Opens the volume in `store` with `password`; `trusted` must be the anchor store of
@@ -454,7 +492,9 @@ impl Volume {
         })?;
         let mut anchor = Anchor::decode(&bytes, &keys.anchor)?;
         if anchor.volume_id != config.volume_id_bytes() {
-            return Err(Error::AnchorCorrupt("the anchor belongs to another volume".into()));
+            return Err(Error::AnchorCorrupt(
+                "the anchor belongs to another volume".into(),
+            ));
         }
         let mut tx = Tx::new(store.clone());
         if let Some(j) = &anchor.journal {
@@ -489,18 +529,24 @@ impl Volume {
             ctr_floor,
             tx,
             itable,
-            header: TableHeader { free_head: 0, count: 0 },
+            header: TableHeader {
+                free_head: 0,
+                count: 0,
+            },
             header_dirty: false,
             files: HashMap::new(),
             read_only: opts.read_only,
             poisoned: None,
         };
         inner.header = inner.read_header()?;
-        Ok(Volume { inner: Mutex::new(inner), integrity_failures: AtomicU64::new(0) })
+        Ok(Volume::wrap(inner))
     }
 
     /// The local trusted state directory of the volume in `store`.
-    pub fn state_for(store: &dyn UntrustedStore, state_dir: &std::path::Path) -> Result<LocalStateDir> {
+    pub fn state_for(
+        store: &dyn UntrustedStore,
+        state_dir: &std::path::Path,
+    ) -> Result<LocalStateDir> {
         let config = read_config(store)?;
         LocalStateDir::new(state_dir.to_path_buf(), &config.volume_id)
     }
@@ -508,29 +554,58 @@ impl Volume {
     /// Rebuilds a missing anchor from the untrusted copy the volume keeps. This trusts the
     /// untrusted store's idea of the latest state: a rollback of the store before this call
     /// goes undetected. Only for a lost state directory, after explicit confirmation.
-    pub fn recover_anchor(store: &dyn UntrustedStore, trusted: &dyn TrustedStore, password: &[u8]) -> Result<u64> {
+    pub fn recover_anchor(
+        store: &dyn UntrustedStore,
+        trusted: &dyn TrustedStore,
+        password: &[u8],
+    ) -> Result<u64> {
         let config = read_config(store)?;
         let master = unwrap_key(&config, password)?;
         let keys = derive_keys(&master);
         let _lock = trusted.lock(true)?;
         if trusted.load()?.is_some() {
-            return Err(Error::Invalid(format!("an anchor already exists at {}; nothing to recover", trusted.location())));
+            return Err(Error::Invalid(format!(
+                "an anchor already exists at {}; nothing to recover",
+                trusted.location()
+            )));
         }
-        let copy = store
-            .read_all(ANCHOR_COPY_NAME)?
-            .ok_or_else(|| Error::Config(format!("{ANCHOR_COPY_NAME} is missing: the anchor cannot be recovered")))?;
+        let copy = store.read_all(ANCHOR_COPY_NAME)?.ok_or_else(|| {
+            Error::Config(format!(
+                "{ANCHOR_COPY_NAME} is missing: the anchor cannot be recovered"
+            ))
+        })?;
         let anchor = Anchor::decode(&copy, &keys.anchor)?;
         if anchor.volume_id != config.volume_id_bytes() {
-            return Err(Error::AnchorCorrupt("the anchor copy belongs to another volume".into()));
+            return Err(Error::AnchorCorrupt(
+                "the anchor copy belongs to another volume".into(),
+            ));
         }
         trusted.store(&copy)?;
         Ok(anchor.epoch)
     }
 
+    fn wrap(inner: Inner) -> Volume {
+        Volume {
+            inner: Mutex::new(inner),
+            integrity_failures: AtomicU64::new(0),
+            seal_on_drop: std::sync::atomic::AtomicBool::new(true),
+        }
+    }
+
+    /// Whether dropping the volume seals what was written since the last [`Volume::sync`]
+    /// (the default, like unmounting a file system). A front end that wants a command to be
+    /// all-or-nothing turns it off and seals explicitly at the end; what it wrote before a
+    /// failure is then never sealed (its objects become orphans).
+    pub fn set_seal_on_drop(&self, seal: bool) {
+        self.seal_on_drop.store(seal, Ordering::Relaxed);
+    }
+
     fn lock(&self) -> Result<MutexGuard<'_, Inner>> {
         let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(why) = &g.poisoned {
-            return Err(Error::Invalid(format!("volume must be reopened after a failed commit: {why}")));
+            return Err(Error::Invalid(format!(
+                "volume must be reopened after a failed commit: {why}"
+            )));
         }
         Ok(g)
     }
@@ -607,7 +682,13 @@ impl Volume {
             let size = of.inode.size as usize;
             let mut buf = vec![0u8; size];
             g.read_ino(ino, 0, &mut buf)?;
-            String::from_utf8(buf).map_err(|_| Error::tampered(Subject::Path(path.into()), None, "symlink target is not UTF-8"))
+            String::from_utf8(buf).map_err(|_| {
+                Error::tampered(
+                    Subject::Path(path.into()),
+                    None,
+                    "symlink target is not UTF-8",
+                )
+            })
         })();
         self.note(r.map_err(|e| e.with_subject(Subject::Path(path.into()))))
     }
@@ -663,7 +744,14 @@ impl Volume {
         let r = (|| -> Result<Vec<DirEntry>> {
             let ino = g.resolve(&split_path(path), path)?;
             let entries = g.dir_entries(ino, path)?;
-            Ok(entries.iter().map(|(n, (i, k))| DirEntry { name: n.clone(), ino: *i, kind: *k }).collect())
+            Ok(entries
+                .iter()
+                .map(|(n, (i, k))| DirEntry {
+                    name: n.clone(),
+                    ino: *i,
+                    kind: *k,
+                })
+                .collect())
         })();
         self.note(r.map_err(|e| e.with_subject(Subject::Path(path.into()))))
     }
@@ -702,7 +790,8 @@ impl Volume {
         let mut g = self.lock()?;
         let r = g.fsck(progress);
         if let Ok(f) = &r {
-            self.integrity_failures.fetch_add(f.len() as u64, Ordering::Relaxed);
+            self.integrity_failures
+                .fetch_add(f.len() as u64, Ordering::Relaxed);
         }
         r
     }
@@ -741,12 +830,18 @@ impl Volume {
 
     /// The volume's default scheme.
     pub fn default_scheme(&self) -> SchemeId {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).default_scheme
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .default_scheme
     }
 }
 
 impl Drop for Volume {
     fn drop(&mut self) {
+        if !self.seal_on_drop.load(Ordering::Relaxed) {
+            return;
+        }
         let g = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
         if !g.read_only && g.poisoned.is_none() {
             if let Err(e) = g.commit() {
@@ -773,7 +868,11 @@ impl OpenFile {
             .map_err(|e| Error::tampered(subject.clone(), None, format!("write counters: {e}")))?;
         let fresh = inode.scheme.fresh();
         if fresh && ctrs.blocks() != inode.tree.leaves {
-            return Err(Error::tampered(subject, None, "counter intervals do not cover the file's blocks"));
+            return Err(Error::tampered(
+                subject,
+                None,
+                "counter intervals do not cover the file's blocks",
+            ));
         }
         let state = FileState {
             subject,
@@ -784,7 +883,14 @@ impl OpenFile {
             ctrs,
             ctr_hw: inode.ctr_hw,
         };
-        Ok(OpenFile { inode, state, dirty: BTreeMap::new(), record_dirty: false, dir: None, dir_dirty: false })
+        Ok(OpenFile {
+            inode,
+            state,
+            dirty: BTreeMap::new(),
+            record_dirty: false,
+            dir: None,
+            dir_dirty: false,
+        })
     }
 
     fn is_dirty(&self) -> bool {
@@ -847,7 +953,13 @@ fn file_read(env: &Env, tx: &mut Tx, of: &mut OpenFile, off: u64, buf: &mut [u8]
         tmp.resize(((e - b + 1) * bs) as usize, 0);
         sch.read_blocks(env, &mut of.state, tx, b, &mut tmp)?;
         for k in b..=e {
-            copy_block_part(bs, k, &tmp[((k - b) * bs) as usize..((k - b + 1) * bs) as usize], off, buf);
+            copy_block_part(
+                bs,
+                k,
+                &tmp[((k - b) * bs) as usize..((k - b + 1) * bs) as usize],
+                off,
+                buf,
+            );
         }
         b = e + 1;
     }
@@ -871,7 +983,9 @@ fn file_write(env: &Env, tx: &mut Tx, of: &mut OpenFile, off: u64, data: &[u8]) 
         return Ok(());
     }
     let bs = env.bs as u64;
-    let end = off.checked_add(data.len() as u64).ok_or_else(|| Error::fs("", FsErrorKind::TooLarge))?;
+    let end = off
+        .checked_add(data.len() as u64)
+        .ok_or_else(|| Error::fs("", FsErrorKind::TooLarge))?;
     if end.div_ceil(bs) > crypto::MAX_BLOCKS {
         return Err(Error::fs("", FsErrorKind::TooLarge));
     }
@@ -987,16 +1101,38 @@ impl Inner {
     fn read_record(&mut self, ino: u64) -> Result<Inode> {
         let mut b = [0u8; RECORD_SIZE];
         let env = env!(self);
-        let n = file_read(&env, &mut self.tx, &mut self.itable, ino * RECORD_SIZE as u64, &mut b)?;
+        let n = file_read(
+            &env,
+            &mut self.tx,
+            &mut self.itable,
+            ino * RECORD_SIZE as u64,
+            &mut b,
+        )?;
         if n != RECORD_SIZE {
-            return Err(Error::tampered(Subject::InodeTable, None, format!("inode {ino} is past the end of the table")));
+            return Err(Error::tampered(
+                Subject::InodeTable,
+                None,
+                format!("inode {ino} is past the end of the table"),
+            ));
         }
-        Inode::decode(&b).ok_or_else(|| Error::tampered(Subject::InodeTable, None, format!("inode {ino}: malformed record")))
+        Inode::decode(&b).ok_or_else(|| {
+            Error::tampered(
+                Subject::InodeTable,
+                None,
+                format!("inode {ino}: malformed record"),
+            )
+        })
     }
 
     fn write_record(&mut self, ino: u64, inode: &Inode) -> Result<()> {
         let env = env!(self);
-        file_write(&env, &mut self.tx, &mut self.itable, ino * RECORD_SIZE as u64, &inode.encode())
+        file_write(
+            &env,
+            &mut self.tx,
+            &mut self.itable,
+            ino * RECORD_SIZE as u64,
+            &inode.encode(),
+        )
     }
 
     fn read_header(&mut self) -> Result<TableHeader> {
@@ -1004,13 +1140,21 @@ impl Inner {
         let env = env!(self);
         let n = file_read(&env, &mut self.tx, &mut self.itable, 0, &mut b)?;
         if n != RECORD_SIZE || &b[..8] != HEADER_MAGIC {
-            return Err(Error::tampered(Subject::InodeTable, None, "bad inode-table header"));
+            return Err(Error::tampered(
+                Subject::InodeTable,
+                None,
+                "bad inode-table header",
+            ));
         }
         let free_head = u64::from_le_bytes(b[8..16].try_into().expect("8"));
         let count = u64::from_le_bytes(b[16..24].try_into().expect("8"));
         let records = self.itable.inode.size / RECORD_SIZE as u64;
         if count > records || free_head >= count.max(1) || count <= ROOT_INO {
-            return Err(Error::tampered(Subject::InodeTable, None, "inconsistent inode-table header"));
+            return Err(Error::tampered(
+                Subject::InodeTable,
+                None,
+                "inconsistent inode-table header",
+            ));
         }
         Ok(TableHeader { free_head, count })
     }
@@ -1036,11 +1180,19 @@ impl Inner {
             return Ok(());
         }
         if ino == 0 || ino >= self.header.count {
-            return Err(Error::tampered(Subject::Inode(ino), None, "directory entry points outside the inode table"));
+            return Err(Error::tampered(
+                Subject::Inode(ino),
+                None,
+                "directory entry points outside the inode table",
+            ));
         }
         let inode = self.read_record(ino)?;
         if inode.kind == Kind::Free {
-            return Err(Error::tampered(Subject::Inode(ino), None, "directory entry points to a free inode"));
+            return Err(Error::tampered(
+                Subject::Inode(ino),
+                None,
+                "directory entry points to a free inode",
+            ));
         }
         let of = OpenFile::load(inode, &self.keys, &mut self.tx, Subject::Inode(ino))?;
         self.files.insert(ino, of);
@@ -1071,7 +1223,8 @@ impl Inner {
         if of.dir.is_none() {
             let mut buf = vec![0u8; of.inode.size as usize];
             file_read(&env, &mut self.tx, of, 0, &mut buf)?;
-            let d = decode_dir(&buf).ok_or_else(|| Error::tampered(Subject::Inode(ino), None, "malformed directory"))?;
+            let d = decode_dir(&buf)
+                .ok_or_else(|| Error::tampered(Subject::Inode(ino), None, "malformed directory"))?;
             of.dir = Some(d);
         }
         Ok(of.dir.as_mut().expect("loaded"))
@@ -1081,8 +1234,13 @@ impl Inner {
         let mut ino = ROOT_INO;
         for (k, c) in comps.iter().enumerate() {
             let prefix = || format!("/{}", comps[..k].join("/"));
-            let entries = self.dir_entries(ino, &prefix()).map_err(|e| e.with_subject(Subject::Path(prefix())))?;
-            ino = entries.get(*c).ok_or_else(|| Error::fs(path, FsErrorKind::NotFound))?.0;
+            let entries = self
+                .dir_entries(ino, &prefix())
+                .map_err(|e| e.with_subject(Subject::Path(prefix())))?;
+            ino = entries
+                .get(*c)
+                .ok_or_else(|| Error::fs(path, FsErrorKind::NotFound))?
+                .0;
         }
         Ok(ino)
     }
@@ -1150,7 +1308,11 @@ impl Inner {
             let ino = self.header.free_head;
             let rec = self.read_record(ino)?;
             if rec.kind != Kind::Free {
-                return Err(Error::tampered(Subject::InodeTable, None, "free list points to a used inode"));
+                return Err(Error::tampered(
+                    Subject::InodeTable,
+                    None,
+                    "free list points to a used inode",
+                ));
             }
             self.header.free_head = rec.link;
             ino
@@ -1166,7 +1328,11 @@ impl Inner {
     fn free_ino(&mut self, ino: u64) -> Result<()> {
         self.ensure_open(ino)?;
         let of = self.files.remove(&ino).expect("opened");
-        for name in [&of.state.names.data, &of.state.names.meta, &of.state.names.ctrs] {
+        for name in [
+            &of.state.names.data,
+            &of.state.names.meta,
+            &of.state.names.ctrs,
+        ] {
             self.tx.delete(name)?;
         }
         self.cache.remove_file(&of.inode.id);
@@ -1209,7 +1375,8 @@ impl Inner {
         }
         of.record_dirty = true;
         self.files.insert(ino, of);
-        self.dir_entries(pino, path)?.insert(name.to_string(), (ino, kind));
+        self.dir_entries(pino, path)?
+            .insert(name.to_string(), (ino, kind));
         self.touch_dir(pino);
         Ok(ino)
     }
@@ -1218,7 +1385,10 @@ impl Inner {
         self.check_writable()?;
         let (parents, name) = parent_and_name(path)?;
         let pino = self.resolve(&parents, path)?;
-        let (ino, kind) = *self.dir_entries(pino, path)?.get(name).ok_or_else(|| Error::fs(path, FsErrorKind::NotFound))?;
+        let (ino, kind) = *self
+            .dir_entries(pino, path)?
+            .get(name)
+            .ok_or_else(|| Error::fs(path, FsErrorKind::NotFound))?;
         match (dir, kind) {
             (true, Kind::Dir) => {
                 if !self.dir_entries(ino, path)?.is_empty() {
@@ -1240,7 +1410,10 @@ impl Inner {
         let (tp, tname) = parent_and_name(to)?;
         let fpino = self.resolve(&fp, from)?;
         let tpino = self.resolve(&tp, to)?;
-        let (ino, kind) = *self.dir_entries(fpino, from)?.get(fname).ok_or_else(|| Error::fs(from, FsErrorKind::NotFound))?;
+        let (ino, kind) = *self
+            .dir_entries(fpino, from)?
+            .get(fname)
+            .ok_or_else(|| Error::fs(from, FsErrorKind::NotFound))?;
         if fpino == tpino && fname == tname {
             return Ok(());
         }
@@ -1268,7 +1441,8 @@ impl Inner {
             self.free_ino(tino)?;
         }
         self.dir_entries(fpino, from)?.remove(fname);
-        self.dir_entries(tpino, to)?.insert(tname.to_string(), (ino, kind));
+        self.dir_entries(tpino, to)?
+            .insert(tname.to_string(), (ino, kind));
         self.touch_dir(fpino);
         self.touch_dir(tpino);
         let of = self.open_ino(ino)?;
@@ -1294,7 +1468,12 @@ impl Inner {
 
     fn commit_inner(&mut self) -> Result<()> {
         // 1. Directory contents, then file data, then records into the inode table.
-        let dirty: Vec<u64> = self.files.iter().filter(|(_, f)| f.is_dirty()).map(|(i, _)| *i).collect();
+        let dirty: Vec<u64> = self
+            .files
+            .iter()
+            .filter(|(_, f)| f.is_dirty())
+            .map(|(i, _)| *i)
+            .collect();
         for ino in dirty {
             let env = env!(self);
             let of = self.files.get_mut(&ino).expect("listed");
@@ -1323,7 +1502,11 @@ impl Inner {
         }
         // 3. Journal, seal, apply.
         let epoch = self.anchor.epoch + 1;
-        let prepared = self.tx.prepare(&self.keys.journal, epoch, self.anchor.journal.map(|j| j.slot))?;
+        let prepared = self.tx.prepare(
+            &self.keys.journal,
+            epoch,
+            self.anchor.journal.map(|j| j.slot),
+        )?;
         let anchor = Anchor {
             volume_id: self.anchor.volume_id,
             epoch,
@@ -1345,8 +1528,16 @@ impl Inner {
     fn fsck(&mut self, progress: &mut dyn FnMut(u64)) -> Result<Vec<FsckFailure>> {
         let mut failures = Vec::new();
         let fail = |path: &str, e: Error| match e {
-            Error::Tampered { block, what, .. } => FsckFailure { path: path.to_string(), block, what },
-            other => FsckFailure { path: path.to_string(), block: None, what: other.to_string() },
+            Error::Tampered { block, what, .. } => FsckFailure {
+                path: path.to_string(),
+                block,
+                what,
+            },
+            other => FsckFailure {
+                path: path.to_string(),
+                block: None,
+                what: other.to_string(),
+            },
         };
         // The whole inode table.
         let env = env!(self);
@@ -1372,7 +1563,11 @@ impl Inner {
                 match self.dir_entries(ino, &path) {
                     Ok(entries) => {
                         for (name, (child, _)) in entries.iter().rev() {
-                            let p = if path == "/" { format!("/{name}") } else { format!("{path}/{name}") };
+                            let p = if path == "/" {
+                                format!("/{name}")
+                            } else {
+                                format!("{path}/{name}")
+                            };
                             stack.push((p, *child));
                         }
                     }
@@ -1415,7 +1610,13 @@ impl Inner {
             .into_iter()
             .filter(|n| n.starts_with("f/"))
             .filter(|n| {
-                let id = n.rsplit('/').next().unwrap_or("").split('.').next().unwrap_or("");
+                let id = n
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or("")
+                    .split('.')
+                    .next()
+                    .unwrap_or("");
                 !live.contains(id)
             })
             .collect();
@@ -1473,7 +1674,12 @@ impl Inner {
 }
 
 /// Verifies every stored block of a file; returns every failure (one per failing block).
-fn check_all_blocks(env: &Env, tx: &mut Tx, of: &mut OpenFile, progress: &mut dyn FnMut(u64)) -> std::result::Result<(), Vec<Error>> {
+fn check_all_blocks(
+    env: &Env,
+    tx: &mut Tx,
+    of: &mut OpenFile,
+    progress: &mut dyn FnMut(u64),
+) -> std::result::Result<(), Vec<Error>> {
     const CHUNK: u64 = 256;
     let sch = scheme(of.inode.scheme);
     let blocks = of.state.blocks();

@@ -25,7 +25,11 @@ mod code {
 }
 
 #[derive(Parser)]
-#[command(name = "intact", version, about = "Encrypted, integrity-checked and fresh storage in a directory you do not trust")]
+#[command(
+    name = "intact",
+    version,
+    about = "Encrypted, integrity-checked and fresh storage in a directory you do not trust"
+)]
 struct Cli {
     /// The cipher directory (the untrusted store).
     #[arg(long, global = true, env = "INTACT_VOLUME")]
@@ -39,8 +43,8 @@ struct Cli {
     /// Machine-readable output.
     #[arg(long, global = true)]
     json: bool,
-    /// Bytes of verified Merkle nodes to cache (0 disables).
-    #[arg(long, global = true, default_value_t = 1 << 20)]
+    /// Bytes of verified Merkle nodes to cache (0 disables; 1 KiB as in the paper's evaluation).
+    #[arg(long, global = true, default_value_t = 1024)]
     cache_bytes: usize,
     #[command(subcommand)]
     cmd: Cmd,
@@ -111,7 +115,11 @@ enum Cmd {
     /// Show a file's attributes and integrity state.
     Stat { path: String },
     /// Check every block of every file and directory.
-    Fsck,
+    Fsck {
+        /// Delete objects no file references (left by an interrupted command or a crash).
+        #[arg(long)]
+        remove_orphans: bool,
+    },
     /// Show the volume's scheme, sizes and trusted/untrusted storage.
     Info,
     /// Rebuild a lost trusted anchor from the copy in the cipher directory.
@@ -125,7 +133,10 @@ enum Cmd {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("INTACT_LOG").unwrap_or_else(|_| "warn,intact_core=off".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("INTACT_LOG")
+                .unwrap_or_else(|_| "warn,intact_core=off".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -152,7 +163,8 @@ fn exit_code(e: &anyhow::Error) -> u8 {
 
 fn password(cli: &Cli, confirm: bool) -> Result<zeroize::Zeroizing<String>> {
     if let Some(f) = &cli.passfile {
-        let s = std::fs::read_to_string(f).with_context(|| format!("reading passfile {}", f.display()))?;
+        let s = std::fs::read_to_string(f)
+            .with_context(|| format!("reading passfile {}", f.display()))?;
         let line = s.lines().next().unwrap_or("").to_string();
         if line.is_empty() {
             bail!("passfile {} is empty", f.display());
@@ -165,7 +177,9 @@ fn password(cli: &Cli, confirm: bool) -> Result<zeroize::Zeroizing<String>> {
         }
         return Ok(zeroize::Zeroizing::new(p));
     }
-    let p = zeroize::Zeroizing::new(rpassword::prompt_password("Password: ").context("reading the password")?);
+    let p = zeroize::Zeroizing::new(
+        rpassword::prompt_password("Password: ").context("reading the password")?,
+    );
     if p.is_empty() {
         bail!("empty password");
     }
@@ -182,13 +196,55 @@ fn state_dir(cli: &Cli) -> PathBuf {
     cli.state.clone().unwrap_or_else(LocalStateDir::default_dir)
 }
 
+/// The anchor must not live where the adversary can roll it back together with the data.
+fn check_state_outside(state: &Path, volume: &Path) -> Result<()> {
+    let canon = |p: &Path| -> PathBuf {
+        // The state directory may not exist yet: canonicalize its nearest existing ancestor.
+        let mut existing = p.to_path_buf();
+        let mut rest = Vec::new();
+        while !existing.exists() {
+            match (
+                existing.file_name().map(|n| n.to_owned()),
+                existing.parent(),
+            ) {
+                (Some(n), Some(parent)) => {
+                    rest.push(n);
+                    existing = parent.to_path_buf();
+                }
+                _ => break,
+            }
+        }
+        let mut c = std::fs::canonicalize(&existing).unwrap_or(existing);
+        for n in rest.into_iter().rev() {
+            c.push(n);
+        }
+        c
+    };
+    let (s, v) = (canon(state), canon(volume));
+    if s.starts_with(&v) {
+        bail!(
+            "the trusted state directory {} is inside the cipher directory {}: an adversary could roll \
+             the anchor back with the data; choose another --state",
+            s.display(),
+            v.display()
+        );
+    }
+    Ok(())
+}
+
 fn volume_dir(cli: &Cli) -> Result<PathBuf> {
-    cli.volume.clone().ok_or_else(|| anyhow!("no volume given: use --volume DIR or set INTACT_VOLUME"))
+    cli.volume
+        .clone()
+        .ok_or_else(|| anyhow!("no volume given: use --volume DIR or set INTACT_VOLUME"))
 }
 
 fn open_store(dir: &Path) -> Result<Arc<dyn UntrustedStore>> {
     if !dir.is_dir() {
-        return Err(Error::Config(format!("{}: no such directory (is the backend missing or unmounted?)", dir.display())).into());
+        return Err(Error::Config(format!(
+            "{}: no such directory (is the backend missing or unmounted?)",
+            dir.display()
+        ))
+        .into());
     }
     Ok(Arc::new(LocalDirStore::open(dir)?))
 }
@@ -196,11 +252,19 @@ fn open_store(dir: &Path) -> Result<Arc<dyn UntrustedStore>> {
 fn open(cli: &Cli, read_only: bool) -> Result<Volume> {
     let dir = volume_dir(cli)?;
     let store = open_store(&dir)?;
-    let trusted: Box<dyn TrustedStore> = Box::new(Volume::state_for(store.as_ref(), &state_dir(cli))?);
+    check_state_outside(&state_dir(cli), &dir)?;
+    let trusted: Box<dyn TrustedStore> =
+        Box::new(Volume::state_for(store.as_ref(), &state_dir(cli))?);
     read_config(store.as_ref())?;
     let pw = password(cli, false)?;
-    let opts = Options { cache_bytes: cli.cache_bytes, read_only };
-    Ok(Volume::open(store, trusted, pw.as_bytes(), &opts)?)
+    let opts = Options {
+        cache_bytes: cli.cache_bytes,
+        read_only,
+    };
+    let vol = Volume::open(store, trusted, pw.as_bytes(), &opts)?;
+    // Each command is all-or-nothing: only its final explicit sync seals.
+    vol.set_seal_on_drop(false);
+    Ok(vol)
 }
 
 fn bar(total: u64, what: &str) -> ProgressBar {
@@ -209,9 +273,11 @@ fn bar(total: u64, what: &str) -> ProgressBar {
     }
     let pb = ProgressBar::new(total);
     pb.set_style(
-        ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
-            .expect("template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .expect("template")
+        .progress_chars("=> "),
     );
     pb.set_message(what.to_string());
     pb
@@ -224,19 +290,31 @@ fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match &cli.cmd {
-        Cmd::Init { dir, scheme, block_size, kdf_memory, kdf_passes } => {
+        Cmd::Init {
+            dir,
+            scheme,
+            block_size,
+            kdf_memory,
+            kdf_passes,
+        } => {
             let scheme = SchemeId::parse(scheme)?;
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            check_state_outside(&state_dir(&cli), dir)?;
             let store: Arc<dyn UntrustedStore> = Arc::new(LocalDirStore::open(dir)?);
             let pw = password(&cli, true)?;
             let copts = CreateOptions {
                 block_size: *block_size,
                 scheme,
-                kdf: intact_core::crypto::KdfParams { m_kib: *kdf_memory, t: *kdf_passes, p: 1 },
+                kdf: intact_core::crypto::KdfParams {
+                    m_kib: *kdf_memory,
+                    t: *kdf_passes,
+                    p: 1,
+                },
             };
             // The volume id is only known once the config exists, so the state directory
             // for the anchor is chosen by a two-step create.
-            let vol = intact_core::volume::create_local(store, &state_dir(&cli), pw.as_bytes(), &copts)?;
+            let vol =
+                intact_core::volume::create_local(store, &state_dir(&cli), pw.as_bytes(), &copts)?;
             let info = vol.info()?;
             if cli.json {
                 print_json(&info)?;
@@ -252,25 +330,37 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Cmd::Put { src, path, scheme } => {
-            let vol = open(&cli, false)?;
             let scheme = scheme.as_deref().map(SchemeId::parse).transpose()?;
             let (mut input, total): (Box<dyn Read>, u64) = if src.as_os_str() == "-" {
                 (Box::new(std::io::stdin().lock()), 0)
             } else {
-                let f = std::fs::File::open(src).with_context(|| format!("opening {}", src.display()))?;
-                let len = f.metadata()?.len();
-                if f.metadata()?.is_dir() {
+                let f = std::fs::File::open(src)
+                    .with_context(|| format!("opening {}", src.display()))?;
+                let meta = f.metadata()?;
+                if meta.is_dir() {
                     bail!("{} is a directory", src.display());
                 }
-                (Box::new(f), len)
+                (Box::new(f), meta.len())
             };
-            match vol.lookup(path) {
-                Ok(_) => vol.truncate(path, 0)?,
-                Err(Error::Fs { kind: intact_core::FsErrorKind::NotFound, .. }) => {
-                    vol.create_file(path, scheme)?;
-                }
-                Err(e) => return Err(e.into()),
-            }
+            let vol = open(&cli, false)?;
+            // A replaced file keeps its scheme unless --scheme says otherwise.
+            let scheme = match (scheme, vol.stat(path)) {
+                (Some(s), _) => Some(s),
+                (None, Ok(st)) if st.kind == Kind::File => Some(SchemeId::parse(&st.scheme)?),
+                (None, Ok(st)) if st.kind == Kind::Dir => bail!("{path}: is a directory"),
+                (None, Ok(_)) => bail!("{path} exists and is not a regular file"),
+                (None, Err(_)) => None,
+            };
+            // Write under a temporary name, then rename over the target: the old content
+            // stays readable until the new one is complete and sealed.
+            let (dir, base) = path
+                .trim_end_matches('/')
+                .rsplit_once('/')
+                .unwrap_or(("", path.as_str()));
+            let mut nonce = [0u8; 8];
+            intact_core::crypto::fill_random(&mut nonce);
+            let tmp = format!("{dir}/.{base}.intact-put-{}", hex_encode(&nonce));
+            vol.create_file(&tmp, scheme)?;
             let pb = bar(total, "put");
             let mut buf = vec![0u8; 1 << 20];
             let mut off = 0u64;
@@ -279,10 +369,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 if n == 0 {
                     break;
                 }
-                vol.write_path(path, off, &buf[..n])?;
+                vol.write_path(&tmp, off, &buf[..n])?;
                 off += n as u64;
                 pb.inc(n as u64);
             }
+            vol.rename(&tmp, path)?;
             vol.sync()?;
             pb.finish_and_clear();
         }
@@ -293,12 +384,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 Box::new(std::io::stdout().lock())
             } else {
                 Box::new(std::io::BufWriter::new(
-                    std::fs::File::create(dst).with_context(|| format!("creating {}", dst.display()))?,
+                    std::fs::File::create(dst)
+                        .with_context(|| format!("creating {}", dst.display()))?,
                 ))
             };
             let pb = bar(st.size, "get");
-            copy_out(&vol, path, &mut out, &pb)?;
-            out.flush()?;
+            let copied = copy_out(&vol, path, &mut out, &pb).and_then(|()| Ok(out.flush()?));
+            drop(out);
+            if let Err(e) = copied {
+                // Leave no truncated copy behind that could pass for the file.
+                if dst.as_os_str() != "-" {
+                    let _ = std::fs::remove_file(dst);
+                }
+                return Err(e);
+            }
             pb.finish_and_clear();
         }
         Cmd::Cat { path } => {
@@ -314,7 +413,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 let mut rows = Vec::new();
                 for e in &entries {
                     let p = join(path, &e.name);
-                    rows.push(serde_json::json!({"name": e.name, "kind": e.kind, "stat": vol.stat(&p)?}));
+                    rows.push(
+                        serde_json::json!({"name": e.name, "kind": e.kind, "stat": vol.stat(&p)?}),
+                    );
                 }
                 print_json(&rows)?;
             } else {
@@ -326,7 +427,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
                             Kind::Symlink => 'l',
                             _ => '-',
                         };
-                        println!("{t}{:04o} {:>12} {:<12} {}", st.mode, st.size, st.scheme, e.name);
+                        println!(
+                            "{t}{:04o} {:>12} {:<12} {}",
+                            st.mode, st.size, st.scheme, e.name
+                        );
                     } else {
                         println!("{}", e.name);
                     }
@@ -342,7 +446,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     p.push_str(c);
                     match vol.mkdir(&p) {
                         Ok(_) => {}
-                        Err(Error::Fs { kind: intact_core::FsErrorKind::Exists, .. }) => {
+                        Err(Error::Fs {
+                            kind: intact_core::FsErrorKind::Exists,
+                            ..
+                        }) => {
                             if vol.stat(&p)?.kind != Kind::Dir {
                                 bail!("{p} exists and is not a directory");
                             }
@@ -356,6 +463,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             vol.sync()?;
         }
         Cmd::Rm { path, recursive } => {
+            if path.split('/').all(|c| c.is_empty() || c == ".") {
+                bail!("{path}: refusing to remove the root directory");
+            }
             let vol = open(&cli, false)?;
             if *recursive && vol.stat(path)?.kind == Kind::Dir {
                 remove_tree(&vol, path)?;
@@ -367,7 +477,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Mv { from, to } => {
             let vol = open(&cli, false)?;
             let to = match vol.stat(to) {
-                Ok(st) if st.kind == Kind::Dir => join(to, from.rsplit('/').next().unwrap_or(from)),
+                // `mv a/ dir` moves a into dir: the basename ignores trailing slashes.
+                Ok(st) if st.kind == Kind::Dir => join(
+                    to,
+                    from.trim_end_matches('/')
+                        .rsplit('/')
+                        .next()
+                        .unwrap_or(from),
+                ),
                 _ => to.clone(),
             };
             vol.rename(from, &to)?;
@@ -391,28 +508,56 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 println!(" inode: {}", st.ino);
                 println!("scheme: {}", st.scheme);
                 println!("blocks: {}", st.blocks);
-                println!("counter intervals: {}{}", st.counter_intervals, if st.counters_spilled { " (spilled to untrusted storage, hashes in TS_F)" } else { " (in TS_F)" });
+                println!(
+                    "counter intervals: {}{}",
+                    st.counter_intervals,
+                    if st.counters_spilled {
+                        " (spilled to untrusted storage, hashes in TS_F)"
+                    } else {
+                        " (in TS_F)"
+                    }
+                );
                 if st.kind == Kind::Symlink {
                     println!("target: {}", vol.readlink(path)?);
                 }
             }
         }
-        Cmd::Fsck => {
-            let vol = open(&cli, true)?;
+        Cmd::Fsck { remove_orphans } => {
+            let vol = open(&cli, !*remove_orphans)?;
             let total = vol.content_bytes()?;
             let pb = bar(total, "fsck");
             let failures = vol.fsck(&mut |n| pb.inc(n))?;
             pb.finish_and_clear();
+            let orphans = vol.orphans()?;
+            let removed = if *remove_orphans && failures.is_empty() {
+                vol.remove_orphans()?
+            } else {
+                0
+            };
             if cli.json {
-                print_json(&serde_json::json!({"ok": failures.is_empty(), "failures": failures}))?;
+                print_json(&serde_json::json!({
+                    "ok": failures.is_empty(),
+                    "failures": failures,
+                    "orphans": orphans,
+                    "orphans_removed": removed,
+                }))?;
             } else {
                 for f in &failures {
                     println!("{f}");
+                }
+                for o in &orphans {
+                    println!("{o}: orphaned object (not referenced by any file; left by an interrupted write){}", if removed > 0 { ": removed" } else { "" });
                 }
                 if failures.is_empty() {
                     eprintln!("fsck: no integrity failures");
                 } else {
                     eprintln!("fsck: {} integrity failure(s)", failures.len());
+                }
+                if !orphans.is_empty() && removed == 0 {
+                    eprintln!(
+                        "fsck: {} orphaned object(s); `intact fsck --remove-orphans` deletes them",
+                        orphans.len()
+                    );
                 }
             }
             if !failures.is_empty() {
@@ -428,17 +573,28 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 println!("volume:             {}", i.volume_id);
                 println!("scheme:             {}", i.scheme);
                 println!("block size:         {}", i.block_size);
-                println!("files:              {} ({} directories, {} symlinks)", i.files, i.directories, i.symlinks);
+                println!(
+                    "files:              {} ({} directories, {} symlinks)",
+                    i.files, i.directories, i.symlinks
+                );
                 println!("content bytes:      {}", i.content_bytes);
-                println!("trusted bytes:      {} (the anchor, constant)", i.trusted_bytes);
+                println!(
+                    "trusted bytes:      {} (the anchor, constant)",
+                    i.trusted_bytes
+                );
                 println!("data object bytes:  {}", i.data_object_bytes);
-                println!("integrity metadata: {} bytes (Merkle nodes, spilled counters)", i.integrity_bytes);
+                println!(
+                    "integrity metadata: {} bytes (Merkle nodes, spilled counters)",
+                    i.integrity_bytes
+                );
                 println!("inode table:        {} bytes", i.inode_table_bytes);
                 println!("epoch:              {}", i.epoch);
                 println!("anchor:             {}", i.anchor);
             }
         }
-        Cmd::RecoverAnchor { i_accept_rollback_risk } => {
+        Cmd::RecoverAnchor {
+            i_accept_rollback_risk,
+        } => {
             if !i_accept_rollback_risk {
                 bail!(
                     "recover-anchor trusts the cipher directory's own copy of the anchor, so a rollback \
@@ -451,10 +607,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let trusted = Volume::state_for(store.as_ref(), &state_dir(&cli))?;
             let pw = password(&cli, false)?;
             let epoch = Volume::recover_anchor(store.as_ref(), &trusted, pw.as_bytes())?;
-            println!("anchor restored at epoch {epoch} into {}", trusted.location());
+            println!(
+                "anchor restored at epoch {epoch} into {}",
+                trusted.location()
+            );
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn hex_encode(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 fn join(dir: &str, name: &str) -> String {

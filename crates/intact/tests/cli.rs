@@ -1,0 +1,1110 @@
+//! End-to-end tests of the `intact` binary: exit codes, messages, and that no failure mode
+//! ends in a panic.
+//!
+//! Every test gets its own temporary cipher directory and state directory, and a cheap
+//! Argon2 setting so that each process start costs milliseconds.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::SystemTime;
+
+const PW: &str = "correct horse battery staple";
+const BIN: &str = env!("CARGO_BIN_EXE_intact");
+
+/// Exit codes of `intact` (see `mod code` in main.rs).
+mod code {
+    pub const OTHER: i32 = 1;
+    pub const INTEGRITY: i32 = 10;
+    pub const PASSWORD: i32 = 11;
+    pub const CONFIG: i32 = 12;
+    pub const ANCHOR_MISSING: i32 = 13;
+    pub const LOCKED: i32 = 14;
+}
+
+/// One finished run of the binary.
+struct Run {
+    code: i32,
+    stdout: Vec<u8>,
+    stderr: String,
+    what: String,
+}
+
+impl Run {
+    fn from(out: Output, what: String) -> Run {
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let code = out
+            .status
+            .code()
+            .unwrap_or_else(|| panic!("{what}: killed by a signal; stderr:\n{stderr}"));
+        assert!(
+            !stderr.contains("panicked"),
+            "{what}: the binary panicked:\n{stderr}"
+        );
+        Run {
+            code,
+            stdout: out.stdout,
+            stderr,
+            what,
+        }
+    }
+
+    fn out(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.stdout)
+            .unwrap_or_else(|e| panic!("{}: stdout is not JSON ({e}):\n{}", self.what, self.out()))
+    }
+
+    fn ok(self) -> Run {
+        assert_eq!(
+            self.code, 0,
+            "{}: expected success; stderr:\n{}",
+            self.what, self.stderr
+        );
+        self
+    }
+
+    /// Asserts exit `code` and a non-trivial `intact: ...` message on stderr.
+    fn fails(self, code: i32) -> Run {
+        assert_eq!(
+            self.code,
+            code,
+            "{}: expected exit {code}; stdout:\n{}\nstderr:\n{}",
+            self.what,
+            self.out(),
+            self.stderr
+        );
+        assert!(
+            self.stderr.trim().len() > 10,
+            "{}: no clear message on stderr: {:?}",
+            self.what,
+            self.stderr
+        );
+        self
+    }
+
+    fn says(self, needle: &str) -> Run {
+        assert!(
+            self.stderr.to_lowercase().contains(&needle.to_lowercase()),
+            "{}: stderr does not mention {needle:?}:\n{}",
+            self.what,
+            self.stderr
+        );
+        self
+    }
+}
+
+/// A volume in a temporary directory: `<tmp>/cipher` and `<tmp>/state`.
+struct Vol {
+    tmp: tempfile::TempDir,
+    cipher: PathBuf,
+    state: PathBuf,
+}
+
+impl Vol {
+    /// A fresh, empty, not yet initialised volume location.
+    fn blank() -> Vol {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let cipher = tmp.path().join("cipher");
+        let state = tmp.path().join("state");
+        Vol { tmp, cipher, state }
+    }
+
+    /// An initialised volume with extra `init` arguments.
+    fn with(args: &[&str]) -> Vol {
+        let v = Vol::blank();
+        let dir = v.cipher.to_str().unwrap().to_string();
+        let mut a = vec![
+            "init",
+            dir.as_str(),
+            "--kdf-memory",
+            "64",
+            "--kdf-passes",
+            "1",
+        ];
+        a.extend_from_slice(args);
+        let r = v.run(&a).ok();
+        assert!(
+            r.out().contains("created volume"),
+            "init output: {}",
+            r.out()
+        );
+        v
+    }
+
+    fn new() -> Vol {
+        Vol::with(&[])
+    }
+
+    fn tmp(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    /// A command with a clean environment: this volume, its state dir, and the password.
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = bare();
+        c.env("XDG_STATE_HOME", self.tmp().join("xdg"))
+            .arg("--volume")
+            .arg(&self.cipher)
+            .arg("--state")
+            .arg(&self.state)
+            .args(args);
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Run {
+        exec(self.cmd(args), args.join(" "))
+    }
+
+    fn run_pw(&self, pw: &str, args: &[&str]) -> Run {
+        let mut c = self.cmd(args);
+        c.env("INTACT_PASSWORD", pw);
+        exec(c, format!("{} (password {pw:?})", args.join(" ")))
+    }
+
+    fn run_stdin(&self, args: &[&str], input: &[u8]) -> Run {
+        let mut c = self.cmd(args);
+        c.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().expect("spawn intact");
+        // The binary may exit (e.g. on a lock error) before reading its input.
+        match child.stdin.take().unwrap().write_all(input) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            r => r.expect("write stdin"),
+        }
+        Run::from(child.wait_with_output().expect("wait"), args.join(" "))
+    }
+
+    /// Writes `data` to a local file and `put`s it at `path`.
+    fn put(&self, path: &str, data: &[u8], extra: &[&str]) {
+        let src = self.tmp().join("src.bin");
+        std::fs::write(&src, data).unwrap();
+        let mut a = vec!["put", src.to_str().unwrap(), path];
+        a.extend_from_slice(extra);
+        self.run(&a).ok();
+    }
+
+    /// `get`s `path` into a local file and returns its bytes.
+    fn get(&self, path: &str) -> Vec<u8> {
+        let dst = self.tmp().join("dst.bin");
+        let _ = std::fs::remove_file(&dst);
+        self.run(&["get", path, dst.to_str().unwrap()]).ok();
+        std::fs::read(&dst).unwrap()
+    }
+
+    fn config_path(&self) -> PathBuf {
+        self.cipher.join("intact.conf")
+    }
+
+    fn volume_id(&self) -> String {
+        let c: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(self.config_path()).unwrap()).unwrap();
+        c["volume_id"].as_str().unwrap().to_string()
+    }
+
+    fn anchor_path(&self) -> PathBuf {
+        self.state.join(self.volume_id()).join("anchor")
+    }
+
+    fn info(&self) -> serde_json::Value {
+        self.run(&["--json", "info"]).ok().json()
+    }
+}
+
+/// The binary with no volume, state or password settings inherited from the environment.
+fn bare() -> Command {
+    let mut c = Command::new(BIN);
+    c.env_remove("INTACT_VOLUME")
+        .env_remove("INTACT_STATE")
+        .env_remove("INTACT_LOG")
+        .env("INTACT_PASSWORD", PW)
+        .stdin(Stdio::null());
+    c
+}
+
+fn exec(mut c: Command, what: String) -> Run {
+    let out = c.output().expect("run intact");
+    Run::from(out, what)
+}
+
+/// Deterministic pseudo-random bytes (xorshift64*).
+fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut v = Vec::with_capacity(n + 8);
+    while v.len() < n {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        v.extend_from_slice(&x.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
+    }
+    v.truncate(n);
+    v
+}
+
+/// Every file under `dir` with its bytes and modification time.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (Vec<u8>, SystemTime)> {
+    let mut m = BTreeMap::new();
+    if !dir.exists() {
+        return m;
+    }
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let md = e.metadata().unwrap();
+            if md.is_dir() {
+                m.insert(e.path(), (Vec::new(), md.modified().unwrap()));
+                stack.push(e.path());
+            } else {
+                m.insert(
+                    e.path(),
+                    (std::fs::read(e.path()).unwrap(), md.modified().unwrap()),
+                );
+            }
+        }
+    }
+    m
+}
+
+fn files_with_ext(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    snapshot(dir)
+        .into_keys()
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == ext))
+        .collect()
+}
+
+fn flip_byte(path: &Path, off: usize) {
+    let mut b = std::fs::read(path).unwrap();
+    b[off] ^= 0x40;
+    std::fs::write(path, b).unwrap();
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. Happy path
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn put_get_round_trips_at_block_boundaries() {
+    let v = Vol::new();
+    for (i, n) in [0usize, 1, 4095, 4096, 4097, 3 * 4096 + 5]
+        .into_iter()
+        .enumerate()
+    {
+        let data = random_bytes(n, i as u64 + 7);
+        let p = format!("/f{n}");
+        v.put(&p, &data, &[]);
+        assert!(v.get(&p) == data, "round trip of {n} bytes differs");
+        let st = v.run(&["--json", "stat", &p]).ok().json();
+        assert_eq!(st["size"], n as u64);
+        assert_eq!(st["kind"], "file");
+    }
+    // A larger random file spanning several 1 MiB write chunks.
+    let big = random_bytes(3 * 1024 * 1024 + 123, 99);
+    v.put("/big", &big, &[]);
+    assert!(v.get("/big") == big, "3 MB round trip differs");
+    // Overwriting with a shorter file truncates.
+    v.put("/big", b"short", &[]);
+    assert_eq!(v.get("/big"), b"short");
+    // cat prints the bytes.
+    let r = v.run(&["cat", "/f4097"]).ok();
+    assert!(r.stdout == random_bytes(4097, 4 + 7), "cat output differs");
+    v.run(&["fsck"]).ok();
+}
+
+#[test]
+fn stdin_and_stdout() {
+    let v = Vol::new();
+    let data = random_bytes(10_000, 3);
+    v.run_stdin(&["put", "-", "/from-stdin"], &data).ok();
+    let r = v.run(&["get", "/from-stdin", "-"]).ok();
+    assert!(r.stdout == data, "get to stdout differs");
+    // An empty stdin makes an empty file.
+    v.run_stdin(&["put", "-", "/empty"], b"").ok();
+    assert!(v.run(&["get", "/empty", "-"]).ok().stdout.is_empty());
+}
+
+#[test]
+fn namespace_commands() {
+    let v = Vol::new();
+    v.put("/a.txt", b"hello a\n", &[]);
+    v.put("/b.txt", b"hello b\n", &[]);
+
+    // mkdir -p creates parents and is idempotent; plain mkdir of an existing dir fails.
+    v.run(&["mkdir", "-p", "/d1/d2/d3"]).ok();
+    v.run(&["mkdir", "-p", "/d1/d2/d3"]).ok();
+    v.run(&["mkdir", "/d1"])
+        .fails(code::OTHER)
+        .says("already exists");
+    v.run(&["mkdir", "-p", "/a.txt/x"])
+        .fails(code::OTHER)
+        .says("not a directory");
+    v.run(&["mkdir", "/plain"]).ok();
+
+    // ls, ls -l, --json ls
+    let ls = v.run(&["ls"]).ok().out();
+    assert_eq!(
+        ls.lines().collect::<Vec<_>>(),
+        ["a.txt", "b.txt", "d1", "plain"]
+    );
+    let ll = v.run(&["ls", "-l", "/"]).ok().out();
+    let line = ll
+        .lines()
+        .find(|l| l.ends_with(" a.txt"))
+        .expect("a.txt in ls -l");
+    assert!(
+        line.starts_with('-') && line.contains(" 8 "),
+        "ls -l line: {line}"
+    );
+    assert!(
+        ll.lines().any(|l| l.starts_with('d') && l.ends_with(" d1")),
+        "ls -l: {ll}"
+    );
+    let j = v.run(&["--json", "ls", "/"]).ok().json();
+    let rows = j.as_array().expect("array");
+    assert_eq!(rows.len(), 4);
+    let a = rows.iter().find(|r| r["name"] == "a.txt").unwrap();
+    assert_eq!(a["kind"], "file");
+    assert_eq!(a["stat"]["size"], 8);
+    assert_eq!(
+        rows.iter().find(|r| r["name"] == "d1").unwrap()["kind"],
+        "dir"
+    );
+    assert_eq!(v.run(&["ls", "/d1"]).ok().out(), "d2\n");
+    v.run(&["ls", "/nope"])
+        .fails(code::OTHER)
+        .says("no such file");
+
+    // mv: rename, then into a directory.
+    v.run(&["mv", "/a.txt", "/renamed.txt"]).ok();
+    v.run(&["cat", "/a.txt"])
+        .fails(code::OTHER)
+        .says("no such file");
+    assert_eq!(v.run(&["cat", "/renamed.txt"]).ok().stdout, b"hello a\n");
+    v.run(&["mv", "/renamed.txt", "/d1/d2"]).ok();
+    assert_eq!(
+        v.run(&["cat", "/d1/d2/renamed.txt"]).ok().stdout,
+        b"hello a\n"
+    );
+    assert_eq!(v.run(&["ls", "/d1/d2"]).ok().out(), "d3\nrenamed.txt\n");
+    // Moving a directory into itself is refused.
+    v.run(&["mv", "/d1", "/d1/d2/d3"])
+        .fails(code::OTHER)
+        .says("into itself");
+
+    // ln -s and stat showing the target.
+    v.run(&["ln", "-s", "/d1/d2/renamed.txt", "/link"]).ok();
+    let st = v.run(&["stat", "/link"]).ok().out();
+    assert!(
+        st.contains("target: /d1/d2/renamed.txt"),
+        "stat of a symlink: {st}"
+    );
+    assert!(st.contains("Symlink"), "stat of a symlink: {st}");
+    let sj = v.run(&["--json", "stat", "/d1/d2/renamed.txt"]).ok().json();
+    assert_eq!(sj["size"], 8);
+    assert_eq!(sj["kind"], "file");
+    assert!(sj["ino"].as_u64().unwrap() > 0);
+    assert_eq!(sj["file_id"].as_str().unwrap().len(), 32, "file_id: {sj}");
+    v.run(&["ln", "/x", "/y"]).fails(2);
+
+    // rm: a file; a directory needs -r; rm -r removes a tree.
+    v.run(&["rm", "/b.txt"]).ok();
+    v.run(&["rm", "/b.txt"])
+        .fails(code::OTHER)
+        .says("no such file");
+    v.run(&["rm", "/d1"])
+        .fails(code::OTHER)
+        .says("is a directory");
+    v.run(&["rm", "-r", "/d1"]).ok();
+    v.run(&["rm", "/link"]).ok();
+    assert_eq!(v.run(&["ls"]).ok().out(), "plain\n");
+    v.run(&["fsck"]).ok();
+}
+
+#[test]
+fn mv_with_trailing_slash_moves_into_directory() {
+    let v = Vol::new();
+    v.run(&["mkdir", "-p", "/src/inner"]).ok();
+    v.put("/src/inner/f", b"payload", &[]);
+    v.run(&["mkdir", "/dst"]).ok();
+    // `mv /src/ /dst` must move src into dst, not replace the (empty) dst.
+    v.run(&["mv", "/src/", "/dst"]).ok();
+    assert_eq!(v.run(&["ls", "/dst"]).ok().out(), "src\n");
+    assert_eq!(v.run(&["cat", "/dst/src/inner/f"]).ok().stdout, b"payload");
+}
+
+#[test]
+fn rm_r_root_is_refused_and_keeps_files() {
+    let v = Vol::new();
+    v.put("/keep", b"keep me", &[]);
+    v.run(&["rm", "-r", "/"]).fails(code::OTHER).says("root");
+    assert_eq!(v.run(&["cat", "/keep"]).ok().stdout, b"keep me");
+}
+
+#[test]
+fn put_errors_are_clear() {
+    let v = Vol::new();
+    v.run(&["mkdir", "/dir"]).ok();
+    let missing = v.tmp().join("missing-src");
+    v.run(&["put", missing.to_str().unwrap(), "/x"])
+        .fails(code::OTHER)
+        .says("missing-src");
+    v.run(&["put", v.tmp().to_str().unwrap(), "/x"])
+        .fails(code::OTHER)
+        .says("is a directory");
+    v.put("/file", b"x", &[]);
+    let src = v.tmp().join("src.bin");
+    v.run(&["put", src.to_str().unwrap(), "/dir"])
+        .fails(code::OTHER)
+        .says("is a directory");
+    v.run(&["put", src.to_str().unwrap(), "/nope/x"])
+        .fails(code::OTHER)
+        .says("no such file");
+    v.run(&["put", src.to_str().unwrap(), "/x", "--scheme", "rot13"])
+        .fails(code::OTHER)
+        .says("rot13");
+    v.run(&["get", "/dir", "-"])
+        .fails(code::OTHER)
+        .says("is a directory");
+    v.run(&["cat", "/nope"]).fails(code::OTHER).says("/nope");
+    let r = v.run(&["ls"]).ok().out();
+    assert_eq!(r, "dir\nfile\n", "failed puts left entries behind");
+    v.run(&["fsck"]).ok();
+}
+
+#[test]
+fn info_fsck_and_constant_trusted_state() {
+    let v = Vol::new();
+    let i0 = v.info();
+    let trusted = i0["trusted_bytes"].as_u64().expect("trusted_bytes");
+    assert!(trusted > 0);
+    assert_eq!(i0["block_size"], 4096);
+    assert_eq!(i0["scheme"], "mt-eint");
+    assert_eq!(i0["volume_id"], v.volume_id());
+    let anchor_len = std::fs::metadata(v.anchor_path()).unwrap().len();
+    for k in 0..5u64 {
+        v.put(
+            &format!("/f{k}"),
+            &random_bytes(20_000 + k as usize * 4096, k),
+            &[],
+        );
+    }
+    let i1 = v.info();
+    assert_eq!(
+        i1["trusted_bytes"].as_u64(),
+        Some(trusted),
+        "trusted bytes grew with files"
+    );
+    assert_eq!(
+        std::fs::metadata(v.anchor_path()).unwrap().len(),
+        anchor_len,
+        "anchor file grew"
+    );
+    assert!(i1["integrity_bytes"].as_u64().unwrap() > 0, "info: {i1}");
+    assert_eq!(i1["files"], 5);
+    assert!(i1["content_bytes"].as_u64().unwrap() >= 5 * 20_000);
+    assert!(i1["epoch"].as_u64().unwrap() > i0["epoch"].as_u64().unwrap());
+    let text = v.run(&["info"]).ok().out();
+    assert!(
+        text.contains("trusted bytes:") && text.contains("(the anchor, constant)"),
+        "{text}"
+    );
+    let r = v.run(&["fsck"]).ok();
+    assert!(r.stderr.contains("no integrity failures"), "{}", r.stderr);
+    assert!(r.stdout.is_empty());
+    let j = v.run(&["--json", "fsck"]).ok().json();
+    assert_eq!(j["ok"], true);
+    assert_eq!(j["failures"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn per_file_schemes_round_trip() {
+    let v = Vol::new();
+    let data = random_bytes(3 * 4096 + 17, 11);
+    for scheme in ["aead", "mt-eint-cbc", "mt-eint"] {
+        let p = format!("/{scheme}");
+        v.put(&p, &data, &["--scheme", scheme]);
+        assert_eq!(v.get(&p), data, "{scheme}");
+        let st = v.run(&["stat", &p]).ok().out();
+        assert!(
+            st.contains(&format!("scheme: {scheme}")),
+            "stat of {scheme} file:\n{st}"
+        );
+        assert_eq!(v.run(&["--json", "stat", &p]).ok().json()["scheme"], scheme);
+    }
+    v.run(&["fsck"]).ok();
+    // A volume whose default is aead.
+    let w = Vol::with(&["--scheme", "aead"]);
+    w.put("/x", &data, &[]);
+    assert_eq!(w.get("/x"), data);
+    assert_eq!(
+        w.run(&["--json", "stat", "/x"]).ok().json()["scheme"],
+        "aead"
+    );
+    assert_eq!(w.info()["scheme"], "aead");
+}
+
+#[test]
+fn small_and_large_block_sizes() {
+    let data = random_bytes(200 * 1024 + 3, 42);
+    for bs in ["128", "65536"] {
+        let v = Vol::with(&["--block-size", bs]);
+        assert_eq!(v.info()["block_size"].to_string(), bs);
+        v.put("/f", &data, &[]);
+        assert!(v.get("/f") == data, "block size {bs}: round trip differs");
+        v.run(&["fsck"]).ok();
+    }
+    let v = Vol::blank();
+    let dir = v.cipher.to_str().unwrap();
+    v.run(&[
+        "init",
+        dir,
+        "--kdf-memory",
+        "64",
+        "--kdf-passes",
+        "1",
+        "--block-size",
+        "1000",
+    ])
+    .fails(code::CONFIG)
+    .says("block size");
+    v.run(&[
+        "init",
+        dir,
+        "--kdf-memory",
+        "64",
+        "--kdf-passes",
+        "1",
+        "--scheme",
+        "nope",
+    ])
+    .fails(code::OTHER)
+    .says("nope");
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. Wrong password
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn wrong_password_changes_nothing() {
+    let v = Vol::new();
+    v.put("/f", b"secret", &[]);
+    let cipher = snapshot(&v.cipher);
+    let state = snapshot(&v.state);
+    for args in [
+        &["ls"][..],
+        &["put", "-", "/g"],
+        &["rm", "/f"],
+        &["fsck"],
+        &["recover-anchor", "--i-accept-rollback-risk"],
+    ] {
+        v.run_pw("wrong", args)
+            .fails(code::PASSWORD)
+            .says("wrong password");
+    }
+    assert!(
+        snapshot(&v.cipher) == cipher,
+        "the cipher directory changed"
+    );
+    assert!(snapshot(&v.state) == state, "the state directory changed");
+    assert_eq!(v.run(&["cat", "/f"]).ok().stdout, b"secret");
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. Corrupted config
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn corrupted_config() {
+    let v = Vol::new();
+    v.put("/f", b"data", &[]);
+    let conf = v.config_path();
+    let orig = std::fs::read(&conf).unwrap();
+    let text = String::from_utf8(orig.clone()).unwrap();
+    let set = |bytes: &[u8]| std::fs::write(&conf, bytes).unwrap();
+
+    set(&random_bytes(300, 1));
+    v.run(&["ls"])
+        .fails(code::CONFIG)
+        .says("intact.conf is corrupted");
+    set(&orig[..orig.len() / 2]);
+    v.run(&["ls"])
+        .fails(code::CONFIG)
+        .says("intact.conf is corrupted");
+    set(b"");
+    v.run(&["ls"]).fails(code::CONFIG).says("intact.conf");
+    set(b"{}");
+    v.run(&["ls"]).fails(code::CONFIG).says("intact.conf");
+
+    // A field changed to another valid value breaks the key envelope's AAD.
+    assert!(text.contains("\"block_size\": 4096"), "{text}");
+    set(text
+        .replace("\"block_size\": 4096", "\"block_size\": 8192")
+        .as_bytes());
+    v.run(&["ls"])
+        .fails(code::PASSWORD)
+        .says("key envelope was modified");
+    set(text
+        .replace("\"scheme\": \"mt-eint\"", "\"scheme\": \"aead\"")
+        .as_bytes());
+    v.run(&["ls"]).fails(code::PASSWORD).says("wrong password");
+    // Invalid values are configuration errors.
+    set(text
+        .replace("\"block_size\": 4096", "\"block_size\": 4095")
+        .as_bytes());
+    v.run(&["ls"]).fails(code::CONFIG).says("block size");
+    set(text.replace("\"format\": 1", "\"format\": 99").as_bytes());
+    v.run(&["ls"]).fails(code::CONFIG).says("newer");
+    set(text
+        .replace("\"features\": []", "\"features\": [\"warp\"]")
+        .as_bytes());
+    v.run(&["ls"]).fails(code::CONFIG).says("warp");
+    // Argon2 parameters that would take the machine down are refused before use.
+    let mut c: serde_json::Value = serde_json::from_str(&text).unwrap();
+    c["kdf"]["m_kib"] = serde_json::json!(u32::MAX);
+    set(c.to_string().as_bytes());
+    v.run(&["ls"]).fails(code::CONFIG).says("argon2");
+    // A damaged key envelope.
+    let mut c: serde_json::Value = serde_json::from_str(&text).unwrap();
+    c["wrapped_key"] = serde_json::json!("zz");
+    set(c.to_string().as_bytes());
+    v.run(&["ls"]).fails(code::CONFIG).says("wrapped key");
+    // The config deleted.
+    std::fs::remove_file(&conf).unwrap();
+    v.run(&["ls"]).fails(code::CONFIG).says("intact init");
+    v.run(&["put", "-", "/g"])
+        .fails(code::CONFIG)
+        .says("intact init");
+
+    set(&orig);
+    assert_eq!(v.run(&["cat", "/f"]).ok().stdout, b"data");
+    v.run(&["fsck"]).ok();
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. Trusted anchor
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn anchor_corrupt_missing_and_recovered() {
+    let v = Vol::new();
+    let data = random_bytes(50_000, 8);
+    v.put("/f", &data, &[]);
+    v.run(&["mkdir", "/d"]).ok();
+    v.put("/d/g", b"gee", &[]);
+    let anchor = v.anchor_path();
+    assert!(anchor.is_file(), "no anchor at {}", anchor.display());
+    let orig = std::fs::read(&anchor).unwrap();
+
+    for off in [0, orig.len() / 2, orig.len() - 1] {
+        flip_byte(&anchor, off);
+        v.run(&["ls"]).fails(code::CONFIG).says("trusted anchor");
+        v.run(&["put", "-", "/x"])
+            .fails(code::CONFIG)
+            .says("trusted anchor");
+        std::fs::write(&anchor, &orig).unwrap();
+    }
+    std::fs::write(&anchor, &orig[..orig.len() / 2]).unwrap();
+    v.run(&["ls"]).fails(code::CONFIG).says("trusted anchor");
+    std::fs::write(&anchor, b"").unwrap();
+    v.run(&["ls"]).fails(code::CONFIG).says("trusted anchor");
+    std::fs::write(&anchor, &orig).unwrap();
+    assert_eq!(v.run(&["cat", "/d/g"]).ok().stdout, b"gee");
+
+    std::fs::remove_file(&anchor).unwrap();
+    v.run(&["ls"])
+        .fails(code::ANCHOR_MISSING)
+        .says("recover-anchor");
+    v.run(&["put", "-", "/x"])
+        .fails(code::ANCHOR_MISSING)
+        .says("recover-anchor");
+    assert!(!anchor.exists(), "a failed open recreated the anchor");
+
+    let r = v
+        .run(&["recover-anchor"])
+        .fails(code::OTHER)
+        .says("--i-accept-rollback-risk");
+    assert!(r.stderr.contains("rollback"), "{}", r.stderr);
+    assert!(!anchor.exists());
+    v.run_pw("wrong", &["recover-anchor", "--i-accept-rollback-risk"])
+        .fails(code::PASSWORD);
+    assert!(!anchor.exists());
+
+    let r = v.run(&["recover-anchor", "--i-accept-rollback-risk"]).ok();
+    assert!(r.out().contains("anchor restored"), "{}", r.out());
+    assert!(anchor.is_file());
+    assert!(v.get("/f") == data, "contents after recovery");
+    assert_eq!(v.run(&["cat", "/d/g"]).ok().stdout, b"gee");
+    v.run(&["fsck"]).ok();
+    // Writable after recovery, and a second recovery has nothing to do.
+    v.put("/after", b"after", &[]);
+    assert_eq!(v.run(&["cat", "/after"]).ok().stdout, b"after");
+    v.run(&["recover-anchor", "--i-accept-rollback-risk"])
+        .fails(code::OTHER)
+        .says("already exists");
+}
+
+#[test]
+fn anchor_recovery_after_read_only_and_writable_sessions() {
+    // Each writable open advances the trusted epoch; recovery must still give a volume that
+    // opens, reads and writes.
+    let v = Vol::new();
+    v.put("/f", b"one", &[]);
+    v.run(&["ls"]).ok();
+    v.run(&["mkdir", "-p", "/"]).ok();
+    std::fs::remove_file(v.anchor_path()).unwrap();
+    v.run(&["recover-anchor", "--i-accept-rollback-risk"]).ok();
+    assert_eq!(v.run(&["cat", "/f"]).ok().stdout, b"one");
+    v.put("/f", b"two", &[]);
+    assert_eq!(v.run(&["cat", "/f"]).ok().stdout, b"two");
+    v.run(&["fsck"]).ok();
+}
+
+#[test]
+fn rollback_of_the_cipher_directory_is_detected() {
+    let v = Vol::new();
+    v.put("/f", b"version one", &[]);
+    let old = snapshot(&v.cipher);
+    v.put("/f", b"version two!", &[]);
+    // Restore every object of the old state (a rollback of the whole directory).
+    for p in snapshot(&v.cipher).into_keys() {
+        if p.is_file() && !old.contains_key(&p) {
+            std::fs::remove_file(&p).unwrap();
+        }
+    }
+    for (p, (bytes, _)) in &old {
+        if !bytes.is_empty() || p.is_file() {
+            std::fs::write(p, bytes).unwrap();
+        }
+    }
+    let r = v.run(&["cat", "/f"]);
+    assert_ne!(r.code, 0, "a rolled-back volume was read: {:?}", r.out());
+    assert!(
+        r.stdout != b"version one",
+        "rolled-back contents were served"
+    );
+    assert!(
+        [code::INTEGRITY, code::CONFIG].contains(&r.code),
+        "exit {}: {}",
+        r.code,
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("integrity failure") || r.stderr.contains("anchor"),
+        "{}",
+        r.stderr
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. Tampering through the CLI
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn tampered_data_object() {
+    let v = Vol::new();
+    // Big enough that `get` writes whole 1 MiB chunks before it reaches the damage.
+    let data = random_bytes(640 * 4096 + 100, 5);
+    v.run(&["mkdir", "/docs"]).ok();
+    v.put("/docs/report.bin", &data, &[]);
+    v.put("/ok.txt", b"fine", &[]);
+    let largest = files_with_ext(&v.cipher, "d")
+        .into_iter()
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .expect("a .d object");
+    let len = std::fs::metadata(&largest).unwrap().len() as usize;
+    assert!(
+        len >= data.len(),
+        "largest .d object {} is {len} bytes",
+        largest.display()
+    );
+    flip_byte(&largest, len / 10 * 9);
+
+    let dst = v.tmp().join("out.bin");
+    let r = v
+        .run(&["get", "/docs/report.bin", dst.to_str().unwrap()])
+        .fails(code::INTEGRITY);
+    let r = r
+        .says("/docs/report.bin")
+        .says("block")
+        .says("integrity failure");
+    assert!(
+        !r.stderr.contains("\n  "),
+        "one-line message expected: {}",
+        r.stderr
+    );
+    assert!(
+        !dst.exists(),
+        "a failed get left a truncated copy at {}",
+        dst.display()
+    );
+    // An existing destination is not left half-written either.
+    std::fs::write(&dst, b"old").unwrap();
+    v.run(&["get", "/docs/report.bin", dst.to_str().unwrap()])
+        .fails(code::INTEGRITY);
+    assert!(!dst.exists());
+    v.run(&["cat", "/docs/report.bin"])
+        .fails(code::INTEGRITY)
+        .says("/docs/report.bin");
+    v.run(&["get", "/docs/report.bin", "-"])
+        .fails(code::INTEGRITY);
+    // Other files still read.
+    assert_eq!(v.run(&["cat", "/ok.txt"]).ok().stdout, b"fine");
+
+    let r = v
+        .run(&["fsck"])
+        .fails(code::INTEGRITY)
+        .says("integrity failure");
+    let out = r.out();
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(!lines.is_empty(), "fsck printed no failures");
+    for l in &lines {
+        let rest = l
+            .strip_prefix("/docs/report.bin: block ")
+            .unwrap_or_else(|| panic!("fsck line {l:?}"));
+        let (n, what) = rest
+            .split_once(": ")
+            .unwrap_or_else(|| panic!("fsck line {l:?}"));
+        assert!(n.parse::<u64>().unwrap() <= 640, "block index {n}");
+        assert!(!what.is_empty());
+    }
+    // In JSON mode the report is on stdout only.
+    let r = v.run(&["--json", "fsck"]);
+    assert_eq!(r.code, code::INTEGRITY, "{}", r.stderr);
+    let j = r.json();
+    assert_eq!(j["ok"], false);
+    let f = j["failures"].as_array().unwrap();
+    assert!(!f.is_empty());
+    assert_eq!(f[0]["path"], "/docs/report.bin");
+    assert!(f[0]["block"].is_u64(), "{j}");
+}
+
+#[test]
+fn tampered_metadata_objects_never_panic() {
+    // Damage every object in turn (one at a time) and run a reading command: it must fail
+    // cleanly with a non-zero code or succeed with the right bytes; never panic.
+    let v = Vol::new();
+    v.run(&["mkdir", "/d"]).ok();
+    v.put("/d/f", &random_bytes(9000, 1), &[]);
+    let snap = snapshot(&v.cipher);
+    for (p, (bytes, _)) in &snap {
+        if !p.is_file() || bytes.is_empty() || p.ends_with("intact.conf") {
+            continue;
+        }
+        flip_byte(p, bytes.len() / 3);
+        let r = v.run(&["cat", "/d/f"]);
+        if r.code == 0 {
+            assert_eq!(
+                r.stdout,
+                random_bytes(9000, 1),
+                "wrong bytes served after damaging {}",
+                p.display()
+            );
+        } else {
+            assert!(r.stderr.trim().len() > 10, "{}: {}", p.display(), r.stderr);
+        }
+        let f = v.run(&["fsck"]);
+        assert!(
+            f.code == 0 || f.code == code::INTEGRITY || f.code == code::CONFIG,
+            "fsck after damaging {}: {} {}",
+            p.display(),
+            f.code,
+            f.stderr
+        );
+        std::fs::write(p, bytes).unwrap();
+    }
+    v.run(&["fsck"]).ok();
+}
+
+// ---------------------------------------------------------------------------------------
+// 6. Usage errors
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn usage_errors() {
+    let v = Vol::new();
+    // A missing cipher directory.
+    let gone = v.tmp().join("not-there");
+    let mut c = bare();
+    c.arg("--volume")
+        .arg(&gone)
+        .arg("--state")
+        .arg(&v.state)
+        .arg("ls");
+    exec(c, "ls on a missing dir".into())
+        .fails(code::CONFIG)
+        .says("no such directory")
+        .says("not-there");
+    assert!(!gone.exists());
+
+    // No volume at all.
+    let mut c = bare();
+    c.arg("ls");
+    exec(c, "ls without --volume".into())
+        .fails(code::OTHER)
+        .says("--volume")
+        .says("INTACT_VOLUME");
+
+    // INTACT_VOLUME works in place of --volume.
+    let mut c = bare();
+    c.env("INTACT_VOLUME", &v.cipher)
+        .env("INTACT_STATE", &v.state)
+        .args(["mkdir", "/via-env"]);
+    exec(c, "mkdir via env".into()).ok();
+    assert_eq!(v.run(&["ls"]).ok().out(), "via-env\n");
+
+    // A directory that is not a volume.
+    let empty = v.tmp().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let mut c = bare();
+    c.env("INTACT_VOLUME", &empty)
+        .env("INTACT_STATE", &v.state)
+        .arg("ls");
+    exec(c, "ls on a non-volume".into())
+        .fails(code::CONFIG)
+        .says("intact init");
+
+    // init on a non-empty directory, and on an existing volume.
+    let full = v.tmp().join("full");
+    std::fs::create_dir(&full).unwrap();
+    std::fs::write(full.join("x"), b"x").unwrap();
+    v.run(&[
+        "init",
+        full.to_str().unwrap(),
+        "--kdf-memory",
+        "64",
+        "--kdf-passes",
+        "1",
+    ])
+    .fails(code::CONFIG)
+    .says("not empty");
+    assert_eq!(
+        std::fs::read_dir(&full).unwrap().count(),
+        1,
+        "init wrote into a non-empty dir"
+    );
+    let conf = std::fs::read(v.config_path()).unwrap();
+    v.run(&[
+        "init",
+        v.cipher.to_str().unwrap(),
+        "--kdf-memory",
+        "64",
+        "--kdf-passes",
+        "1",
+    ])
+    .fails(code::CONFIG)
+    .says("already exists");
+    assert_eq!(std::fs::read(v.config_path()).unwrap(), conf);
+    // init where a file is in the way.
+    v.run(&["init", full.join("x").to_str().unwrap()])
+        .fails(code::OTHER)
+        .says("creating");
+
+    // Clap usage errors.
+    v.run(&["frobnicate"]).fails(2);
+    v.run(&["put"]).fails(2);
+    assert!(v.run(&["--help"]).ok().out().contains("recover-anchor"));
+}
+
+#[test]
+fn passfile() {
+    let v = Vol::blank();
+    let pf = v.tmp().join("pass");
+    std::fs::write(&pf, format!("{PW}\nignored second line\n")).unwrap();
+    let run = |args: &[&str]| {
+        let mut c = v.cmd(args);
+        c.env_remove("INTACT_PASSWORD").arg("--passfile").arg(&pf);
+        exec(c, format!("{} with passfile", args.join(" ")))
+    };
+    run(&[
+        "init",
+        v.cipher.to_str().unwrap(),
+        "--kdf-memory",
+        "64",
+        "--kdf-passes",
+        "1",
+    ])
+    .ok();
+    run(&["mkdir", "/p"]).ok();
+    // The passfile's first line is the same password as INTACT_PASSWORD.
+    assert_eq!(v.run(&["ls"]).ok().out(), "p\n");
+    // The passfile takes precedence over the environment.
+    let mut c = v.cmd(&["ls"]);
+    c.env("INTACT_PASSWORD", "wrong").arg("--passfile").arg(&pf);
+    exec(c, "ls passfile over env".into()).ok();
+
+    std::fs::write(&pf, b"").unwrap();
+    run(&["ls"])
+        .fails(code::OTHER)
+        .says("passfile")
+        .says("empty");
+    std::fs::write(&pf, b"\nsecond").unwrap();
+    run(&["ls"]).fails(code::OTHER).says("empty");
+    std::fs::write(&pf, b"not it\n").unwrap();
+    run(&["ls"]).fails(code::PASSWORD).says("wrong password");
+    std::fs::remove_file(&pf).unwrap();
+    run(&["ls"]).fails(code::OTHER).says("passfile");
+    v.run_pw("", &["ls"])
+        .fails(code::OTHER)
+        .says("INTACT_PASSWORD is empty");
+}
+
+// ---------------------------------------------------------------------------------------
+// 7. One writer at a time
+// ---------------------------------------------------------------------------------------
+
+fn open_lib(v: &Vol, read_only: bool) -> intact_core::Volume {
+    use intact_core::store::{LocalDirStore, UntrustedStore};
+    use std::sync::Arc;
+    let store: Arc<dyn UntrustedStore> = Arc::new(LocalDirStore::open(&v.cipher).unwrap());
+    intact_core::volume::read_config(store.as_ref()).unwrap();
+    let trusted = intact_core::Volume::state_for(store.as_ref(), &v.state).unwrap();
+    let opts = intact_core::Options {
+        cache_bytes: 1 << 16,
+        read_only,
+    };
+    intact_core::Volume::open(store, Box::new(trusted), PW.as_bytes(), &opts).unwrap()
+}
+
+#[test]
+fn one_writer_at_a_time() {
+    let v = Vol::new();
+    v.put("/f", b"before", &[]);
+
+    let lib = open_lib(&v, false);
+    let cipher = snapshot(&v.cipher);
+    v.run_stdin(&["put", "-", "/g"], b"x")
+        .fails(code::LOCKED)
+        .says("in use");
+    v.run(&["mkdir", "/d"]).fails(code::LOCKED).says("in use");
+    // Readers take a shared lock, which an open writer excludes.
+    v.run(&["cat", "/f"])
+        .fails(code::LOCKED)
+        .says("in use")
+        .says("for writing");
+    v.run(&["fsck"]).fails(code::LOCKED).says("in use");
+    assert!(
+        snapshot(&v.cipher) == cipher,
+        "a refused command changed the cipher directory"
+    );
+    // The library handle still works and its writes land.
+    lib.write_path("/f", 0, b"BEFORE").unwrap();
+    lib.sync().unwrap();
+    drop(lib);
+
+    assert_eq!(v.run(&["cat", "/f"]).ok().stdout, b"BEFORE");
+    v.run_stdin(&["put", "-", "/g"], b"x").ok();
+
+    // A read-only holder admits readers but not writers.
+    let ro = open_lib(&v, true);
+    assert_eq!(v.run(&["cat", "/g"]).ok().stdout, b"x");
+    v.run(&["rm", "/g"]).fails(code::LOCKED).says("in use");
+    drop(ro);
+    v.run(&["rm", "/g"]).ok();
+    v.run(&["fsck"]).ok();
+}
