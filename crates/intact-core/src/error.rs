@@ -140,17 +140,27 @@ impl fmt::Display for FsErrorKind {
 impl Error {
     /// Builds an I/O error naming what was accessed.
     pub fn io(what: impl Into<String>, source: std::io::Error) -> Self {
-        Error::Io { what: what.into(), source }
+        Error::Io {
+            what: what.into(),
+            source,
+        }
     }
 
     /// Builds an integrity error.
     pub fn tampered(subject: Subject, block: Option<u64>, what: impl Into<String>) -> Self {
-        Error::Tampered { subject, block, what: what.into() }
+        Error::Tampered {
+            subject,
+            block,
+            what: what.into(),
+        }
     }
 
     /// Builds a file-system error for a path.
     pub fn fs(path: impl Into<String>, kind: FsErrorKind) -> Self {
-        Error::Fs { path: path.into(), kind }
+        Error::Fs {
+            path: path.into(),
+            kind,
+        }
     }
 
     /// True for integrity (tamper) failures.
@@ -162,7 +172,15 @@ impl Error {
     /// learns the path); a failure already naming a path or structure keeps its subject.
     pub fn with_subject(self, subject: Subject) -> Self {
         match self {
-            Error::Tampered { subject: Subject::Inode(_), block, what } => Error::Tampered { subject, block, what },
+            Error::Tampered {
+                subject: Subject::Inode(_),
+                block,
+                what,
+            } => Error::Tampered {
+                subject,
+                block,
+                what,
+            },
             other => other,
         }
     }

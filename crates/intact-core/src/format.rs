@@ -158,7 +158,16 @@ impl Inode {
 
     /// A free record linking to `next`.
     pub fn free(next: u64) -> Self {
-        let mut i = Inode::new(Kind::Free, SchemeId::Aead, [0; 16], TreeState { leaves: 0, root: [0; 32] }, 0);
+        let mut i = Inode::new(
+            Kind::Free,
+            SchemeId::Aead,
+            [0; 16],
+            TreeState {
+                leaves: 0,
+                root: [0; 32],
+            },
+            0,
+        );
         i.mode = 0;
         i.nlink = 0;
         i.link = next;
@@ -196,7 +205,11 @@ impl Inode {
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
         let kind = Kind::from_u8(b[0])?;
-        let scheme = if kind == Kind::Free { SchemeId::Aead } else { SchemeId::from_code(b[1])? };
+        let scheme = if kind == Kind::Free {
+            SchemeId::Aead
+        } else {
+            SchemeId::from_code(b[1])?
+        };
         let mut root = [0u8; 32];
         root.copy_from_slice(&b[80..112]);
         let mut id = [0u8; 16];
@@ -212,7 +225,10 @@ impl Inode {
             mtime_ns: u64_at(32) as i64,
             ctime_ns: u64_at(40) as i64,
             id,
-            tree: TreeState { leaves: u64_at(72), root },
+            tree: TreeState {
+                leaves: u64_at(72),
+                root,
+            },
             ctr_hw: u64_at(112),
             link: u64_at(120),
             counters: TrustedCounters::decode(&b[128..128 + TCTR_SIZE]).ok()?,
@@ -270,14 +286,19 @@ impl Anchor {
     pub fn decode(bytes: &[u8], key: &SubKey) -> Result<Anchor> {
         let corrupt = |what: &str| Error::AnchorCorrupt(what.to_string());
         if bytes.len() != ANCHOR_SIZE {
-            return Err(corrupt(&format!("size {} instead of {ANCHOR_SIZE}", bytes.len())));
+            return Err(corrupt(&format!(
+                "size {} instead of {ANCHOR_SIZE}",
+                bytes.len()
+            )));
         }
         if &bytes[..8] != ANCHOR_MAGIC {
             return Err(corrupt("bad magic"));
         }
         let (body, mac) = bytes.split_at(ANCHOR_SIZE - 32);
         if !crate::crypto::ct_eq(&key.mac(&[body]), mac) {
-            return Err(corrupt("MAC does not verify (damaged, or the anchor of another volume or key)"));
+            return Err(corrupt(
+                "MAC does not verify (damaged, or the anchor of another volume or key)",
+            ));
         }
         let mut r = Reader { b: body, pos: 8 };
         let mut volume_id = [0u8; 16];
@@ -293,8 +314,15 @@ impl Anchor {
             0xff => None,
             _ => return Err(corrupt("bad journal slot")),
         };
-        let itable = Inode::decode(r.take(RECORD_SIZE).unwrap()).ok_or_else(|| corrupt("bad inode-table record"))?;
-        Ok(Anchor { volume_id, epoch, ctr_next, journal, itable })
+        let itable = Inode::decode(r.take(RECORD_SIZE).unwrap())
+            .ok_or_else(|| corrupt("bad inode-table record"))?;
+        Ok(Anchor {
+            volume_id,
+            epoch,
+            ctr_next,
+            journal,
+            itable,
+        })
     }
 }
 
@@ -358,8 +386,14 @@ impl Config {
                 c.format
             )));
         }
-        if let Some(f) = c.features.iter().find(|f| !KNOWN_FEATURES.contains(&f.as_str())) {
-            return Err(Error::Config(format!("unknown feature flag {f:?}: written by a newer intact")));
+        if let Some(f) = c
+            .features
+            .iter()
+            .find(|f| !KNOWN_FEATURES.contains(&f.as_str()))
+        {
+            return Err(Error::Config(format!(
+                "unknown feature flag {f:?}: written by a newer intact"
+            )));
         }
         check_block_size(c.block_size)?;
         SchemeId::parse(&c.scheme)?;
@@ -381,7 +415,9 @@ impl Config {
 /// Block sizes must be powers of two from 128 B to 64 KiB.
 pub fn check_block_size(bs: u32) -> Result<()> {
     if !(128..=65536).contains(&bs) || !bs.is_power_of_two() {
-        return Err(Error::Config(format!("block size {bs} is not a power of two in 128..=65536")));
+        return Err(Error::Config(format!(
+            "block size {bs} is not a power of two in 128..=65536"
+        )));
     }
     Ok(())
 }
@@ -401,7 +437,11 @@ impl ObjectNames {
     pub fn of(id: &FileId) -> Self {
         let h = hex::encode(id);
         let base = format!("f/{}/{}", &h[..2], h);
-        ObjectNames { data: format!("{base}.d"), meta: format!("{base}.m"), ctrs: format!("{base}.c") }
+        ObjectNames {
+            data: format!("{base}.d"),
+            meta: format!("{base}.m"),
+            ctrs: format!("{base}.c"),
+        }
     }
 }
 

@@ -61,7 +61,10 @@ struct ObjState {
 
 impl ObjState {
     fn staged(&self) -> bool {
-        self.deleted || self.cut.is_some() || !self.ranges.is_empty() || self.len != self.committed_len
+        self.deleted
+            || self.cut.is_some()
+            || !self.ranges.is_empty()
+            || self.len != self.committed_len
     }
 }
 
@@ -75,9 +78,18 @@ pub struct Tx {
 /// One journal operation (the final image of a range, a length, or a deletion).
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Op {
-    Write { name: String, off: u64, data: Vec<u8> },
-    SetLen { name: String, len: u64 },
-    Delete { name: String },
+    Write {
+        name: String,
+        off: u64,
+        data: Vec<u8>,
+    },
+    SetLen {
+        name: String,
+        len: u64,
+    },
+    Delete {
+        name: String,
+    },
 }
 
 /// A journal ready to be sealed: its bytes are durable in `slot`.
@@ -91,7 +103,11 @@ pub struct Prepared {
 impl Tx {
     /// A new, empty transaction over `store`.
     pub fn new(store: Arc<dyn UntrustedStore>) -> Self {
-        Tx { store, objs: HashMap::new(), overlay_bytes: 0 }
+        Tx {
+            store,
+            objs: HashMap::new(),
+            overlay_bytes: 0,
+        }
     }
 
     /// The underlying store.
@@ -109,7 +125,11 @@ impl Tx {
             let len = self.store.len(name)?;
             self.objs.insert(
                 name.to_string(),
-                ObjState { committed_len: len, len, ..Default::default() },
+                ObjState {
+                    committed_len: len,
+                    len,
+                    ..Default::default()
+                },
             );
         }
         Ok(self.objs.get_mut(name).expect("inserted above"))
@@ -149,7 +169,12 @@ impl Tx {
         }
         // Overlay ranges on top.
         let end = off + inside as u64;
-        let first = st.ranges.range(..=off).next_back().map(|(k, _)| *k).unwrap_or(off);
+        let first = st
+            .ranges
+            .range(..=off)
+            .next_back()
+            .map(|(k, _)| *k)
+            .unwrap_or(off);
         for (&s, data) in st.ranges.range(first..end) {
             let e = s + data.len() as u64;
             if e <= off {
@@ -234,12 +259,21 @@ impl Tx {
     /// Step 1 of a commit: makes direct writes durable, then writes and syncs the journal
     /// into the slot other than `current` (when there is anything to journal).
     pub fn prepare(&mut self, key: &SubKey, epoch: u64, current: Option<u8>) -> Result<Prepared> {
-        let direct: Vec<String> =
-            self.objs.iter().filter(|(_, s)| s.direct).map(|(n, _)| n.clone()).collect();
+        let direct: Vec<String> = self
+            .objs
+            .iter()
+            .filter(|(_, s)| s.direct)
+            .map(|(n, _)| n.clone())
+            .collect();
         if !direct.is_empty() {
             self.store.sync(&direct)?;
         }
-        let mut names: Vec<&String> = self.objs.iter().filter(|(_, s)| s.staged()).map(|(n, _)| n).collect();
+        let mut names: Vec<&String> = self
+            .objs
+            .iter()
+            .filter(|(_, s)| s.staged())
+            .map(|(n, _)| n)
+            .collect();
         names.sort();
         let mut ops = Vec::new();
         for name in names {
@@ -249,12 +283,22 @@ impl Tx {
                 continue;
             }
             if let Some(cut) = st.cut {
-                ops.push(Op::SetLen { name: name.clone(), len: cut });
+                ops.push(Op::SetLen {
+                    name: name.clone(),
+                    len: cut,
+                });
             }
             for (&off, data) in &st.ranges {
-                ops.push(Op::Write { name: name.clone(), off, data: data.clone() });
+                ops.push(Op::Write {
+                    name: name.clone(),
+                    off,
+                    data: data.clone(),
+                });
             }
-            ops.push(Op::SetLen { name: name.clone(), len: st.len.unwrap_or(0) });
+            ops.push(Op::SetLen {
+                name: name.clone(),
+                len: st.len.unwrap_or(0),
+            });
         }
         if ops.is_empty() {
             return Ok(Prepared { journal: None, ops });
@@ -267,7 +311,14 @@ impl Tx {
         let digest = key.mac(&[&bytes]);
         let name = journal_name(slot);
         self.store.replace(&name, &bytes)?;
-        Ok(Prepared { journal: Some(JournalRef { slot, len: bytes.len() as u64, digest }), ops })
+        Ok(Prepared {
+            journal: Some(JournalRef {
+                slot,
+                len: bytes.len() as u64,
+                digest,
+            }),
+            ops,
+        })
     }
 
     /// Step 3 of a commit (after the anchor is sealed): applies the journal in place,
@@ -312,7 +363,11 @@ impl Tx {
 pub fn load_journal(store: &dyn UntrustedStore, key: &SubKey, r: &JournalRef) -> Result<Vec<u8>> {
     let name = journal_name(r.slot);
     let bytes = store.read_all(&name)?.ok_or_else(|| {
-        Error::tampered(Subject::Journal, None, format!("{name} named by the anchor is missing"))
+        Error::tampered(
+            Subject::Journal,
+            None,
+            format!("{name} named by the anchor is missing"),
+        )
     })?;
     if bytes.len() as u64 != r.len || !crate::crypto::ct_eq(&key.mac(&[&bytes]), &r.digest) {
         return Err(Error::tampered(
@@ -362,7 +417,11 @@ fn insert_range(ranges: &mut BTreeMap<u64, Vec<u8>>, off: u64, data: &[u8]) -> i
     let mut after: Vec<u8> = Vec::new();
     let mut removed = 0usize;
     // Collect ranges that overlap or touch [off, end].
-    let start_key = ranges.range(..=off).next_back().map(|(k, _)| *k).unwrap_or(off);
+    let start_key = ranges
+        .range(..=off)
+        .next_back()
+        .map(|(k, _)| *k)
+        .unwrap_or(off);
     let keys: Vec<u64> = ranges.range(start_key..=end).map(|(k, _)| *k).collect();
     for k in keys {
         let v = &ranges[&k];
@@ -441,7 +500,8 @@ fn encode_journal(epoch: u64, ops: &[Op]) -> Vec<u8> {
 }
 
 fn decode_journal(b: &[u8]) -> Result<(u64, Vec<Op>)> {
-    let bad = |what: &str| Error::tampered(Subject::Journal, None, format!("malformed journal: {what}"));
+    let bad =
+        |what: &str| Error::tampered(Subject::Journal, None, format!("malformed journal: {what}"));
     let mut r = Reader { b, pos: 0 };
     if r.take(8).ok_or_else(|| bad("short"))? != JOURNAL_MAGIC {
         return Err(bad("magic"));
@@ -460,9 +520,16 @@ fn decode_journal(b: &[u8]) -> Result<(u64, Vec<Op>)> {
             1 => {
                 let off = r.u64().ok_or_else(|| bad("offset"))?;
                 let len = r.u32().ok_or_else(|| bad("length"))? as usize;
-                Op::Write { name, off, data: r.take(len).ok_or_else(|| bad("data"))?.to_vec() }
+                Op::Write {
+                    name,
+                    off,
+                    data: r.take(len).ok_or_else(|| bad("data"))?.to_vec(),
+                }
             }
-            2 => Op::SetLen { name, len: r.u64().ok_or_else(|| bad("length"))? },
+            2 => Op::SetLen {
+                name,
+                len: r.u64().ok_or_else(|| bad("length"))?,
+            },
             3 => Op::Delete { name },
             _ => return Err(bad("op code")),
         });
@@ -582,7 +649,9 @@ mod tests {
         assert!(store.len("b").unwrap().is_none());
         // A modified journal is a tamper error.
         store.with_object("journal.1", |o| o[30] ^= 1);
-        assert!(load_journal(store.as_ref(), &key(), &r).unwrap_err().is_tampered());
+        assert!(load_journal(store.as_ref(), &key(), &r)
+            .unwrap_err()
+            .is_tampered());
     }
 
     #[test]
@@ -591,7 +660,14 @@ mod tests {
             let junk: Vec<u8> = (0..len).map(|i| (i * 37 % 251) as u8).collect();
             let _ = decode_journal(&junk);
         }
-        let mut ok = encode_journal(1, &[Op::Write { name: "x".into(), off: 0, data: vec![1; 4] }]);
+        let mut ok = encode_journal(
+            1,
+            &[Op::Write {
+                name: "x".into(),
+                off: 0,
+                data: vec![1; 4],
+            }],
+        );
         ok.truncate(ok.len() - 1);
         assert!(decode_journal(&ok).is_err());
     }

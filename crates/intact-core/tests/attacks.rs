@@ -42,7 +42,11 @@ impl Fx {
         vol.write_path("/d2/y", 0, &pattern(5, 100)).unwrap();
         vol.sync().unwrap();
         drop(vol);
-        Fx { store, trusted, scheme }
+        Fx {
+            store,
+            trusted,
+            scheme,
+        }
     }
 
     fn vol(&self) -> intact_core::Result<Volume> {
@@ -56,7 +60,11 @@ impl Fx {
 
     /// Byte range of block `i` in the data object.
     fn block(&self, i: usize) -> std::ops::Range<usize> {
-        let stride = if self.scheme == SchemeId::Aead { BS + 28 } else { BS };
+        let stride = if self.scheme == SchemeId::Aead {
+            BS + 28
+        } else {
+            BS
+        };
         i * stride..(i + 1) * stride
     }
 
@@ -119,7 +127,9 @@ fn list_outcome(fx: &Fx, path: &str) -> Outcome {
 fn flip_bit(fx: &Fx) -> Outcome {
     let n = fx.names("/a");
     let r = fx.block(1);
-    fx.store.with_object(&n.data, |o| o[r.start + 100] ^= 0x10).unwrap();
+    fx.store
+        .with_object(&n.data, |o| o[r.start + 100] ^= 0x10)
+        .unwrap();
     read_outcome(fx, "/a")
 }
 
@@ -141,7 +151,9 @@ fn copy_from_other_file(fx: &Fx) -> Outcome {
     let (na, nb) = (fx.names("/a"), fx.names("/b"));
     let r = fx.block(1);
     let other = fx.store.read_all(&nb.data).unwrap().unwrap()[r.clone()].to_vec();
-    fx.store.with_object(&na.data, |o| o[r].copy_from_slice(&other)).unwrap();
+    fx.store
+        .with_object(&na.data, |o| o[r].copy_from_slice(&other))
+        .unwrap();
     read_outcome(fx, "/a")
 }
 
@@ -157,7 +169,9 @@ fn replay_block(fx: &Fx) -> Outcome {
     // The block's older ciphertext, with its older metadata (tree nodes, counters).
     let r = fx.block(1);
     let old_block = old[&n.data][r.clone()].to_vec();
-    fx.store.with_object(&n.data, |o| o[r].copy_from_slice(&old_block)).unwrap();
+    fx.store
+        .with_object(&n.data, |o| o[r].copy_from_slice(&old_block))
+        .unwrap();
     fx.restore_objects(&old, &[&n.meta, &n.ctrs]);
     read_outcome(fx, "/a")
 }
@@ -204,9 +218,19 @@ fn delete_objects(fx: &Fx) -> Outcome {
 fn swap_files(fx: &Fx) -> Outcome {
     let (na, nb) = (fx.names("/a"), fx.names("/b"));
     let snap = fx.snapshot();
-    for (x, y) in [(&na.data, &nb.data), (&na.meta, &nb.meta), (&na.ctrs, &nb.ctrs)] {
-        fx.restore_objects(&BTreeMap::from([(x.clone(), snap.get(y).cloned().unwrap_or_default())]), &[x]);
-        fx.restore_objects(&BTreeMap::from([(y.clone(), snap.get(x).cloned().unwrap_or_default())]), &[y]);
+    for (x, y) in [
+        (&na.data, &nb.data),
+        (&na.meta, &nb.meta),
+        (&na.ctrs, &nb.ctrs),
+    ] {
+        fx.restore_objects(
+            &BTreeMap::from([(x.clone(), snap.get(y).cloned().unwrap_or_default())]),
+            &[x],
+        );
+        fx.restore_objects(
+            &BTreeMap::from([(y.clone(), snap.get(x).cloned().unwrap_or_default())]),
+            &[y],
+        );
     }
     read_outcome(fx, "/a")
 }
@@ -258,16 +282,41 @@ type Attack = fn(&Fx) -> Outcome;
 const ATTACKS: [(&str, Attack, &str, Option<u64>); 12] = [
     ("1 bit flipped in a data block", flip_bit, "/a", Some(1)),
     ("2 two blocks swapped", swap_blocks, "/a", Some(0)),
-    ("3 block copied from another file", copy_from_other_file, "/a", Some(1)),
-    ("4 one block replayed with its metadata", replay_block, "/a", Some(1)),
+    (
+        "3 block copied from another file",
+        copy_from_other_file,
+        "/a",
+        Some(1),
+    ),
+    (
+        "4 one block replayed with its metadata",
+        replay_block,
+        "/a",
+        Some(1),
+    ),
     ("5 whole file rolled back", rollback_file, "/a", None),
-    ("6 whole cipher directory rolled back", rollback_volume, "", None),
+    (
+        "6 whole cipher directory rolled back",
+        rollback_volume,
+        "",
+        None,
+    ),
     ("7 backing object truncated", truncate_object, "/a", Some(1)),
     ("8 file's objects deleted", delete_objects, "/a", None),
     ("9 two files' objects swapped", swap_files, "/a", None),
-    ("10 file moved between directories", move_between_dirs, "/d2", None),
+    (
+        "10 file moved between directories",
+        move_between_dirs,
+        "/d2",
+        None,
+    ),
     ("11 deleted file resurrected", resurrect, "", None),
-    ("12 data block overwritten with zeros", zero_block, "/a", Some(2)),
+    (
+        "12 data block overwritten with zeros",
+        zero_block,
+        "/a",
+        Some(2),
+    ),
 ];
 
 /// Which attacks a scheme cannot detect (by design).
@@ -287,21 +336,37 @@ fn run_all(scheme: SchemeId) {
         let outcome = attack(&fx);
         let expect_undetected = undetected_by(scheme).contains(&number);
         match (&outcome, expect_undetected) {
-            (Outcome::Detected(Error::Tampered { subject, block: b, what }), false) => {
+            (
+                Outcome::Detected(Error::Tampered {
+                    subject,
+                    block: b,
+                    what,
+                }),
+                false,
+            ) => {
                 if !path.is_empty() {
-                    assert_eq!(subject, &Subject::Path(path.to_string()), "{scheme:?} attack {name}: wrong subject ({what})");
+                    assert_eq!(
+                        subject,
+                        &Subject::Path(path.to_string()),
+                        "{scheme:?} attack {name}: wrong subject ({what})"
+                    );
                 }
                 if block.is_some() {
                     assert_eq!(b, block, "{scheme:?} attack {name}: wrong block ({what})");
                 }
                 report.push(format!("{name}: detected: {}", outcome_text(&outcome)));
             }
-            (Outcome::Detected(e), false) => panic!("{scheme:?} attack {name}: failed with a non-integrity error: {e}"),
+            (Outcome::Detected(e), false) => {
+                panic!("{scheme:?} attack {name}: failed with a non-integrity error: {e}")
+            }
             (Outcome::Undetected(_), false) => panic!("{scheme:?} attack {name}: NOT detected"),
             (Outcome::Undetected(bytes), true) => {
                 // Record what the user silently gets: the older, authentic content.
                 assert!(!bytes.is_empty());
-                report.push(format!("{name}: undetected by {} (no freshness)", scheme.name()));
+                report.push(format!(
+                    "{name}: undetected by {} (no freshness)",
+                    scheme.name()
+                ));
             }
             (Outcome::Detected(e), true) => {
                 panic!("{scheme:?} attack {name}: expected undetected under this scheme, but: {e}")

@@ -95,30 +95,57 @@ fn read_state(vol: &Volume) -> Result<Model> {
     Ok(m)
 }
 
-fn check_recovered(image: MemStore, trusted: &MemTrusted, points: &[Model], done: usize, what: &str) {
+fn check_recovered(
+    image: MemStore,
+    trusted: &MemTrusted,
+    points: &[Model],
+    done: usize,
+    what: &str,
+) {
     let image = Arc::new(image);
     // A second crash, during recovery itself (journal replay, counter reservation).
-    let faulty = Arc::new(FaultStore::with_mem(MemStore::from_snapshot(image.snapshot())));
-    faulty.set_plan(FaultPlan { crash_after_writes: Some(1), ..Default::default() });
+    let faulty = Arc::new(FaultStore::with_mem(MemStore::from_snapshot(
+        image.snapshot(),
+    )));
+    faulty.set_plan(FaultPlan {
+        crash_after_writes: Some(1),
+        ..Default::default()
+    });
     if let Ok(v) = open(faulty.clone(), trusted) {
         drop(v);
     }
     let second = faulty.crash_image(CrashImage::Random(7));
-    for (label, store) in [("first recovery", image.clone()), ("after a crash during recovery", Arc::new(second))] {
+    for (label, store) in [
+        ("first recovery", image.clone()),
+        ("after a crash during recovery", Arc::new(second)),
+    ] {
         let vol = open(store.clone() as Arc<dyn UntrustedStore>, trusted)
             .unwrap_or_else(|e| panic!("{what} ({label}): reopen failed: {e}"));
-        let state = read_state(&vol).unwrap_or_else(|e| panic!("{what} ({label}): read failed: {e}"));
-        let ok = points.iter().enumerate().skip(done.saturating_sub(1)).any(|(k, p)| (k + 1 >= done) && p == &state);
+        let state =
+            read_state(&vol).unwrap_or_else(|e| panic!("{what} ({label}): read failed: {e}"));
+        let ok = points
+            .iter()
+            .enumerate()
+            .skip(done.saturating_sub(1))
+            .any(|(k, p)| (k + 1 >= done) && p == &state);
         assert!(
             ok,
             "{what} ({label}): state after recovery matches no sync point >= {done}:\n{:?}",
             state.iter().map(|(k, v)| (k, v.len())).collect::<Vec<_>>()
         );
         // Objects of the lost transaction are orphans: removing them changes nothing.
-        vol.remove_orphans().unwrap_or_else(|e| panic!("{what} ({label}): remove_orphans: {e}"));
+        vol.remove_orphans()
+            .unwrap_or_else(|e| panic!("{what} ({label}): remove_orphans: {e}"));
         assert!(vol.orphans().unwrap().is_empty());
-        assert_eq!(read_state(&vol).unwrap(), state, "{what} ({label}): orphan removal changed the state");
-        assert!(vol.fsck(&mut |_| {}).unwrap().is_empty(), "{what} ({label}): fsck after orphan removal");
+        assert_eq!(
+            read_state(&vol).unwrap(),
+            state,
+            "{what} ({label}): orphan removal changed the state"
+        );
+        assert!(
+            vol.fsck(&mut |_| {}).unwrap().is_empty(),
+            "{what} ({label}): fsck after orphan removal"
+        );
         drop(vol);
     }
 }
@@ -141,7 +168,10 @@ fn crash_everywhere(scheme: SchemeId, bs: usize) {
         let trusted = MemTrusted::new();
         let vol = create(store.clone(), &trusted, scheme, bs as u32);
         store.reset_counters();
-        store.set_plan(FaultPlan { crash_after_writes: Some(n), ..Default::default() });
+        store.set_plan(FaultPlan {
+            crash_after_writes: Some(n),
+            ..Default::default()
+        });
         // The sync point 0 is the freshly created, empty volume.
         let mut points = vec![BTreeMap::new()];
         let mut done = 1;
@@ -151,9 +181,19 @@ fn crash_everywhere(scheme: SchemeId, bs: usize) {
             assert!(!e.is_tampered(), "crash surfaced as a tamper error: {e}");
         }
         drop(vol);
-        for mode in [CrashImage::DurableOnly, CrashImage::Random(n), CrashImage::All] {
+        for mode in [
+            CrashImage::DurableOnly,
+            CrashImage::Random(n),
+            CrashImage::All,
+        ] {
             let image = store.crash_image(mode);
-            check_recovered(image, &trusted, &points, done, &format!("{scheme:?} bs {bs} crash after write {n}/{total} {mode:?}"));
+            check_recovered(
+                image,
+                &trusted,
+                &points,
+                done,
+                &format!("{scheme:?} bs {bs} crash after write {n}/{total} {mode:?}"),
+            );
         }
     }
 }
@@ -185,10 +225,16 @@ fn eio_during_commit_is_reported_and_recoverable() {
     vol.sync().unwrap();
     store.reset_counters();
     vol.write_path("/x", 100, b"changed").unwrap();
-    store.set_plan(FaultPlan { fail_eio_on: Some(2), ..Default::default() });
+    store.set_plan(FaultPlan {
+        fail_eio_on: Some(2),
+        ..Default::default()
+    });
     let e = vol.sync().unwrap_err();
     assert!(!e.is_tampered(), "{e}");
-    assert!(vol.write_path("/x", 0, b"more").is_err(), "a failed commit must stop further writes");
+    assert!(
+        vol.write_path("/x", 0, b"more").is_err(),
+        "a failed commit must stop further writes"
+    );
     drop(vol);
     let vol = open(store.clone(), &trusted).unwrap();
     let data = read_all(&vol, "/x").unwrap();

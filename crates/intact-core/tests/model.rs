@@ -17,10 +17,23 @@ const SLOTS: [&str; 4] = ["/a", "/b", "/d/c", "/d/e"];
 #[derive(Debug, Clone)]
 enum Op {
     /// Write `len` bytes at `off` (offsets in units scaled by the block size below).
-    Write { slot: usize, off: u32, len: u32, seed: u8 },
-    Truncate { slot: usize, size: u32 },
-    Rename { from: usize, to: usize },
-    Unlink { slot: usize },
+    Write {
+        slot: usize,
+        off: u32,
+        len: u32,
+        seed: u8,
+    },
+    Truncate {
+        slot: usize,
+        size: u32,
+    },
+    Rename {
+        from: usize,
+        to: usize,
+    },
+    Unlink {
+        slot: usize,
+    },
     Sync,
     Reopen,
 }
@@ -60,7 +73,12 @@ fn run(scheme: SchemeId, bs: usize, ops: Vec<Op>) {
     for op in ops {
         let v = vol.as_ref().unwrap();
         match op {
-            Op::Write { slot, off, len, seed } => {
+            Op::Write {
+                slot,
+                off,
+                len,
+                seed,
+            } => {
                 let path = SLOTS[slot];
                 let off = scale(off, bs);
                 let len = scale(len, bs);
@@ -77,7 +95,11 @@ fn run(scheme: SchemeId, bs: usize, ops: Vec<Op>) {
                     }
                     f[off..off + len].copy_from_slice(&data);
                 }
-                assert_eq!(&read_all(v, path).unwrap(), &model[path], "{path} after write");
+                assert_eq!(
+                    &read_all(v, path).unwrap(),
+                    &model[path],
+                    "{path} after write"
+                );
             }
             Op::Truncate { slot, size } => {
                 let path = SLOTS[slot];
@@ -85,7 +107,11 @@ fn run(scheme: SchemeId, bs: usize, ops: Vec<Op>) {
                     let size = scale(size, bs);
                     v.truncate(path, size as u64).unwrap();
                     f.resize(size, 0);
-                    assert_eq!(&read_all(v, path).unwrap(), &model[path], "{path} after truncate");
+                    assert_eq!(
+                        &read_all(v, path).unwrap(),
+                        &model[path],
+                        "{path} after truncate"
+                    );
                 }
             }
             Op::Rename { from, to } => {
@@ -118,8 +144,17 @@ fn run(scheme: SchemeId, bs: usize, ops: Vec<Op>) {
             None => assert!(v.stat(path).is_err(), "{path} should not exist"),
         }
     }
-    let names: Vec<String> = v.readdir("/d").unwrap().into_iter().map(|e| e.name).collect();
-    let expect: Vec<String> = model.keys().filter_map(|p| p.strip_prefix("/d/")).map(String::from).collect();
+    let names: Vec<String> = v
+        .readdir("/d")
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    let expect: Vec<String> = model
+        .keys()
+        .filter_map(|p| p.strip_prefix("/d/"))
+        .map(String::from)
+        .collect();
     assert_eq!(names, expect);
     // Everything written is intact on disk too.
     drop(vol.take());
@@ -128,7 +163,11 @@ fn run(scheme: SchemeId, bs: usize, ops: Vec<Op>) {
 }
 
 fn config() -> ProptestConfig {
-    ProptestConfig { cases: 24, max_shrink_iters: 200, ..ProptestConfig::default() }
+    ProptestConfig {
+        cases: 24,
+        max_shrink_iters: 200,
+        ..ProptestConfig::default()
+    }
 }
 
 macro_rules! model_test {

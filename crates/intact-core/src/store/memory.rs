@@ -29,7 +29,9 @@ impl MemStore {
 
     /// Builds a store from a snapshot.
     pub fn from_snapshot(snap: BTreeMap<String, Vec<u8>>) -> Self {
-        MemStore { objects: RwLock::new(snap) }
+        MemStore {
+            objects: RwLock::new(snap),
+        }
     }
 
     /// Direct mutable access to one object's bytes (for attack tests).
@@ -39,7 +41,10 @@ impl MemStore {
 }
 
 fn not_found(name: &str) -> Error {
-    Error::io(name, std::io::Error::new(std::io::ErrorKind::NotFound, "no such object"))
+    Error::io(
+        name,
+        std::io::Error::new(std::io::ErrorKind::NotFound, "no such object"),
+    )
 }
 
 impl UntrustedStore for MemStore {
@@ -65,12 +70,22 @@ impl UntrustedStore for MemStore {
     }
 
     fn len(&self, name: &str) -> Result<Option<u64>> {
-        Ok(self.objects.read().unwrap().get(name).map(|o| o.len() as u64))
+        Ok(self
+            .objects
+            .read()
+            .unwrap()
+            .get(name)
+            .map(|o| o.len() as u64))
     }
 
     fn set_len(&self, name: &str, len: u64) -> Result<()> {
         check_name(name)?;
-        self.objects.write().unwrap().entry(name.to_string()).or_default().resize(len as usize, 0);
+        self.objects
+            .write()
+            .unwrap()
+            .entry(name.to_string())
+            .or_default()
+            .resize(len as usize, 0);
         Ok(())
     }
 

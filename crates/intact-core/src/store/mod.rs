@@ -79,7 +79,9 @@ pub trait UntrustedStore: Send + Sync {
 
     /// Reads a whole object, or `None` when it does not exist.
     fn read_all(&self, name: &str) -> Result<Option<Vec<u8>>> {
-        let Some(len) = self.len(name)? else { return Ok(None) };
+        let Some(len) = self.len(name)? else {
+            return Ok(None);
+        };
         let mut buf = vec![0u8; len as usize];
         let n = self.read_at(name, 0, &mut buf)?;
         buf.truncate(n);
@@ -132,7 +134,9 @@ impl<T: UntrustedStore + ?Sized> UntrustedStore for std::sync::Arc<T> {
 pub fn check_name(name: &str) -> Result<()> {
     let bad = name.is_empty()
         || name.starts_with('/')
-        || name.split('/').any(|c| c.is_empty() || c == "." || c == "..")
+        || name
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
         || name.contains('\0');
     if bad {
         return Err(crate::Error::Invalid(format!("bad object name {name:?}")));

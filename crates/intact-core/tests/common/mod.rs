@@ -9,20 +9,40 @@ use std::sync::Arc;
 
 pub const PW: &[u8] = b"correct horse";
 
-pub fn create(store: Arc<dyn UntrustedStore>, trusted: &MemTrusted, scheme: SchemeId, bs: u32) -> Volume {
+pub fn create(
+    store: Arc<dyn UntrustedStore>,
+    trusted: &MemTrusted,
+    scheme: SchemeId,
+    bs: u32,
+) -> Volume {
     let t = trusted.clone();
     Volume::create(
         store,
         move |_| Ok(Box::new(t) as Box<dyn TrustedStore>),
         PW,
-        &CreateOptions { block_size: bs, scheme, kdf: KdfParams::TEST },
-        &Options { cache_bytes: 1024, read_only: false },
+        &CreateOptions {
+            block_size: bs,
+            scheme,
+            kdf: KdfParams::TEST,
+        },
+        &Options {
+            cache_bytes: 1024,
+            read_only: false,
+        },
     )
     .expect("create")
 }
 
 pub fn open(store: Arc<dyn UntrustedStore>, trusted: &MemTrusted) -> intact_core::Result<Volume> {
-    Volume::open(store, Box::new(trusted.clone()), PW, &Options { cache_bytes: 1024, read_only: false })
+    Volume::open(
+        store,
+        Box::new(trusted.clone()),
+        PW,
+        &Options {
+            cache_bytes: 1024,
+            read_only: false,
+        },
+    )
 }
 
 pub fn names(vol: &Volume, path: &str) -> ObjectNames {
@@ -39,5 +59,7 @@ pub fn read_all(vol: &Volume, path: &str) -> intact_core::Result<Vec<u8>> {
 }
 
 pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed).rotate_left(3) ^ (i >> 8) as u8).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed).rotate_left(3) ^ (i >> 8) as u8)
+        .collect()
 }
