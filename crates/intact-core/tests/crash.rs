@@ -115,6 +115,13 @@ fn check_recovered(
         drop(v);
     }
     let second = faulty.crash_image(CrashImage::Random(7));
+    // A read-only open stages the pending journal in memory: same state, store untouched.
+    let before = image.snapshot();
+    let ro_state = {
+        let ro = open_ro(image.clone(), trusted).unwrap_or_else(|e| panic!("{what}: read-only open failed: {e}"));
+        read_state(&ro).unwrap_or_else(|e| panic!("{what}: read-only read failed: {e}"))
+    };
+    assert!(image.snapshot() == before, "{what}: a read-only open modified the store");
     for (label, store) in [
         ("first recovery", image.clone()),
         ("after a crash during recovery", Arc::new(second)),
@@ -133,6 +140,9 @@ fn check_recovered(
             "{what} ({label}): state after recovery matches no sync point >= {done}:\n{:?}",
             state.iter().map(|(k, v)| (k, v.len())).collect::<Vec<_>>()
         );
+        if label == "first recovery" {
+            assert_eq!(state, ro_state, "{what}: read-only and read-write recovery disagree");
+        }
         // Objects of the lost transaction are orphans: removing them changes nothing.
         vol.remove_orphans()
             .unwrap_or_else(|e| panic!("{what} ({label}): remove_orphans: {e}"));

@@ -45,6 +45,10 @@ pub fn open(store: Arc<dyn UntrustedStore>, trusted: &MemTrusted) -> intact_core
     )
 }
 
+pub fn open_ro(store: Arc<dyn UntrustedStore>, trusted: &MemTrusted) -> intact_core::Result<Volume> {
+    Volume::open(store, Box::new(trusted.clone()), PW, &Options { cache_bytes: 1024, read_only: true })
+}
+
 pub fn names(vol: &Volume, path: &str) -> ObjectNames {
     let id = hex::decode(vol.stat(path).unwrap().file_id).unwrap();
     ObjectNames::of(&id.try_into().unwrap())
