@@ -9,7 +9,9 @@
 use crate::crypto::{FileId, FileKeys, Hash, SubKey, MAX_BLOCKS, NONCE_LEN, TAG_LEN};
 use crate::error::{Error, Result, Subject};
 use crate::format::{ObjectNames, SchemeId};
-use crate::tree::{CounterIntervals, MerkleTree, NodeCache, NodeHasher, NodeIo, TreeError, TreeState};
+use crate::tree::{
+    CounterIntervals, MerkleTree, NodeCache, NodeHasher, NodeIo, TreeError, TreeState,
+};
 use crate::tx::Tx;
 
 /// Volume-wide context a scheme needs.
@@ -61,10 +63,24 @@ impl FileState {
 pub trait Scheme: Sync {
     /// Check (batched): decrypts and verifies blocks `[first, first + out.len()/bs)`, all
     /// below `f.blocks()`, into `out`. Holes read as zeros.
-    fn read_blocks(&self, env: &Env, f: &mut FileState, tx: &mut Tx, first: u64, out: &mut [u8]) -> Result<()>;
+    fn read_blocks(
+        &self,
+        env: &Env,
+        f: &mut FileState,
+        tx: &mut Tx,
+        first: u64,
+        out: &mut [u8],
+    ) -> Result<()>;
     /// Update and Append (batched): writes full plaintext blocks starting at `first`
     /// (`first <= f.blocks()`), growing the file when the run passes its end.
-    fn write_blocks(&self, env: &Env, f: &mut FileState, tx: &mut Tx, first: u64, data: &[u8]) -> Result<()>;
+    fn write_blocks(
+        &self,
+        env: &Env,
+        f: &mut FileState,
+        tx: &mut Tx,
+        first: u64,
+        data: &[u8],
+    ) -> Result<()>;
     /// Delete (generalised): truncates to `blocks`, or extends with holes.
     fn resize(&self, env: &Env, f: &mut FileState, tx: &mut Tx, blocks: u64) -> Result<()>;
     /// The initial tree state of an empty file.
@@ -108,6 +124,9 @@ pub struct Aead;
 
 const AEAD_LABEL: &[u8; 8] = b"intactA1";
 
+/// The largest gap (in blocks) `aead` fills with encrypted zeros when a file is extended.
+pub const AEAD_MAX_GAP: u64 = 1 << 20;
+
 impl Aead {
     fn stride(bs: usize) -> usize {
         NONCE_LEN + bs + TAG_LEN
@@ -125,7 +144,10 @@ impl Aead {
             rec[..NONCE_LEN].copy_from_slice(&nonce);
             rec[NONCE_LEN..NONCE_LEN + bs].copy_from_slice(&data[k * bs..(k + 1) * bs]);
             let aad = block_aad(AEAD_LABEL, &f.id, first + k as u64);
-            let tag = f.keys.gcm.seal(nonce, &aad, &mut rec[NONCE_LEN..NONCE_LEN + bs]);
+            let tag = f
+                .keys
+                .gcm
+                .seal(nonce, &aad, &mut rec[NONCE_LEN..NONCE_LEN + bs]);
             rec[NONCE_LEN + bs..].copy_from_slice(&tag);
         }
         out
@@ -133,7 +155,14 @@ impl Aead {
 }
 
 impl Scheme for Aead {
-    fn read_blocks(&self, env: &Env, f: &mut FileState, tx: &mut Tx, first: u64, out: &mut [u8]) -> Result<()> {
+    fn read_blocks(
+        &self,
+        env: &Env,
+        f: &mut FileState,
+        tx: &mut Tx,
+        first: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
         let bs = env.bs;
         let stride = Self::stride(bs);
         let count = out.len() / bs;
@@ -145,13 +174,26 @@ impl Scheme for Aead {
             let aad = block_aad(AEAD_LABEL, &f.id, first + k as u64);
             f.keys
                 .gcm
-                .open(nonce, &aad, &rec[NONCE_LEN..NONCE_LEN + bs], &rec[NONCE_LEN + bs..], &mut out[k * bs..(k + 1) * bs])
+                .open(
+                    nonce,
+                    &aad,
+                    &rec[NONCE_LEN..NONCE_LEN + bs],
+                    &rec[NONCE_LEN + bs..],
+                    &mut out[k * bs..(k + 1) * bs],
+                )
                 .map_err(|_| f.tampered(first + k as u64, "AES-GCM authentication failed"))?;
         }
         Ok(())
     }
 
-    fn write_blocks(&self, env: &Env, f: &mut FileState, tx: &mut Tx, first: u64, data: &[u8]) -> Result<()> {
+    fn write_blocks(
+        &self,
+        env: &Env,
+        f: &mut FileState,
+        tx: &mut Tx,
+        first: u64,
+        data: &[u8],
+    ) -> Result<()> {
         let count = (data.len() / env.bs) as u64;
         check_limit(first + count)?;
         let sealed = Self::seal_blocks(env, f, first, data);
@@ -160,9 +202,18 @@ impl Scheme for Aead {
         Ok(())
     }
 
+    /// Truncates, or extends with encrypted zero blocks. An extension by more than
+    /// [`AEAD_MAX_GAP`] blocks is refused (`TooLarge`): without a freshness structure an
+    /// all-zero stored block cannot be trusted to be a hole (the adversary could zero any
+    /// block), so every gap block is written, and a huge gap would take O(gap) time and
+    /// space. Sparse files need a freshness scheme (`mt-eint`), whose trusted write counters
+    /// say which blocks are holes.
     fn resize(&self, env: &Env, f: &mut FileState, tx: &mut Tx, blocks: u64) -> Result<()> {
         check_limit(blocks)?;
         let stride = Self::stride(env.bs) as u64;
+        if blocks > f.tree.leaves && blocks - f.tree.leaves > AEAD_MAX_GAP {
+            return Err(Error::fs("", crate::FsErrorKind::TooLarge));
+        }
         if blocks < f.tree.leaves {
             tx.set_len(&f.names.data, blocks * stride)?;
             f.tree.leaves = blocks;
@@ -179,7 +230,10 @@ impl Scheme for Aead {
     }
 
     fn empty(&self, _env: &Env, _id: &FileId) -> TreeState {
-        TreeState { leaves: 0, root: [0; 32] }
+        TreeState {
+            leaves: 0,
+            root: [0; 32],
+        }
     }
 }
 
@@ -217,28 +271,45 @@ impl NodeIo for Nodes<'_> {
             .map_err(std::io::Error::other)
     }
     fn write_nodes(&mut self, first: u64, nodes: &[Hash]) -> std::io::Result<()> {
-        self.tx.write_at(self.name, first * 32, nodes.as_flattened()).map_err(std::io::Error::other)
+        self.tx
+            .write_at(self.name, first * 32, nodes.as_flattened())
+            .map_err(std::io::Error::other)
     }
     fn truncate_nodes(&mut self, count: u64) -> std::io::Result<()> {
-        self.tx.set_len(self.name, count * 32).map_err(std::io::Error::other)
+        self.tx
+            .set_len(self.name, count * 32)
+            .map_err(std::io::Error::other)
     }
 }
 
 impl MtEint {
     fn tree<'a>(env: &'a Env, f: &FileState) -> MerkleTree<'a> {
-        MerkleTree { hasher: env.hasher, file: f.id, cache: Some(env.cache) }
+        MerkleTree {
+            hasher: env.hasher,
+            file: f.id,
+            cache: Some(env.cache),
+        }
     }
 
     fn leaf_hash(env: &Env, f: &FileState, index: u64, ctr: u64, plain: &[u8]) -> Hash {
-        env.leaf_key.mac(&[b"leaf", &f.id, &index.to_le_bytes(), &ctr.to_le_bytes(), plain])
+        env.leaf_key.mac(&[
+            b"leaf",
+            &f.id,
+            &index.to_le_bytes(),
+            &ctr.to_le_bytes(),
+            plain,
+        ])
     }
 
     fn tree_err(f: &FileState, e: TreeError) -> Error {
         match e {
-            TreeError::Mismatch { leaf } => f.tampered(leaf, "Merkle path does not match the trusted root"),
-            TreeError::CacheMismatch { leaf, flat } => {
-                f.tampered(leaf, format!("Merkle node {flat} differs from its verified value"))
+            TreeError::Mismatch { leaf } => {
+                f.tampered(leaf, "Merkle path does not match the trusted root")
             }
+            TreeError::CacheMismatch { leaf, flat } => f.tampered(
+                leaf,
+                format!("Merkle node {flat} differs from its verified value"),
+            ),
             TreeError::Io(e) => match e.downcast::<Error>() {
                 Ok(inner) => inner,
                 Err(e) => Error::io(f.names.meta.clone(), e),
@@ -248,7 +319,14 @@ impl MtEint {
     }
 
     /// Encrypts a run under counter `ctr`; returns ciphertext and leaves.
-    fn seal(&self, env: &Env, f: &FileState, first: u64, ctr: u64, data: &[u8]) -> (Vec<u8>, Vec<Hash>) {
+    fn seal(
+        &self,
+        env: &Env,
+        f: &FileState,
+        first: u64,
+        ctr: u64,
+        data: &[u8],
+    ) -> (Vec<u8>, Vec<Hash>) {
         let bs = env.bs;
         let count = data.len() / bs;
         let mut ct = data.to_vec();
@@ -260,7 +338,10 @@ impl MtEint {
                 leaves.push(Self::leaf_hash(env, f, i, ctr, blk));
                 f.keys.cbc.encrypt(f.keys.cbc_iv(i, ctr), blk);
             } else {
-                let tag = f.keys.gcm.seal(FileKeys::nonce(i, ctr), &block_aad(MT_LABEL, &f.id, i), blk);
+                let tag =
+                    f.keys
+                        .gcm
+                        .seal(FileKeys::nonce(i, ctr), &block_aad(MT_LABEL, &f.id, i), blk);
                 let mut leaf = [0u8; 32];
                 leaf[..TAG_LEN].copy_from_slice(&tag);
                 leaves.push(leaf);
@@ -270,7 +351,15 @@ impl MtEint {
     }
 
     /// Decrypts one block and checks it against its stored leaf (not yet the tree).
-    fn open_block(&self, env: &Env, f: &FileState, i: u64, leaf: &Hash, ct: &[u8], out: &mut [u8]) -> Result<()> {
+    fn open_block(
+        &self,
+        env: &Env,
+        f: &FileState,
+        i: u64,
+        leaf: &Hash,
+        ct: &[u8],
+        out: &mut [u8],
+    ) -> Result<()> {
         let ctr = f.ctrs.get(i);
         if ctr == 0 {
             if leaf != &ZERO_LEAF {
@@ -292,7 +381,13 @@ impl MtEint {
             }
             f.keys
                 .gcm
-                .open(FileKeys::nonce(i, ctr), &block_aad(MT_LABEL, &f.id, i), ct, &leaf[..TAG_LEN], out)
+                .open(
+                    FileKeys::nonce(i, ctr),
+                    &block_aad(MT_LABEL, &f.id, i),
+                    ct,
+                    &leaf[..TAG_LEN],
+                    out,
+                )
                 .map_err(|_| f.tampered(i, "AES-GCM authentication failed"))?;
         }
         Ok(())
@@ -301,7 +396,9 @@ impl MtEint {
     /// The next write counter for a run: above every counter the run's blocks had, above
     /// every deleted block's, and inside the session's reservation.
     fn next_ctr(env: &Env, f: &FileState, first: u64, count: u64) -> Result<u64> {
-        let c = (f.ctrs.max_in(first, count) + 1).max(env.ctr_floor).max(f.ctr_hw + 1);
+        let c = (f.ctrs.max_in(first, count) + 1)
+            .max(env.ctr_floor)
+            .max(f.ctr_hw + 1);
         if c >= env.ctr_limit {
             return Err(Error::Invalid(
                 "write-counter reservation exhausted; close and reopen the volume".into(),
@@ -312,27 +409,58 @@ impl MtEint {
 }
 
 impl Scheme for MtEint {
-    fn read_blocks(&self, env: &Env, f: &mut FileState, tx: &mut Tx, first: u64, out: &mut [u8]) -> Result<()> {
+    fn read_blocks(
+        &self,
+        env: &Env,
+        f: &mut FileState,
+        tx: &mut Tx,
+        first: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
         let bs = env.bs;
         let count = (out.len() / bs) as u64;
         let tree = Self::tree(env, f);
         let leaves = {
-            let mut io = Nodes { tx, name: &f.names.meta };
-            tree.stored_leaves(&mut io, first, count).map_err(|e| Self::tree_err(f, e))?
+            let mut io = Nodes {
+                tx,
+                name: &f.names.meta,
+            };
+            tree.stored_leaves(&mut io, first, count)
+                .map_err(|e| Self::tree_err(f, e))?
         };
         let mut ct = vec![0u8; out.len()];
         tx.read_at(&f.names.data, first * bs as u64, &mut ct)?;
         for k in 0..count as usize {
-            self.open_block(env, f, first + k as u64, &leaves[k], &ct[k * bs..(k + 1) * bs], &mut out[k * bs..(k + 1) * bs])?;
+            self.open_block(
+                env,
+                f,
+                first + k as u64,
+                &leaves[k],
+                &ct[k * bs..(k + 1) * bs],
+                &mut out[k * bs..(k + 1) * bs],
+            )?;
         }
-        let mut io = Nodes { tx, name: &f.names.meta };
+        let mut io = Nodes {
+            tx,
+            name: &f.names.meta,
+        };
         if let Err(e) = tree.verify(&f.tree, &mut io, first, &leaves) {
             out.fill(0);
             // Name the first block whose own path fails, for a precise message.
             if matches!(e, TreeError::Mismatch { .. }) {
                 for k in 0..count {
-                    if tree.verify(&f.tree, &mut io, first + k, &leaves[k as usize..k as usize + 1]).is_err() {
-                        return Err(f.tampered(first + k, "Merkle path does not match the trusted root"));
+                    if tree
+                        .verify(
+                            &f.tree,
+                            &mut io,
+                            first + k,
+                            &leaves[k as usize..k as usize + 1],
+                        )
+                        .is_err()
+                    {
+                        return Err(
+                            f.tampered(first + k, "Merkle path does not match the trusted root")
+                        );
                     }
                 }
             }
@@ -341,12 +469,21 @@ impl Scheme for MtEint {
         Ok(())
     }
 
-    fn write_blocks(&self, env: &Env, f: &mut FileState, tx: &mut Tx, first: u64, data: &[u8]) -> Result<()> {
+    fn write_blocks(
+        &self,
+        env: &Env,
+        f: &mut FileState,
+        tx: &mut Tx,
+        first: u64,
+        data: &[u8],
+    ) -> Result<()> {
         let bs = env.bs;
         let count = (data.len() / bs) as u64;
         let n = f.tree.leaves;
         if first > n {
-            return Err(Error::Invalid(format!("write at block {first} past the end ({n}); resize first")));
+            return Err(Error::Invalid(format!(
+                "write at block {first} past the end ({n}); resize first"
+            )));
         }
         check_limit(first + count)?;
         let ctr = Self::next_ctr(env, f, first, count)?;
@@ -355,12 +492,17 @@ impl Scheme for MtEint {
         let tree = Self::tree(env, f);
         let mut ts = f.tree;
         {
-            let mut io = Nodes { tx, name: &f.names.meta };
+            let mut io = Nodes {
+                tx,
+                name: &f.names.meta,
+            };
             if over > 0 {
-                tree.update(&mut ts, &mut io, first, &leaves[..over]).map_err(|e| Self::tree_err(f, e))?;
+                tree.update(&mut ts, &mut io, first, &leaves[..over])
+                    .map_err(|e| Self::tree_err(f, e))?;
             }
             if over < leaves.len() {
-                tree.append(&mut ts, &mut io, &leaves[over..]).map_err(|e| Self::tree_err(f, e))?;
+                tree.append(&mut ts, &mut io, &leaves[over..])
+                    .map_err(|e| Self::tree_err(f, e))?;
             }
         }
         tx.write_at(&f.names.data, first * bs as u64, &ct)?;
@@ -376,20 +518,24 @@ impl Scheme for MtEint {
         let mut ts = f.tree;
         if blocks < n {
             {
-                let mut io = Nodes { tx, name: &f.names.meta };
-                tree.truncate(&mut ts, &mut io, blocks).map_err(|e| Self::tree_err(f, e))?;
+                let mut io = Nodes {
+                    tx,
+                    name: &f.names.meta,
+                };
+                tree.truncate(&mut ts, &mut io, blocks)
+                    .map_err(|e| Self::tree_err(f, e))?;
             }
             f.ctr_hw = f.ctr_hw.max(f.ctrs.max_in(blocks, n - blocks));
             f.ctrs.truncate(blocks);
             tx.set_len(&f.names.data, blocks * env.bs as u64)?;
         } else if blocks > n {
-            const CHUNK: u64 = 1 << 16;
-            let holes = vec![ZERO_LEAF; CHUNK.min(blocks - n) as usize];
-            let mut io = Nodes { tx, name: &f.names.meta };
-            while ts.leaves < blocks {
-                let k = (blocks - ts.leaves).min(CHUNK) as usize;
-                tree.append(&mut ts, &mut io, &holes[..k]).map_err(|e| Self::tree_err(f, e))?;
-            }
+            // Holes have the all-zero leaf (ZERO_LEAF == ZERO_HASH): O(log) however many.
+            let mut io = Nodes {
+                tx,
+                name: &f.names.meta,
+            };
+            tree.append_holes(&mut ts, &mut io, blocks - n)
+                .map_err(|e| Self::tree_err(f, e))?;
             f.ctrs.extend(blocks);
         }
         f.tree = ts;

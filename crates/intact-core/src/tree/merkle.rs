@@ -973,7 +973,7 @@ impl<'a> MerkleTree<'a> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use std::collections::BTreeSet;
+    use std::collections::{BTreeMap, BTreeSet};
 
     const FILE: FileId = [9; 16];
 
@@ -1228,11 +1228,229 @@ mod tests {
         assert_eq!(io.0.len(), 9);
     }
 
+    #[test]
+    fn zero_rule() {
+        let h = NodeHasher::new([4; 32]);
+        assert_eq!(h.node(&FILE, 1, &ZERO_HASH, &ZERO_HASH), ZERO_HASH);
+        let a = h.node(&FILE, 1, &leaf(1), &ZERO_HASH);
+        let b = h.node(&FILE, 1, &ZERO_HASH, &leaf(1));
+        assert!(a != ZERO_HASH && b != ZERO_HASH && a != b);
+        // Spine and root are always hashed: the root still binds the leaf count.
+        assert_ne!(h.spine(&FILE, 0, 3, &ZERO_HASH, &ZERO_HASH), ZERO_HASH);
+        let t = MerkleTree::new(&h, FILE, None);
+        let z = vec![ZERO_HASH; 8];
+        assert_ne!(t.root_of(&z[..4]), t.root_of(&z[..8]));
+        assert_ne!(t.root_of(&z[..5]), t.root_of(&z[..6]));
+        assert_ne!(t.root_of(&z[..1]), t.root_of(&[]));
+    }
+
+    /// A sparse in-memory [`NodeIo`] that counts node writes (a `VecNodeIo` would allocate
+    /// every position up to the highest one written).
+    #[derive(Default)]
+    struct SparseIo {
+        nodes: BTreeMap<u64, Hash>,
+        written: usize,
+    }
+
+    impl NodeIo for SparseIo {
+        fn read_nodes(&mut self, first: u64, out: &mut [Hash]) -> std::io::Result<()> {
+            for (j, o) in out.iter_mut().enumerate() {
+                *o = self
+                    .nodes
+                    .get(&(first + j as u64))
+                    .copied()
+                    .unwrap_or(ZERO_HASH);
+            }
+            Ok(())
+        }
+        fn write_nodes(&mut self, first: u64, nodes: &[Hash]) -> std::io::Result<()> {
+            self.written += nodes.len();
+            for (j, v) in nodes.iter().enumerate() {
+                self.nodes.insert(first + j as u64, *v);
+            }
+            Ok(())
+        }
+        fn truncate_nodes(&mut self, count: u64) -> std::io::Result<()> {
+            self.nodes.split_off(&count);
+            Ok(())
+        }
+    }
+
+    /// Reference root of an `n`-leaf tree whose leaves are zero except `nonzero`, computed
+    /// from scratch with the zero rule (all-zero subtrees are not descended into).
+    fn sparse_root(t: &MerkleTree<'_>, nonzero: &BTreeMap<u64, Hash>, n: u64) -> Hash {
+        fn complete(t: &MerkleTree<'_>, nz: &BTreeMap<u64, Hash>, s: u64, h: u32) -> Hash {
+            if nz.range(s..s + (1u64 << h)).next().is_none() {
+                return ZERO_HASH;
+            }
+            if h == 0 {
+                return nz[&s];
+            }
+            let half = 1u64 << (h - 1);
+            let l = complete(t, nz, s, h - 1);
+            let r = complete(t, nz, s + half, h - 1);
+            t.hasher.node(&t.file, flat_index(h, s >> h), &l, &r)
+        }
+        let ps: Vec<(u64, Hash)> = peaks(n)
+            .map(|(s, h)| (s, complete(t, nonzero, s, h)))
+            .collect();
+        t.hasher.root_from_peaks(&t.file, n, &ps)
+    }
+
+    #[test]
+    fn append_holes_matches_slow_path() {
+        let h = NodeHasher::new([6; 32]);
+        let l: Vec<Hash> = (0..40).map(leaf).collect();
+        for cache_bytes in [None, Some(0), Some(1024), Some(1 << 20)] {
+            let cache = cache_bytes.map(NodeCache::new);
+            let fast_t = MerkleTree::new(&h, FILE, cache.as_ref());
+            let slow_t = MerkleTree::new(&h, FILE, None);
+            for n0 in [0usize, 1, 2, 3, 5, 6, 7, 8, 13, 16, 31] {
+                for count in [1u64, 2, 3, 7, 8, 9, 100, 1023, 1024, 3001] {
+                    let mut fast = Recording::default();
+                    let mut slow = VecNodeIo::default();
+                    let mut fts = TreeState::empty(&h, &FILE);
+                    let mut sts = fts;
+                    fast_t.append(&mut fts, &mut fast, &l[..n0]).unwrap();
+                    slow_t.append(&mut sts, &mut slow, &l[..n0]).unwrap();
+                    // Stale junk past the end of the node storage (e.g. a leftover of an
+                    // interrupted operation) must not be taken for hole nodes.
+                    let end = stored_node_count(n0 as u64) as usize;
+                    fast.inner
+                        .0
+                        .resize(end + 2 * count as usize + 8, [0xAB; 32]);
+                    fast.written.clear();
+                    fast.write_calls = 0;
+                    fast_t.append_holes(&mut fts, &mut fast, count).unwrap();
+                    slow_t
+                        .append(&mut sts, &mut slow, &vec![ZERO_HASH; count as usize])
+                        .unwrap();
+                    assert_eq!(fts, sts, "n0 {n0} count {count}");
+                    let n2 = n0 as u64 + count;
+                    assert!(fast.written.len() <= 64, "{} writes", fast.written.len());
+                    assert!(fast.write_calls <= 64);
+                    // Same readable values at every complete node.
+                    let mut a = vec![ZERO_HASH; stored_node_count(n2) as usize];
+                    let mut b = a.clone();
+                    fast.read_nodes(0, &mut a).unwrap();
+                    slow.read_nodes(0, &mut b).unwrap();
+                    for f in 0..stored_node_count(n2) {
+                        if is_complete_node(f, n2) {
+                            assert_eq!(a[f as usize], b[f as usize], "node {f}");
+                        }
+                    }
+                    // Then the same operations agree.
+                    let mid = n0 as u64 + count / 2;
+                    for (tr, ts, io) in [
+                        (&fast_t, &mut fts, &mut fast as &mut dyn NodeIo),
+                        (&slow_t, &mut sts, &mut slow as &mut dyn NodeIo),
+                    ] {
+                        tr.verify(ts, io, mid, &[ZERO_HASH]).unwrap();
+                        tr.update(ts, io, mid, &[leaf(999)]).unwrap();
+                        tr.append(ts, io, &l[..3]).unwrap();
+                        tr.verify(ts, io, mid, &[leaf(999)]).unwrap();
+                        tr.verify(ts, io, n2, &l[..3]).unwrap();
+                        tr.truncate(ts, io, mid + 1).unwrap();
+                        tr.verify(ts, io, mid, &[leaf(999)]).unwrap();
+                    }
+                    assert_eq!(fts, sts);
+                    let mut nz: BTreeMap<u64, Hash> = (0..n0).map(|i| (i as u64, l[i])).collect();
+                    nz.insert(mid, leaf(999));
+                    nz.retain(|&i, _| i <= mid);
+                    assert_eq!(fts.root, sparse_root(&fast_t, &nz, mid + 1));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn append_holes_is_logarithmic() {
+        let h = NodeHasher::new([7; 32]);
+        let l: Vec<Hash> = (0..8).map(leaf).collect();
+        for cache_bytes in [None, Some(1024)] {
+            let cache = cache_bytes.map(NodeCache::new);
+            let t = MerkleTree::new(&h, FILE, cache.as_ref());
+            let mut ts = TreeState::empty(&h, &FILE);
+            let mut io = SparseIo::default();
+            t.append(&mut ts, &mut io, &l[..5]).unwrap();
+            let mut nz: BTreeMap<u64, Hash> = (0..5).map(|i| (i, l[i as usize])).collect();
+            io.written = 0;
+            let start = std::time::Instant::now();
+            let count = 1u64 << 30;
+            t.append_holes(&mut ts, &mut io, count).unwrap();
+            assert!(start.elapsed() < std::time::Duration::from_secs(1));
+            assert!(io.written <= 2 * 31, "{} node writes", io.written);
+            let n = 5 + count;
+            assert_eq!(ts.leaves, n);
+            assert_eq!(ts.root, sparse_root(&t, &nz, n));
+            t.verify(&ts, &mut io, 0, &l[..5]).unwrap();
+            let mid = 1u64 << 29;
+            t.verify(&ts, &mut io, mid - 2, &[ZERO_HASH; 4]).unwrap();
+            t.verify(&ts, &mut io, n - 1, &[ZERO_HASH]).unwrap();
+            assert!(t.verify(&ts, &mut io, mid, &[leaf(1)]).is_err());
+            // Writing a block in the middle of the hole.
+            io.written = 0;
+            t.update(&mut ts, &mut io, mid, &[leaf(42)]).unwrap();
+            assert!(io.written <= 2 * 31, "{} node writes", io.written);
+            nz.insert(mid, leaf(42));
+            assert_eq!(ts.root, sparse_root(&t, &nz, n));
+            t.verify(&ts, &mut io, mid, &[leaf(42)]).unwrap();
+            assert!(t.verify(&ts, &mut io, mid, &[ZERO_HASH]).is_err());
+            t.verify(&ts, &mut io, mid + 1, &[ZERO_HASH]).unwrap();
+            // Appending after the hole, and a second hole.
+            t.append(&mut ts, &mut io, &l[5..8]).unwrap();
+            nz.extend((0..3).map(|k| (n + k, l[5 + k as usize])));
+            t.append_holes(&mut ts, &mut io, count + 12345).unwrap();
+            let n = n + 3 + count + 12345;
+            assert_eq!(ts.root, sparse_root(&t, &nz, n));
+            t.verify(&ts, &mut io, n - 3 - count - 12345, &l[5..8])
+                .unwrap();
+            t.verify(&ts, &mut io, mid, &[leaf(42)]).unwrap();
+            // Truncating into the hole and back to the original leaves.
+            t.truncate(&mut ts, &mut io, mid + 1).unwrap();
+            nz.retain(|&i, _| i <= mid);
+            assert_eq!(ts.root, sparse_root(&t, &nz, mid + 1));
+            t.verify(&ts, &mut io, mid, &[leaf(42)]).unwrap();
+            t.truncate(&mut ts, &mut io, 5).unwrap();
+            assert_eq!(ts.root, t.root_of(&l[..5]));
+            assert!(start.elapsed() < std::time::Duration::from_secs(1));
+        }
+    }
+
+    #[test]
+    fn append_holes_rejects_tampered_peaks() {
+        let h = NodeHasher::new([2; 32]);
+        let t = MerkleTree::new(&h, FILE, None);
+        let l: Vec<Hash> = (0..11).map(leaf).collect();
+        let mut ts = TreeState::empty(&h, &FILE);
+        let mut io = VecNodeIo::default();
+        t.append(&mut ts, &mut io, &l).unwrap();
+        for f in [7usize, 17, 20] {
+            let mut io2 = io.clone();
+            io2.0[f][1] ^= 1;
+            let mut ts2 = ts;
+            assert!(matches!(
+                t.append_holes(&mut ts2, &mut io2, 1000),
+                Err(TreeError::Mismatch { leaf: 11 })
+            ));
+            assert_eq!(ts2, ts);
+        }
+        assert!(matches!(
+            t.append_holes(&mut ts, &mut io, MAX_LEAVES),
+            Err(TreeError::OutOfRange { .. })
+        ));
+        let before = (ts, io.clone());
+        t.append_holes(&mut ts, &mut io, 0).unwrap();
+        assert_eq!((ts, io), before);
+    }
+
     // ---- property test against a from-scratch reference ----
 
     #[derive(Clone, Debug)]
     enum Op {
         Append(Vec<u64>),
+        /// Append this many holes (`append_holes`).
+        AppendHoles(u64),
         Update(u64, Vec<u64>),
         Truncate(u64),
     }
@@ -1240,9 +1458,19 @@ mod tests {
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             3 => proptest::collection::vec(any::<u64>(), 1..40).prop_map(Op::Append),
+            1 => prop_oneof![1u64..40, 1u64..2000].prop_map(Op::AppendHoles),
             3 => (any::<u64>(), proptest::collection::vec(any::<u64>(), 1..20)).prop_map(|(f, v)| Op::Update(f, v)),
             1 => any::<u64>().prop_map(Op::Truncate),
         ]
+    }
+
+    /// Flips bits of the stored node `f`, extending the storage with zeros (which is what
+    /// positions past its end read as) when needed.
+    fn flip(io: &mut VecNodeIo, f: usize, byte: usize, mask: u8) {
+        if io.0.len() <= f {
+            io.0.resize(f + 1, ZERO_HASH);
+        }
+        io.0[f][byte] ^= mask;
     }
 
     /// Verifies a few ranges, and that wrong leaves and tampered nodes are rejected.
@@ -1256,10 +1484,14 @@ mod tests {
         let n = leaves.len() as u64;
         prop_assert_eq!(ts.leaves, n);
         prop_assert_eq!(ts.root, t.root_of(leaves));
-        // Stored complete nodes equal the reference.
-        for (f, v) in reference_nodes(t, leaves).iter().enumerate() {
+        // Stored complete nodes (as read: positions past the end read as zero) equal the
+        // reference.
+        let reference = reference_nodes(t, leaves);
+        let mut stored = vec![ZERO_HASH; reference.len()];
+        io.read_nodes(0, &mut stored)?;
+        for (f, v) in reference.iter().enumerate() {
             if let Some(v) = v {
-                prop_assert_eq!(io.0[f], *v, "stored node {}", f);
+                prop_assert_eq!(stored[f], *v, "stored node {}", f);
             }
         }
         prop_assert!(io.0.len() as u64 <= stored_node_count(n));
@@ -1293,7 +1525,7 @@ mod tests {
                 Some(start ^ size)
             };
             if let Some(i) = reader {
-                io.0[f][5] ^= 0x40;
+                flip(io, f, 5, 0x40);
                 prop_assert!(
                     nocache
                         .verify(ts, io, i, &leaves[i as usize..=i as usize])
@@ -1308,7 +1540,7 @@ mod tests {
                 prop_assert!(nocache.update(&mut ts2, io, i, &[leaf(12345)]).is_err());
                 prop_assert_eq!(ts2, *ts);
                 prop_assert!(before == *io);
-                io.0[f][5] ^= 0x40;
+                flip(io, f, 5, 0x40);
             }
         }
         Ok(())
@@ -1332,6 +1564,11 @@ mod tests {
                         .map_err(|e| TestCaseError::fail(e.to_string()))?;
                     leaves.extend(new);
                 }
+                Op::AppendHoles(count) => {
+                    t.append_holes(&mut ts, &mut io, count)
+                        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                    leaves.resize(leaves.len() + count as usize, ZERO_HASH);
+                }
                 Op::Update(f, v) => {
                     if leaves.is_empty() {
                         continue;
@@ -1344,11 +1581,11 @@ mod tests {
                     if seed.is_multiple_of(3) {
                         let nocache = MerkleTree::new(&h, FILE, None);
                         let fl = 2 * (first + (seed >> 9) % count as u64) as usize;
-                        io.0[fl][0] ^= 1;
+                        flip(&mut io, fl, 0, 1);
                         let mut ts2 = ts;
                         prop_assert!(nocache.update(&mut ts2, &mut io, first, &new).is_err());
                         prop_assert_eq!(ts2, ts);
-                        io.0[fl][0] ^= 1;
+                        flip(&mut io, fl, 0, 1);
                     }
                     t.update(&mut ts, &mut io, first, &new)
                         .map_err(|e| TestCaseError::fail(e.to_string()))?;

@@ -1,0 +1,171 @@
+//! Sparse files: extending an `mt-eint` file with a hole far past its end costs O(log n)
+//! hashes and Merkle-node writes (holes are all-zero subtrees that are never written), so
+//! a write at 1 TiB is immediate; `aead`, which must write every gap block, refuses huge
+//! gaps.
+
+mod common;
+
+use common::*;
+use intact_core::format::SchemeId;
+use intact_core::store::{CountingStore, LocalDirStore, MemStore, MemTrusted, UntrustedStore};
+use intact_core::{Error, FsErrorKind};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const BS: u32 = 4096;
+const GIB: u64 = 1 << 30;
+const TIB: u64 = 1 << 40;
+/// Generous bound for a debug build on a loaded machine (appending the holes one leaf at
+/// a time took minutes at 1 TiB).
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn read_at(vol: &intact_core::Volume, path: &str, off: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0xEE; len];
+    let n = vol.read_path(path, off, &mut buf).unwrap();
+    buf.truncate(n);
+    buf
+}
+
+/// Checks the content of `path`: `head` at 0, `tail` at `far`, `extra` (if any) at its
+/// offset, zeros around and in the middle of the hole.
+fn check(vol: &intact_core::Volume, far: u64, extra: Option<(u64, u8)>) {
+    let path = "/sparse";
+    assert_eq!(vol.stat(path).unwrap().size, far + 5);
+    assert_eq!(read_at(vol, path, 0, 6), b"head\0\0");
+    assert_eq!(read_at(vol, path, far - 2, 10), b"\0\0tail!");
+    assert_eq!(read_at(vol, path, far / 2 - 3, 8), [0; 8]);
+    assert_eq!(read_at(vol, path, far - 3 * BS as u64, 5), [0; 5]);
+    if let Some((off, b)) = extra {
+        assert_eq!(read_at(vol, path, off - 1, 3), [0, b, 0]);
+        assert_eq!(read_at(vol, path, off - BS as u64, 2), [0, 0]);
+        assert_eq!(read_at(vol, path, off + BS as u64, 2), [0, 0]);
+    }
+}
+
+/// Writes "head" at 0 and "tail!" at `far` (a hole in between), syncs, reopens and reads
+/// back; then writes one byte at `inside` (in the hole) and checks again after a reopen.
+/// Returns the integrity-metadata bytes written.
+fn run(
+    store: Arc<dyn UntrustedStore>,
+    counting: &dyn Fn() -> u64,
+    scheme: SchemeId,
+    far: u64,
+    inside: u64,
+) -> u64 {
+    let start = Instant::now();
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, scheme, BS);
+    vol.create_file("/sparse", Some(scheme)).unwrap();
+    vol.write_path("/sparse", 0, b"head").unwrap();
+    vol.sync().unwrap();
+    let before = counting();
+    vol.write_path("/sparse", far, b"tail!").unwrap();
+    vol.sync().unwrap();
+    let meta = counting() - before;
+    check(&vol, far, None);
+    drop(vol);
+
+    let vol = open(store.clone(), &trusted).unwrap();
+    check(&vol, far, None);
+    assert_eq!(vol.stat("/sparse").unwrap().scheme, scheme.name());
+    vol.write_path("/sparse", inside, &[0x5A]).unwrap();
+    check(&vol, far, Some((inside, 0x5A)));
+    vol.sync().unwrap();
+    drop(vol);
+
+    let vol = open(store, &trusted).unwrap();
+    check(&vol, far, Some((inside, 0x5A)));
+    if far <= 64 << 20 {
+        // fsck reads every block, holes included: only for the small file.
+        assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+    }
+    drop(vol);
+    let took = start.elapsed();
+    eprintln!(
+        "{} at {far}: {took:?}, {meta} integrity bytes written",
+        scheme.name()
+    );
+    assert!(took < LIMIT, "{}: {took:?}", scheme.name());
+    meta
+}
+
+#[test]
+fn hole_of_one_tib_on_disk() {
+    for scheme in [SchemeId::MtEintGcm, SchemeId::MtEintCbc] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(CountingStore::new(
+            LocalDirStore::create(dir.path()).unwrap(),
+        ));
+        let s2 = store.clone();
+        let meta = run(
+            store,
+            &|| s2.stats().integrity.write_bytes,
+            scheme,
+            TIB,
+            4 * GIB + 1,
+        );
+        // 2^28 hole blocks: the old path wrote 2^29 nodes (16 GiB); now O(log n) nodes.
+        assert!(
+            meta < 64 << 10,
+            "{}: {meta} integrity bytes written",
+            scheme.name()
+        );
+    }
+}
+
+/// MemStore holds objects in memory and zero-fills gaps, so the file stays small here:
+/// the data written at `far` and the Merkle nodes around flat index `2 * far / BS` are
+/// allocated in full.
+#[test]
+fn hole_in_memory() {
+    for scheme in [SchemeId::MtEintGcm, SchemeId::MtEintCbc] {
+        let store = Arc::new(CountingStore::new(MemStore::new()));
+        let s2 = store.clone();
+        let meta = run(
+            store,
+            &|| s2.stats().integrity.write_bytes,
+            scheme,
+            64 << 20,
+            (16 << 20) + 1,
+        );
+        // 2^14 hole blocks: the old path wrote 2^15 nodes (1 MiB).
+        assert!(
+            meta < 16 << 10,
+            "{}: {meta} integrity bytes written",
+            scheme.name()
+        );
+    }
+}
+
+#[test]
+fn aead_refuses_huge_gaps() {
+    let store = Arc::new(MemStore::new());
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::Aead, BS);
+    vol.create_file("/a", Some(SchemeId::Aead)).unwrap();
+    vol.write_path("/a", 0, b"head").unwrap();
+    vol.sync().unwrap();
+    // The gap is filled at the flush, which the write or the sync performs.
+    let r = vol.write_path("/a", TIB, b"x").and_then(|()| vol.sync());
+    assert!(
+        matches!(
+            r,
+            Err(Error::Fs {
+                kind: FsErrorKind::TooLarge,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    drop(vol);
+    let vol = open(store, &trusted).unwrap();
+    assert_eq!(read_all(&vol, "/a").unwrap(), b"head");
+    // A small gap is still filled.
+    vol.write_path("/a", 10 * BS as u64, b"y").unwrap();
+    vol.sync().unwrap();
+    let all = read_all(&vol, "/a").unwrap();
+    assert_eq!(all.len(), 10 * BS as usize + 1);
+    assert_eq!(&all[..4], b"head");
+    assert!(all[4..10 * BS as usize].iter().all(|&b| b == 0));
+    assert_eq!(all[10 * BS as usize], b'y');
+}
