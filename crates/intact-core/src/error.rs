@@ -163,6 +163,18 @@ impl Error {
         }
     }
 
+    /// Names `path` in an error raised below the path layer: an integrity failure that only
+    /// knew the inode, or a file-system error raised without a path.
+    pub fn at_path(self, path: &str) -> Self {
+        match self {
+            Error::Fs { path: p, kind } if p.is_empty() => Error::Fs {
+                path: path.to_string(),
+                kind,
+            },
+            other => other.with_subject(Subject::Path(path.to_string())),
+        }
+    }
+
     /// True for integrity (tamper) failures.
     pub fn is_tampered(&self) -> bool {
         matches!(self, Error::Tampered { .. })

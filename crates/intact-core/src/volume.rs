@@ -643,7 +643,7 @@ impl Volume {
             let ino = g.resolve(&split_path(path), path)?;
             g.stat_ino(ino)
         })();
-        self.note(r.map_err(|e| e.with_subject(Subject::Path(path.into()))))
+        self.note(r.map_err(|e| e.at_path(path)))
     }
 
     /// Creates an empty regular file (`scheme` defaults to the volume's).
@@ -690,7 +690,7 @@ impl Volume {
                 )
             })
         })();
-        self.note(r.map_err(|e| e.with_subject(Subject::Path(path.into()))))
+        self.note(r.map_err(|e| e.at_path(path)))
     }
 
     /// Reads up to `buf.len()` bytes at `off` of the file at `path`; returns bytes read.
@@ -701,7 +701,7 @@ impl Volume {
             g.expect_kind(ino, path, Kind::File)?;
             g.read_ino(ino, off, buf)
         })();
-        self.note(r.map_err(|e| e.with_subject(Subject::Path(path.into()))))
+        self.note(r.map_err(|e| e.at_path(path)))
     }
 
     /// Reads from an inode.
@@ -718,7 +718,7 @@ impl Volume {
             g.expect_kind(ino, path, Kind::File)?;
             g.write_ino(ino, off, data)
         })();
-        self.note(r.map_err(|e| e.with_subject(Subject::Path(path.into()))))
+        self.note(r.map_err(|e| e.at_path(path)))
     }
 
     /// Writes to an inode.
@@ -735,7 +735,7 @@ impl Volume {
             g.expect_kind(ino, path, Kind::File)?;
             g.truncate_ino(ino, size)
         })();
-        self.note(r.map_err(|e| e.with_subject(Subject::Path(path.into()))))
+        self.note(r.map_err(|e| e.at_path(path)))
     }
 
     /// Lists a directory, sorted by name.
@@ -753,7 +753,7 @@ impl Volume {
                 })
                 .collect())
         })();
-        self.note(r.map_err(|e| e.with_subject(Subject::Path(path.into()))))
+        self.note(r.map_err(|e| e.at_path(path)))
     }
 
     /// Removes a file or symlink.
@@ -978,6 +978,24 @@ fn load_block(env: &Env, tx: &mut Tx, of: &mut OpenFile, b: u64) -> Result<Vec<u
     Ok(blk)
 }
 
+/// Refuses a length the file's scheme cannot reach: past the nonce's block limit, or (for
+/// `aead`, which writes gaps as encrypted zeros) a gap too large to fill. Checked before
+/// anything changes, so the error never surfaces later at a seal.
+fn check_extent(env: &Env, of: &OpenFile, size: u64) -> Result<()> {
+    let blocks = size.div_ceil(env.bs as u64);
+    let stored = of
+        .state
+        .blocks()
+        .max(of.dirty.keys().next_back().map_or(0, |b| b + 1));
+    let gap_ok = of.inode.scheme != SchemeId::Aead
+        || blocks <= stored
+        || blocks - stored <= crate::scheme::AEAD_MAX_GAP;
+    if blocks > crypto::MAX_BLOCKS || !gap_ok {
+        return Err(Error::fs("", FsErrorKind::TooLarge));
+    }
+    Ok(())
+}
+
 fn file_write(env: &Env, tx: &mut Tx, of: &mut OpenFile, off: u64, data: &[u8]) -> Result<()> {
     if data.is_empty() {
         return Ok(());
@@ -986,9 +1004,7 @@ fn file_write(env: &Env, tx: &mut Tx, of: &mut OpenFile, off: u64, data: &[u8]) 
     let end = off
         .checked_add(data.len() as u64)
         .ok_or_else(|| Error::fs("", FsErrorKind::TooLarge))?;
-    if end.div_ceil(bs) > crypto::MAX_BLOCKS {
-        return Err(Error::fs("", FsErrorKind::TooLarge));
-    }
+    check_extent(env, of, end)?;
     for b in off / bs..=(end - 1) / bs {
         let s = (b * bs).max(off);
         let e = ((b + 1) * bs).min(end);
@@ -1287,11 +1303,8 @@ impl Inner {
         self.check_writable()?;
         self.ensure_open(ino)?;
         let env = env!(self);
-        let bs = env.bs as u64;
-        if size.div_ceil(bs) > crypto::MAX_BLOCKS {
-            return Err(Error::fs("", FsErrorKind::TooLarge));
-        }
         let of = self.files.get_mut(&ino).expect("opened");
+        check_extent(&env, of, size)?;
         file_truncate(&env, &mut self.tx, of, size)?;
         self.maybe_commit()
     }

@@ -118,10 +118,14 @@ fn check_recovered(
     // A read-only open stages the pending journal in memory: same state, store untouched.
     let before = image.snapshot();
     let ro_state = {
-        let ro = open_ro(image.clone(), trusted).unwrap_or_else(|e| panic!("{what}: read-only open failed: {e}"));
+        let ro = open_ro(image.clone(), trusted)
+            .unwrap_or_else(|e| panic!("{what}: read-only open failed: {e}"));
         read_state(&ro).unwrap_or_else(|e| panic!("{what}: read-only read failed: {e}"))
     };
-    assert!(image.snapshot() == before, "{what}: a read-only open modified the store");
+    assert!(
+        image.snapshot() == before,
+        "{what}: a read-only open modified the store"
+    );
     for (label, store) in [
         ("first recovery", image.clone()),
         ("after a crash during recovery", Arc::new(second)),
@@ -141,7 +145,10 @@ fn check_recovered(
             state.iter().map(|(k, v)| (k, v.len())).collect::<Vec<_>>()
         );
         if label == "first recovery" {
-            assert_eq!(state, ro_state, "{what}: read-only and read-write recovery disagree");
+            assert_eq!(
+                state, ro_state,
+                "{what}: read-only and read-write recovery disagree"
+            );
         }
         // Objects of the lost transaction are orphans: removing them changes nothing.
         vol.remove_orphans()

@@ -145,8 +145,8 @@ fn aead_refuses_huge_gaps() {
     vol.create_file("/a", Some(SchemeId::Aead)).unwrap();
     vol.write_path("/a", 0, b"head").unwrap();
     vol.sync().unwrap();
-    // The gap is filled at the flush, which the write or the sync performs.
-    let r = vol.write_path("/a", TIB, b"x").and_then(|()| vol.sync());
+    // Refused by the write itself, before anything changes: the volume stays usable.
+    let r = vol.write_path("/a", TIB, b"x");
     assert!(
         matches!(
             r,
@@ -157,15 +157,24 @@ fn aead_refuses_huge_gaps() {
         ),
         "{r:?}"
     );
+    assert!(matches!(
+        vol.truncate("/a", TIB),
+        Err(Error::Fs {
+            kind: FsErrorKind::TooLarge,
+            ..
+        })
+    ));
+    vol.write_path("/a", 4, b"!").unwrap();
+    vol.sync().unwrap();
     drop(vol);
     let vol = open(store, &trusted).unwrap();
-    assert_eq!(read_all(&vol, "/a").unwrap(), b"head");
+    assert_eq!(read_all(&vol, "/a").unwrap(), b"head!");
     // A small gap is still filled.
     vol.write_path("/a", 10 * BS as u64, b"y").unwrap();
     vol.sync().unwrap();
     let all = read_all(&vol, "/a").unwrap();
     assert_eq!(all.len(), 10 * BS as usize + 1);
-    assert_eq!(&all[..4], b"head");
-    assert!(all[4..10 * BS as usize].iter().all(|&b| b == 0));
+    assert_eq!(&all[..5], b"head!");
+    assert!(all[5..10 * BS as usize].iter().all(|&b| b == 0));
     assert_eq!(all[10 * BS as usize], b'y');
 }

@@ -45,8 +45,19 @@ pub fn open(store: Arc<dyn UntrustedStore>, trusted: &MemTrusted) -> intact_core
     )
 }
 
-pub fn open_ro(store: Arc<dyn UntrustedStore>, trusted: &MemTrusted) -> intact_core::Result<Volume> {
-    Volume::open(store, Box::new(trusted.clone()), PW, &Options { cache_bytes: 1024, read_only: true })
+pub fn open_ro(
+    store: Arc<dyn UntrustedStore>,
+    trusted: &MemTrusted,
+) -> intact_core::Result<Volume> {
+    Volume::open(
+        store,
+        Box::new(trusted.clone()),
+        PW,
+        &Options {
+            cache_bytes: 1024,
+            read_only: true,
+        },
+    )
 }
 
 pub fn names(vol: &Volume, path: &str) -> ObjectNames {
