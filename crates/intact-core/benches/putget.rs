@@ -14,10 +14,14 @@
 //!
 //! Run: `cargo bench -p intact-core --bench putget`.
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput};
+use criterion::{
+    criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
+};
 use intact_core::crypto::KdfParams;
 use intact_core::format::SchemeId;
-use intact_core::store::{CountingStore, IoStats, MemStore, MemTrusted, TrustedStore, UntrustedStore};
+use intact_core::store::{
+    CountingStore, IoStats, MemStore, MemTrusted, TrustedStore, UntrustedStore,
+};
 use intact_core::{CreateOptions, Options, Volume};
 use std::hint::black_box;
 use std::sync::Arc;
@@ -33,7 +37,10 @@ const PW: &[u8] = b"bench";
 const PATH: &str = "/f";
 
 fn opts() -> Options {
-    Options { cache_bytes: 1024, read_only: false }
+    Options {
+        cache_bytes: 1024,
+        read_only: false,
+    }
 }
 
 fn create(store: Arc<dyn UntrustedStore>, trusted: &MemTrusted, scheme: SchemeId) -> Volume {
@@ -42,7 +49,11 @@ fn create(store: Arc<dyn UntrustedStore>, trusted: &MemTrusted, scheme: SchemeId
         store,
         move |_| Ok(Box::new(t) as Box<dyn TrustedStore>),
         PW,
-        &CreateOptions { block_size: BS, scheme, kdf: KdfParams::TEST },
+        &CreateOptions {
+            block_size: BS,
+            scheme,
+            kdf: KdfParams::TEST,
+        },
         &opts(),
     )
     .expect("create volume")
@@ -86,14 +97,17 @@ impl Rng {
 fn put(vol: &Volume, data: &[u8]) {
     vol.create_file(PATH, None).expect("create file");
     for (k, chunk) in data.chunks(CHUNK).enumerate() {
-        vol.write_path(PATH, (k * CHUNK) as u64, chunk).expect("write");
+        vol.write_path(PATH, (k * CHUNK) as u64, chunk)
+            .expect("write");
     }
     vol.sync().expect("sync");
 }
 
 fn get(vol: &Volume, buf: &mut [u8]) {
     for (k, chunk) in buf.chunks_mut(CHUNK).enumerate() {
-        let n = vol.read_path(PATH, (k * CHUNK) as u64, chunk).expect("read");
+        let n = vol
+            .read_path(PATH, (k * CHUNK) as u64, chunk)
+            .expect("read");
         assert_eq!(n, chunk.len());
     }
 }
@@ -156,7 +170,8 @@ fn overhead_summary() {
         store.reset();
         for _ in 0..16 {
             for _ in 0..RAND_OPS {
-                vol.write_path(PATH, rng.block_off(), &block).expect("write");
+                vol.write_path(PATH, rng.block_off(), &block)
+                    .expect("write");
             }
             vol.sync().expect("sync");
         }
@@ -183,11 +198,14 @@ fn overhead_summary() {
 // ---------------------------------------------------------------------------------------
 // Benchmarks
 
-fn configure(c: &mut Criterion, name: &str) -> criterion::BenchmarkGroup<'_, criterion::measurement::WallTime> {
+fn configure<'a>(
+    c: &'a mut Criterion,
+    name: &str,
+) -> criterion::BenchmarkGroup<'a, criterion::measurement::WallTime> {
     let mut g = c.benchmark_group(name);
     g.sample_size(10);
-    g.warm_up_time(Duration::from_millis(500));
-    g.measurement_time(Duration::from_secs(3));
+    g.warm_up_time(Duration::from_millis(300));
+    g.measurement_time(Duration::from_secs(2));
     g
 }
 
@@ -204,7 +222,9 @@ fn bench_put(c: &mut Criterion) {
                 let store = MemStore::new();
                 let t = Instant::now();
                 for (k, chunk) in data.chunks(CHUNK).enumerate() {
-                    store.write_at("f/00/obj.d", (k * CHUNK) as u64, chunk).expect("write");
+                    store
+                        .write_at("f/00/obj.d", (k * CHUNK) as u64, chunk)
+                        .expect("write");
                 }
                 store.sync(&["f/00/obj.d".to_string()]).expect("sync");
                 total += t.elapsed();
@@ -245,7 +265,9 @@ fn bench_get(c: &mut Criterion) {
         g.bench_function("memcpy", |b| {
             b.iter(|| {
                 for (k, chunk) in buf.chunks_mut(CHUNK).enumerate() {
-                    let n = store.read_at("f/00/obj.d", (k * CHUNK) as u64, chunk).expect("read");
+                    let n = store
+                        .read_at("f/00/obj.d", (k * CHUNK) as u64, chunk)
+                        .expect("read");
                     assert_eq!(n, chunk.len());
                 }
                 black_box(&buf);
@@ -285,7 +307,9 @@ fn bench_rand(c: &mut Criterion) {
         g.bench_function("overwrite/memcpy", |b| {
             b.iter(|| {
                 for _ in 0..RAND_OPS {
-                    store.write_at("f/00/obj.d", rng.block_off(), &block).expect("write");
+                    store
+                        .write_at("f/00/obj.d", rng.block_off(), &block)
+                        .expect("write");
                 }
                 store.sync(&["f/00/obj.d".to_string()]).expect("sync");
             })
@@ -293,7 +317,9 @@ fn bench_rand(c: &mut Criterion) {
         g.bench_function("read/memcpy", |b| {
             b.iter(|| {
                 for _ in 0..RAND_OPS {
-                    store.read_at("f/00/obj.d", rng.block_off(), &mut b4).expect("read");
+                    store
+                        .read_at("f/00/obj.d", rng.block_off(), &mut b4)
+                        .expect("read");
                 }
                 black_box(&b4);
             })
@@ -306,7 +332,8 @@ fn bench_rand(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new("overwrite", scheme.name()), |b| {
             b.iter(|| {
                 for _ in 0..RAND_OPS {
-                    vol.write_path(PATH, rng.block_off(), &block).expect("write");
+                    vol.write_path(PATH, rng.block_off(), &block)
+                        .expect("write");
                 }
                 vol.sync().expect("sync");
             })
