@@ -72,14 +72,15 @@ pub trait Scheme: Sync {
         out: &mut [u8],
     ) -> Result<()>;
     /// Update and Append (batched): writes full plaintext blocks starting at `first`
-    /// (`first <= f.blocks()`), growing the file when the run passes its end.
+    /// (`first <= f.blocks()`), growing the file when the run passes its end. `data` may be
+    /// encrypted in place: its contents are unspecified afterwards.
     fn write_blocks(
         &self,
         env: &Env,
         f: &mut FileState,
         tx: &mut Tx,
         first: u64,
-        data: &[u8],
+        data: &mut [u8],
     ) -> Result<()>;
     /// Delete (generalised): truncates to `blocks`, or extends with holes.
     fn resize(&self, env: &Env, f: &mut FileState, tx: &mut Tx, blocks: u64) -> Result<()>;
@@ -192,7 +193,7 @@ impl Scheme for Aead {
         f: &mut FileState,
         tx: &mut Tx,
         first: u64,
-        data: &[u8],
+        data: &mut [u8],
     ) -> Result<()> {
         let count = (data.len() / env.bs) as u64;
         check_limit(first + count)?;
@@ -219,11 +220,12 @@ impl Scheme for Aead {
             f.tree.leaves = blocks;
         } else {
             const CHUNK: u64 = 256;
-            let zeros = vec![0u8; CHUNK as usize * env.bs];
+            let mut zeros = vec![0u8; CHUNK as usize * env.bs];
             while f.tree.leaves < blocks {
                 let n = (blocks - f.tree.leaves).min(CHUNK);
                 let first = f.tree.leaves;
-                self.write_blocks(env, f, tx, first, &zeros[..n as usize * env.bs])?;
+                zeros.fill(0);
+                self.write_blocks(env, f, tx, first, &mut zeros[..n as usize * env.bs])?;
             }
         }
         Ok(())
@@ -318,18 +320,10 @@ impl MtEint {
         }
     }
 
-    /// Encrypts a run under counter `ctr`; returns ciphertext and leaves.
-    fn seal(
-        &self,
-        env: &Env,
-        f: &FileState,
-        first: u64,
-        ctr: u64,
-        data: &[u8],
-    ) -> (Vec<u8>, Vec<Hash>) {
+    /// Encrypts a run in place under counter `ctr`; returns the leaves.
+    fn seal(&self, env: &Env, f: &FileState, first: u64, ctr: u64, ct: &mut [u8]) -> Vec<Hash> {
         let bs = env.bs;
-        let count = data.len() / bs;
-        let mut ct = data.to_vec();
+        let count = ct.len() / bs;
         let mut leaves = Vec::with_capacity(count);
         for k in 0..count {
             let i = first + k as u64;
@@ -347,7 +341,7 @@ impl MtEint {
                 leaves.push(leaf);
             }
         }
-        (ct, leaves)
+        leaves
     }
 
     /// Decrypts one block and checks it against its stored leaf (not yet the tree).
@@ -475,7 +469,7 @@ impl Scheme for MtEint {
         f: &mut FileState,
         tx: &mut Tx,
         first: u64,
-        data: &[u8],
+        data: &mut [u8],
     ) -> Result<()> {
         let bs = env.bs;
         let count = (data.len() / bs) as u64;
@@ -487,7 +481,7 @@ impl Scheme for MtEint {
         }
         check_limit(first + count)?;
         let ctr = Self::next_ctr(env, f, first, count)?;
-        let (ct, leaves) = self.seal(env, f, first, ctr, data);
+        let leaves = self.seal(env, f, first, ctr, data);
         let over = (n - first).min(count) as usize;
         let tree = Self::tree(env, f);
         let mut ts = f.tree;
@@ -505,7 +499,7 @@ impl Scheme for MtEint {
                     .map_err(|e| Self::tree_err(f, e))?;
             }
         }
-        tx.write_at(&f.names.data, first * bs as u64, &ct)?;
+        tx.write_at(&f.names.data, first * bs as u64, data)?;
         f.tree = ts;
         f.ctrs.set_range(first, count, ctr);
         Ok(())

@@ -204,6 +204,8 @@ struct Inner {
     files: HashMap<u64, OpenFile>,
     read_only: bool,
     poisoned: Option<String>,
+    /// Reused buffer of [`flush_data`].
+    scratch: Vec<u8>,
 }
 
 const HEADER_MAGIC: &[u8; 8] = b"ITABHDR1";
@@ -444,6 +446,7 @@ impl Volume {
             files: HashMap::new(),
             read_only: false,
             poisoned: None,
+            scratch: Vec::new(),
         };
         // The root directory.
         let mut root = Inode::new(
@@ -537,6 +540,7 @@ impl Volume {
             files: HashMap::new(),
             read_only: opts.read_only,
             poisoned: None,
+            scratch: Vec::new(),
         };
         inner.header = inner.read_header()?;
         Ok(Volume::wrap(inner))
@@ -1024,9 +1028,6 @@ fn file_write(env: &Env, tx: &mut Tx, of: &mut OpenFile, off: u64, data: &[u8]) 
     of.inode.size = of.inode.size.max(end);
     of.inode.mtime_ns = now_ns();
     of.record_dirty = true;
-    if of.dirty.len() * env.bs >= FILE_DIRTY_LIMIT {
-        flush_data(env, tx, of)?;
-    }
     Ok(())
 }
 
@@ -1056,13 +1057,14 @@ fn file_truncate(env: &Env, tx: &mut Tx, of: &mut OpenFile, size: u64) -> Result
 }
 
 /// Pushes dirty blocks through the scheme (Update / Append), extending with holes where the
-/// file grew past its stored blocks.
-fn flush_data(env: &Env, tx: &mut Tx, of: &mut OpenFile) -> Result<()> {
+/// file grew past its stored blocks. Runs are assembled in `run` (a buffer the engine keeps,
+/// so large flushes do not fault in fresh pages every time) and encrypted in place. On an
+/// error the file's remaining dirty blocks are gone: callers must poison the volume.
+fn flush_data(env: &Env, tx: &mut Tx, of: &mut OpenFile, run: &mut Vec<u8>) -> Result<()> {
     let sch = scheme(of.inode.scheme);
     let bs = env.bs as u64;
     let dirty = std::mem::take(&mut of.dirty);
     let mut it = dirty.into_iter().peekable();
-    let mut run = Vec::new();
     while let Some((first, blk)) = it.next() {
         run.clear();
         run.extend_from_slice(&blk);
@@ -1077,7 +1079,7 @@ fn flush_data(env: &Env, tx: &mut Tx, of: &mut OpenFile) -> Result<()> {
         if first > of.state.blocks() {
             sch.resize(env, &mut of.state, tx, first)?;
         }
-        sch.write_blocks(env, &mut of.state, tx, first, &run)?;
+        sch.write_blocks(env, &mut of.state, tx, first, run)?;
     }
     let target = of.inode.size.div_ceil(bs);
     if of.state.blocks() < target {
@@ -1296,6 +1298,12 @@ impl Inner {
         let env = env!(self);
         let of = self.files.get_mut(&ino).expect("opened");
         file_write(&env, &mut self.tx, of, off, data)?;
+        if of.dirty.len() * env.bs >= FILE_DIRTY_LIMIT {
+            if let Err(e) = flush_data(&env, &mut self.tx, of, &mut self.scratch) {
+                self.poisoned = Some(format!("flushing inode {ino}: {e}"));
+                return Err(e);
+            }
+        }
         self.maybe_commit()
     }
 
@@ -1305,7 +1313,12 @@ impl Inner {
         let env = env!(self);
         let of = self.files.get_mut(&ino).expect("opened");
         check_extent(&env, of, size)?;
-        file_truncate(&env, &mut self.tx, of, size)?;
+        if let Err(e) = file_truncate(&env, &mut self.tx, of, size) {
+            if e.is_tampered() || matches!(e, Error::Io { .. }) {
+                self.poisoned = Some(format!("truncating inode {ino}: {e}"));
+            }
+            return Err(e);
+        }
         self.maybe_commit()
     }
 
@@ -1496,7 +1509,7 @@ impl Inner {
                 file_truncate(&env, &mut self.tx, of, bytes.len() as u64)?;
                 of.dir_dirty = false;
             }
-            flush_data(&env, &mut self.tx, of)?;
+            flush_data(&env, &mut self.tx, of, &mut self.scratch)?;
             finish_record(&self.keys, &mut self.tx, of)?;
             of.record_dirty = false;
             let rec = of.inode.clone();
@@ -1508,7 +1521,7 @@ impl Inner {
         }
         // 2. The inode table itself.
         let env = env!(self);
-        flush_data(&env, &mut self.tx, &mut self.itable)?;
+        flush_data(&env, &mut self.tx, &mut self.itable, &mut self.scratch)?;
         finish_record(&self.keys, &mut self.tx, &mut self.itable)?;
         if !self.tx.is_dirty() && self.itable.inode == self.anchor.itable {
             return Ok(());
