@@ -406,3 +406,24 @@ fn recover_anchor_refuses_when_anchor_exists() {
     let err = Volume::recover_anchor(fx.store.as_ref(), &fx.trusted, PW).unwrap_err();
     assert!(err.to_string().contains("already exists"), "{err}");
 }
+
+/// Tampering found while buffered writes are pushed through the tree must stop the volume:
+/// the writes still buffered cannot be kept, so nothing may pretend they were.
+#[test]
+fn tampering_found_during_a_flush_poisons_the_volume() {
+    let fx = Fx::new(SchemeId::MtEintGcm);
+    let n = fx.names("/a");
+    // Damage a stored leaf: the tree update's CheckPathRoot must notice before writing.
+    fx.store.with_object(&n.meta, |o| o[2 * 32] ^= 1).unwrap();
+    let v = fx.vol().unwrap();
+    let big = pattern(12, 8 << 20);
+    let e = v.write_path("/a", 0, &big).unwrap_err();
+    assert!(e.is_tampered(), "{e}");
+    let again = v.write_path("/b", 0, b"more").unwrap_err();
+    assert!(again.to_string().contains("reopened"), "{again}");
+    assert!(v.sync().is_err());
+    drop(v);
+    // The last sealed state is intact for the other files.
+    let v = fx.vol().unwrap();
+    assert_eq!(read_all(&v, "/b").unwrap(), pattern(2, 4 * BS));
+}
