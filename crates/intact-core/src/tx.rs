@@ -362,6 +362,14 @@ impl Tx {
 /// Reads, verifies against the anchor's reference, and returns a journal's bytes.
 pub fn load_journal(store: &dyn UntrustedStore, key: &SubKey, r: &JournalRef) -> Result<Vec<u8>> {
     let name = journal_name(r.slot);
+    // Check the length first: the store's idea of it must not size an allocation.
+    if store.len(&name)?.is_some_and(|len| len != r.len) {
+        return Err(Error::tampered(
+            Subject::Journal,
+            None,
+            format!("{name} has not the length sealed in the anchor"),
+        ));
+    }
     let bytes = store.read_all(&name)?.ok_or_else(|| {
         Error::tampered(
             Subject::Journal,

@@ -859,10 +859,12 @@ impl OpenFile {
     fn load(inode: Inode, keys: &Keys, tx: &mut Tx, subject: Subject) -> Result<OpenFile> {
         let names = ObjectNames::of(&inode.id);
         let ctr_hash = |b: &[u8]| keys.ctrs.mac(&[b"ctrs", &inode.id, b]);
+        // Read exactly the spilled arrays' trusted length: bytes past it may be the remains of
+        // a transaction that never sealed, and the store's length is not to be trusted.
         let spilled = match &inode.counters {
-            TrustedCounters::Spilled { .. } => {
-                let len = tx.len(&names.ctrs)?.unwrap_or(0);
-                let mut buf = vec![0u8; len as usize];
+            TrustedCounters::Spilled { intervals, .. } => {
+                let len = 12 + 16 * *intervals as usize;
+                let mut buf = vec![0u8; len];
                 tx.read_at(&names.ctrs, 0, &mut buf)?;
                 Some(buf)
             }

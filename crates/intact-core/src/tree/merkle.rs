@@ -902,6 +902,11 @@ impl<'a> MerkleTree<'a> {
             trusted.extend_from_slice(&merged);
             c.insert_many(&self.file, &trusted);
         }
+        // Give storage the full length of the new tree, zero-filled: the hole nodes then lie
+        // *inside* the object, so a later write of one is an overwrite of committed bytes
+        // (journaled by the engine), never a write past the end whose remains a crash could
+        // leave where the committed tree expects zeros.
+        io.truncate_nodes(stored_node_count(n2))?;
         ts.leaves = n2;
         ts.root = self.hasher.root_from_peaks(&self.file, n2, &new_peaks);
         Ok(())
