@@ -37,8 +37,6 @@ pub mod label {
     pub const ANCHOR: &str = "intact v1 trusted anchor MAC";
     /// Key of the digest of the commit journal.
     pub const JOURNAL: &str = "intact v1 journal digest";
-    /// Key of the MAC over the volume config.
-    pub const CONFIG: &str = "intact v1 config MAC";
 }
 
 /// The volume master key: never stored in clear; wrapped under the password key.

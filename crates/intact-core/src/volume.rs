@@ -823,7 +823,12 @@ impl Volume {
 
     /// Total bytes of file contents (for fsck's progress bar).
     pub fn content_bytes(&self) -> Result<u64> {
-        Ok(self.info()?.content_bytes)
+        let mut g = self.lock()?;
+        Ok(g.records()?
+            .iter()
+            .filter(|r| r.kind == Kind::File)
+            .map(|r| r.size)
+            .sum())
     }
 
     /// Volume facts.
@@ -1620,14 +1625,20 @@ impl Inner {
         Ok(failures)
     }
 
+    /// Every inode record (root onwards), with open files' in-memory state.
+    fn records(&mut self) -> Result<Vec<Inode>> {
+        (ROOT_INO..self.header.count)
+            .map(|ino| match self.files.get(&ino) {
+                Some(of) => Ok(of.inode.clone()),
+                None => self.read_record(ino),
+            })
+            .collect()
+    }
+
     fn orphans(&mut self) -> Result<Vec<String>> {
         let mut live = std::collections::HashSet::new();
         live.insert(hex::encode(self.itable.inode.id));
-        for ino in ROOT_INO..self.header.count {
-            let r = match self.files.get(&ino) {
-                Some(of) => of.inode.clone(),
-                None => self.read_record(ino)?,
-            };
+        for r in self.records()? {
             if r.kind != Kind::Free {
                 live.insert(hex::encode(r.id));
             }
@@ -1654,11 +1665,7 @@ impl Inner {
 
     fn info(&mut self) -> Result<Info> {
         let (mut files, mut dirs, mut links, mut content) = (0, 0, 0, 0);
-        for ino in ROOT_INO..self.header.count {
-            let r = match self.files.get(&ino) {
-                Some(of) => of.inode.clone(),
-                None => self.read_record(ino)?,
-            };
+        for r in self.records()? {
             match r.kind {
                 Kind::File => {
                     files += 1;

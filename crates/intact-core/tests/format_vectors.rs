@@ -90,11 +90,6 @@ fn hkdf_labels() {
             hx(m.derive(label::JOURNAL, &[]).expose_secret()),
             HKDF_JOURNAL,
         ),
-        (
-            "CONFIG",
-            hx(m.derive(label::CONFIG, &[]).expose_secret()),
-            HKDF_CONFIG,
-        ),
     ]);
     // The label strings themselves are part of the format.
     assert_eq!(label::FILE_DATA, "intact v1 file data encryption");
@@ -104,7 +99,6 @@ fn hkdf_labels() {
     assert_eq!(label::COUNTERS, "intact v1 counter interval hash");
     assert_eq!(label::ANCHOR, "intact v1 trusted anchor MAC");
     assert_eq!(label::JOURNAL, "intact v1 journal digest");
-    assert_eq!(label::CONFIG, "intact v1 config MAC");
 }
 
 const HKDF_FILE_DATA: &str = "ab4a7794e2a7f417700c4694fba1f40018aa12e7d4d81c9d5f8c13882f6b0e8c";
@@ -114,7 +108,6 @@ const HKDF_NODE: &str = "c12a321c93a67b3ca74d453230c81d573022ee20fa0ab2e25c849c6
 const HKDF_COUNTERS: &str = "7eaf3f7b36b646d883e4d77eea4ec0166212a73f25d68dd8a59849236942d1e8";
 const HKDF_ANCHOR: &str = "0586637e435753b87a677951a483776152328e07f1ae4ef48915238bf29efed7";
 const HKDF_JOURNAL: &str = "13eab811d8bde84fd705c29682cde51182e12dd1f78b127a0bbf4831e8c1f86e";
-const HKDF_CONFIG: &str = "eadba90110ac3fd7905493030605adc335bf6c3bdc7c0d5f5057046182c79590";
 
 #[test]
 fn argon2id_password_key_and_config_aad() {
