@@ -152,24 +152,23 @@ impl Gcm {
         t
     }
 
-    /// Decrypts `ct` into `out` after checking `tag`; on failure `out` is zeroed.
+    /// Decrypts `buf` in place after checking the detached `tag`; on failure `buf` is zeroed
+    /// (no unauthenticated plaintext is left behind).
     pub fn open(
         &self,
         nonce: [u8; NONCE_LEN],
         aad: &[u8],
-        ct: &[u8],
         tag: &[u8],
-        out: &mut [u8],
+        buf: &mut [u8],
     ) -> std::result::Result<(), AuthFailed> {
-        let r = self.key.open_separate_gather(
+        let r = self.key.open_in_place_separate_tag(
             Nonce::assume_unique_for_key(nonce),
             Aad::from(aad),
-            ct,
             tag,
-            out,
+            buf,
         );
         if r.is_err() {
-            out.fill(0);
+            buf.fill(0);
             return Err(AuthFailed);
         }
         Ok(())
@@ -377,17 +376,17 @@ mod tests {
         let k = FileKeys::derive(&m, &[1; 16]);
         let mut buf = b"hello world, sixteen+".to_vec();
         let tag = k.gcm.seal(FileKeys::nonce(1, 1), b"aad", &mut buf);
-        let mut out = vec![0u8; buf.len()];
+        let mut out = buf.clone();
         k.gcm
-            .open(FileKeys::nonce(1, 1), b"aad", &buf, &tag, &mut out)
+            .open(FileKeys::nonce(1, 1), b"aad", &tag, &mut out)
             .unwrap();
         assert_eq!(&out, b"hello world, sixteen+");
         buf[0] ^= 1;
         assert!(k
             .gcm
-            .open(FileKeys::nonce(1, 1), b"aad", &buf, &tag, &mut out)
+            .open(FileKeys::nonce(1, 1), b"aad", &tag, &mut buf)
             .is_err());
-        assert!(out.iter().all(|&b| b == 0));
+        assert!(buf.iter().all(|&b| b == 0));
     }
 
     #[test]

@@ -173,15 +173,11 @@ impl Scheme for Aead {
             let rec = &raw[k * stride..(k + 1) * stride];
             let nonce: [u8; NONCE_LEN] = rec[..NONCE_LEN].try_into().expect("12 bytes");
             let aad = block_aad(AEAD_LABEL, &f.id, first + k as u64);
+            let blk = &mut out[k * bs..(k + 1) * bs];
+            blk.copy_from_slice(&rec[NONCE_LEN..NONCE_LEN + bs]);
             f.keys
                 .gcm
-                .open(
-                    nonce,
-                    &aad,
-                    &rec[NONCE_LEN..NONCE_LEN + bs],
-                    &rec[NONCE_LEN + bs..],
-                    &mut out[k * bs..(k + 1) * bs],
-                )
+                .open(nonce, &aad, &rec[NONCE_LEN + bs..], blk)
                 .map_err(|_| f.tampered(first + k as u64, "AES-GCM authentication failed"))?;
         }
         Ok(())
@@ -344,29 +340,28 @@ impl MtEint {
         leaves
     }
 
-    /// Decrypts one block and checks it against its stored leaf (not yet the tree).
+    /// Decrypts one block in place (`buf` holds its ciphertext) and checks it against its
+    /// stored leaf (not yet the tree).
     fn open_block(
         &self,
         env: &Env,
         f: &FileState,
         i: u64,
         leaf: &Hash,
-        ct: &[u8],
-        out: &mut [u8],
+        buf: &mut [u8],
     ) -> Result<()> {
         let ctr = f.ctrs.get(i);
         if ctr == 0 {
             if leaf != &ZERO_LEAF {
                 return Err(f.tampered(i, "a hole has a non-empty leaf"));
             }
-            out.fill(0);
+            buf.fill(0);
             return Ok(());
         }
         if self.cbc {
-            out.copy_from_slice(ct);
-            f.keys.cbc.decrypt(f.keys.cbc_iv(i, ctr), out);
-            if !crate::crypto::ct_eq(&Self::leaf_hash(env, f, i, ctr, out), leaf) {
-                out.fill(0);
+            f.keys.cbc.decrypt(f.keys.cbc_iv(i, ctr), buf);
+            if !crate::crypto::ct_eq(&Self::leaf_hash(env, f, i, ctr, buf), leaf) {
+                buf.fill(0);
                 return Err(f.tampered(i, "block does not match its Merkle leaf"));
             }
         } else {
@@ -378,9 +373,8 @@ impl MtEint {
                 .open(
                     FileKeys::nonce(i, ctr),
                     &block_aad(MT_LABEL, &f.id, i),
-                    ct,
                     &leaf[..TAG_LEN],
-                    out,
+                    buf,
                 )
                 .map_err(|_| f.tampered(i, "AES-GCM authentication failed"))?;
         }
@@ -422,17 +416,14 @@ impl Scheme for MtEint {
             tree.stored_leaves(&mut io, first, count)
                 .map_err(|e| Self::tree_err(f, e))?
         };
-        let mut ct = vec![0u8; out.len()];
-        tx.read_at(&f.names.data, first * bs as u64, &mut ct)?;
+        tx.read_at(&f.names.data, first * bs as u64, out)?;
         for k in 0..count as usize {
-            self.open_block(
-                env,
-                f,
-                first + k as u64,
-                &leaves[k],
-                &ct[k * bs..(k + 1) * bs],
-                &mut out[k * bs..(k + 1) * bs],
-            )?;
+            let blk = &mut out[k * bs..(k + 1) * bs];
+            if let Err(e) = self.open_block(env, f, first + k as u64, &leaves[k], blk) {
+                // Earlier blocks decrypted but are not yet checked against the tree.
+                out.fill(0);
+                return Err(e);
+            }
         }
         let mut io = Nodes {
             tx,

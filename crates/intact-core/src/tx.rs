@@ -73,6 +73,8 @@ pub struct Tx {
     store: Arc<dyn UntrustedStore>,
     objs: HashMap<String, ObjState>,
     overlay_bytes: usize,
+    /// Never writes the store: every change stays in the overlay, and it cannot commit.
+    read_only: bool,
 }
 
 /// One journal operation (the final image of a range, a length, or a deletion).
@@ -107,6 +109,16 @@ impl Tx {
             store,
             objs: HashMap::new(),
             overlay_bytes: 0,
+            read_only: false,
+        }
+    }
+
+    /// A transaction that never writes the store (read-only opens, which may still need to
+    /// see a pending journal through the overlay; see [`Tx::stage_journal`]).
+    pub fn read_only(store: Arc<dyn UntrustedStore>) -> Self {
+        Tx {
+            read_only: true,
+            ..Tx::new(store)
         }
     }
 
@@ -194,13 +206,14 @@ impl Tx {
             return Ok(());
         }
         let store = self.store.clone();
+        let read_only = self.read_only;
         let st = self.state(name)?;
         if st.deleted {
             return Err(Error::Invalid(format!("write to deleted object {name}")));
         }
         let end = off + data.len() as u64;
         let boundary = st.committed_len.unwrap_or(0);
-        let (staged, direct) = if st.cut.is_some() {
+        let (staged, direct) = if read_only || st.cut.is_some() {
             (data, &data[data.len()..])
         } else if off >= boundary {
             (&data[..0], data)
@@ -259,6 +272,9 @@ impl Tx {
     /// Step 1 of a commit: makes direct writes durable, then writes and syncs the journal
     /// into the slot other than `current` (when there is anything to journal).
     pub fn prepare(&mut self, key: &SubKey, epoch: u64, current: Option<u8>) -> Result<Prepared> {
+        if self.read_only {
+            return Err(Error::Invalid("commit of a read-only transaction".into()));
+        }
         let direct: Vec<String> = self
             .objs
             .iter()
@@ -339,19 +355,15 @@ impl Tx {
     /// Loads a verified journal into the overlay without touching the store (read-only
     /// opens of a volume whose last commit may not have been applied).
     pub fn stage_journal(&mut self, bytes: &[u8]) -> Result<()> {
+        debug_assert!(
+            self.read_only,
+            "a writable open replays the journal instead"
+        );
         let (_, ops) = decode_journal(bytes)?;
         for op in ops {
             match op {
-                Op::Write { name, off, data } => {
-                    let st = self.state(&name)?;
-                    st.cut.get_or_insert(u64::MAX);
-                    self.write_at(&name, off, &data)?
-                }
-                Op::SetLen { name, len } => {
-                    self.set_len(&name, len)?;
-                    let st = self.state(&name)?;
-                    st.cut = Some(st.cut.unwrap_or(u64::MAX).min(len));
-                }
+                Op::Write { name, off, data } => self.write_at(&name, off, &data)?,
+                Op::SetLen { name, len } => self.set_len(&name, len)?,
                 Op::Delete { name } => self.delete(&name)?,
             }
         }

@@ -499,7 +499,11 @@ impl Volume {
                 "the anchor belongs to another volume".into(),
             ));
         }
-        let mut tx = Tx::new(store.clone());
+        let mut tx = if opts.read_only {
+            Tx::read_only(store.clone())
+        } else {
+            Tx::new(store.clone())
+        };
         if let Some(j) = &anchor.journal {
             let jb = load_journal(store.as_ref(), &keys.journal, j)?;
             if opts.read_only {
@@ -922,14 +926,25 @@ macro_rules! env {
     };
 }
 
-fn copy_block_part(bs: u64, b: u64, block: &[u8], off: u64, buf: &mut [u8]) {
-    let end = off + buf.len() as u64;
+/// Where block `b` meets the byte range `[off, off + len)`: the range in the buffer and
+/// the range in the block (empty when they do not meet).
+fn block_part(
+    bs: u64,
+    b: u64,
+    off: u64,
+    len: usize,
+) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
     let s = (b * bs).max(off);
-    let e = ((b + 1) * bs).min(end);
-    if s < e {
-        buf[(s - off) as usize..(e - off) as usize]
-            .copy_from_slice(&block[(s - b * bs) as usize..(e - b * bs) as usize]);
-    }
+    let e = ((b + 1) * bs).min(off + len as u64).max(s);
+    (
+        (s - off) as usize..(e - off) as usize,
+        (s - b * bs) as usize..(e - b * bs) as usize,
+    )
+}
+
+fn copy_block_part(bs: u64, b: u64, block: &[u8], off: u64, buf: &mut [u8]) {
+    let (to, from) = block_part(bs, b, off, buf.len());
+    buf[to].copy_from_slice(&block[from]);
 }
 
 /// Reads a file's bytes, from its dirty blocks or through its scheme.
@@ -953,7 +968,8 @@ fn file_read(env: &Env, tx: &mut Tx, of: &mut OpenFile, off: u64, buf: &mut [u8]
             continue;
         }
         if b >= stored {
-            copy_block_part(bs, b, &vec![0u8; env.bs], off, buf);
+            let (to, _) = block_part(bs, b, off, buf.len());
+            buf[to].fill(0);
             b += 1;
             continue;
         }
@@ -1258,10 +1274,10 @@ impl Inner {
     fn resolve(&mut self, comps: &[&str], path: &str) -> Result<u64> {
         let mut ino = ROOT_INO;
         for (k, c) in comps.iter().enumerate() {
-            let prefix = || format!("/{}", comps[..k].join("/"));
+            // The prefix is only formatted for an error message.
             let entries = self
-                .dir_entries(ino, &prefix())
-                .map_err(|e| e.with_subject(Subject::Path(prefix())))?;
+                .dir_entries(ino, "")
+                .map_err(|e| e.at_path(&format!("/{}", comps[..k].join("/"))))?;
             ino = entries
                 .get(*c)
                 .ok_or_else(|| Error::fs(path, FsErrorKind::NotFound))?

@@ -403,17 +403,6 @@ impl<S: UntrustedStore> UntrustedStore for FaultStore<S> {
         self.inner.list()
     }
 
-    fn read_all(&self, name: &str) -> Result<Option<Vec<u8>>> {
-        // Through this wrapper's read_at, so crashes and corruption apply.
-        let Some(len) = self.len(name)? else {
-            return Ok(None);
-        };
-        let mut buf = vec![0u8; len as usize];
-        let n = self.read_at(name, 0, &mut buf)?;
-        buf.truncate(n);
-        Ok(Some(buf))
-    }
-
     fn replace(&self, name: &str, data: &[u8]) -> Result<()> {
         // Atomic and durable when it returns: earlier unsynced writes to the object went to
         // the old file, which the rename discards.
