@@ -394,77 +394,36 @@ impl Volume {
         let kek = crypto::password_key(password, &salt, copts.kdf)?;
         config.wrapped_key = wrap_key(&master, &kek, &config.aad());
         let trusted = trusted(&config.volume_id)?;
-        let lock = trusted.lock(true)?;
-        if trusted.load()?.is_some() {
-            return Err(Error::Config(format!(
-                "an anchor already exists at {}",
-                trusted.location()
-            )));
+        {
+            let _lock = trusted.lock(true)?;
+            if trusted.load()?.is_some() {
+                return Err(Error::Config(format!(
+                    "an anchor already exists at {}",
+                    trusted.location()
+                )));
+            }
+            // The initial anchor names an empty inode table; the first open finishes the
+            // volume (header, root directory) and seals. The anchor goes first: a crash before
+            // the config is written leaves an empty directory that `init` can use again.
+            let keys = derive_keys(&master);
+            let itable_id = crypto::random_file_id();
+            let tree = crate::tree::TreeState::empty(&keys.hasher, &itable_id);
+            let anchor = Anchor {
+                volume_id,
+                epoch: 0,
+                ctr_next: 1,
+                journal: None,
+                itable: Inode::new(Kind::File, SchemeId::MtEintGcm, itable_id, tree, now_ns()),
+            };
+            trusted.store(&anchor.encode(&keys.anchor))?;
         }
-        let keys = derive_keys(&master);
-        let itable_id = crypto::random_file_id();
-        let tree = crate::tree::TreeState::empty(&keys.hasher, &itable_id);
-        let itable_inode = Inode::new(Kind::File, SchemeId::MtEintGcm, itable_id, tree, now_ns());
-        let anchor = Anchor {
-            volume_id,
-            epoch: 0,
-            ctr_next: 1 + CTR_RESERVATION,
-            journal: None,
-            itable: itable_inode.clone(),
-        };
-        store.replace(
-            CONFIG_NAME,
-            serde_json::to_string_pretty(&config)
-                .expect("json")
-                .as_bytes(),
-        )?;
-        trusted.store(&anchor.encode(&keys.anchor))?;
-        let itable = OpenFile::load(
-            itable_inode,
-            &keys,
-            &mut Tx::new(store.clone()),
-            Subject::InodeTable,
-        )?;
-        let mut inner = Inner {
-            tx: Tx::new(store.clone()),
-            store,
-            trusted,
-            _lock: lock,
-            bs: copts.block_size as usize,
-            default_scheme: copts.scheme,
-            config,
-            keys,
-            cache: NodeCache::new(opts.cache_bytes),
-            anchor,
-            ctr_floor: 1,
-            itable,
-            header: TableHeader {
-                free_head: 0,
-                count: ROOT_INO + 1,
-            },
-            header_dirty: true,
-            files: HashMap::new(),
+        let json = serde_json::to_string_pretty(&config).expect("config serializes");
+        store.replace(CONFIG_NAME, json.as_bytes())?;
+        let opts = Options {
             read_only: false,
-            poisoned: None,
-            scratch: Vec::new(),
+            ..opts.clone()
         };
-        // The root directory.
-        let mut root = Inode::new(
-            Kind::Dir,
-            SchemeId::MtEintGcm,
-            crypto::random_file_id(),
-            tree,
-            now_ns(),
-        );
-        root.tree = inner.empty_tree(SchemeId::MtEintGcm, &root.id);
-        root.nlink = 2;
-        root.link = ROOT_INO;
-        let mut of = OpenFile::load(root, &inner.keys, &mut inner.tx, Subject::Path("/".into()))?;
-        of.dir = Some(BTreeMap::new());
-        of.record_dirty = true;
-        inner.files.insert(ROOT_INO, of);
-        inner.commit()?;
-        Ok(Volume::wrap(inner))
+        Self::open_with_key(store, trusted, config, master, &opts)
     }
 
     /// Opens the volume in `store` with `password`; `trusted` must be the anchor store of
@@ -546,7 +505,19 @@ impl Volume {
             poisoned: None,
             scratch: Vec::new(),
         };
-        inner.header = inner.read_header()?;
+        if inner.itable.inode.size == 0 {
+            // The anchor names an empty inode table: the volume's creation has not sealed yet
+            // (this is trusted state, not something the store can fake).
+            if opts.read_only {
+                return Err(Error::Config(
+                    "the volume's creation was interrupted; open it for writing once to finish it"
+                        .into(),
+                ));
+            }
+            inner.init_fresh()?;
+        } else {
+            inner.header = inner.read_header()?;
+        }
         Ok(Volume::wrap(inner))
     }
 
@@ -1137,6 +1108,30 @@ impl Inner {
     fn empty_tree(&self, s: SchemeId, id: &FileId) -> crate::tree::TreeState {
         let env = env!(self);
         scheme(s).empty(&env, id)
+    }
+
+    /// Finishes a new volume: the inode-table header and the root directory, sealed.
+    fn init_fresh(&mut self) -> Result<()> {
+        self.header = TableHeader {
+            free_head: 0,
+            count: ROOT_INO + 1,
+        };
+        self.header_dirty = true;
+        let id = crypto::random_file_id();
+        let mut root = Inode::new(
+            Kind::Dir,
+            SchemeId::MtEintGcm,
+            id,
+            self.empty_tree(SchemeId::MtEintGcm, &id),
+            now_ns(),
+        );
+        root.nlink = 2;
+        root.link = ROOT_INO;
+        let mut of = OpenFile::load(root, &self.keys, &mut self.tx, Subject::Path("/".into()))?;
+        of.dir = Some(BTreeMap::new());
+        of.record_dirty = true;
+        self.files.insert(ROOT_INO, of);
+        self.commit()
     }
 
     fn read_record(&mut self, ino: u64) -> Result<Inode> {

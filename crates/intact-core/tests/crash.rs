@@ -198,11 +198,15 @@ fn crash_everywhere(scheme: SchemeId, bs: usize) {
             assert!(!e.is_tampered(), "crash surfaced as a tamper error: {e}");
         }
         drop(vol);
+        // Each image is checked against the trusted state as the crash left it (a recovery
+        // seals a new anchor, which belongs to that image only).
+        let at_crash = trusted.snapshot();
         for mode in [
             CrashImage::DurableOnly,
             CrashImage::Random(n),
             CrashImage::All,
         ] {
+            trusted.restore(at_crash.clone());
             let image = store.crash_image(mode);
             check_recovered(
                 image,
@@ -259,5 +263,55 @@ fn eio_during_commit_is_reported_and_recoverable() {
     if data != old {
         old[100..107].copy_from_slice(b"changed");
         assert_eq!(data, old);
+    }
+}
+
+/// A crash while a volume is being created never looks like tampering: the reopen either
+/// finishes the creation (empty root) or finds no volume (the config never became durable).
+#[test]
+fn crash_during_create_never_looks_like_tampering() {
+    let make = |store: Arc<FaultStore<MemStore>>, trusted: &MemTrusted| {
+        let t = trusted.clone();
+        Volume::create(
+            store,
+            move |_| Ok(Box::new(t) as Box<dyn intact_core::store::TrustedStore>),
+            PW,
+            &intact_core::CreateOptions {
+                block_size: 4096,
+                scheme: SchemeId::MtEintGcm,
+                kdf: intact_core::crypto::KdfParams::TEST,
+            },
+            &intact_core::Options::default(),
+        )
+    };
+    let total = {
+        let store = Arc::new(FaultStore::new_mem());
+        drop(make(store.clone(), &MemTrusted::new()).unwrap());
+        store.writes()
+    };
+    assert!(total > 3, "creation wrote only {total} times");
+    for n in 0..total {
+        let store = Arc::new(FaultStore::new_mem());
+        let trusted = MemTrusted::new();
+        store.set_plan(FaultPlan {
+            crash_after_writes: Some(n),
+            ..Default::default()
+        });
+        let r = make(store.clone(), &trusted);
+        if let Err(e) = &r {
+            assert!(!e.is_tampered(), "crash after {n}: {e}");
+        }
+        drop(r);
+        // Each image is checked against the trusted state as the crash left it.
+        let at_crash = trusted.snapshot();
+        for mode in [CrashImage::DurableOnly, CrashImage::All] {
+            trusted.restore(at_crash.clone());
+            let image: Arc<dyn UntrustedStore> = Arc::new(store.crash_image(mode));
+            match open(image, &trusted) {
+                Ok(v) => assert!(v.readdir("/").unwrap().is_empty()),
+                Err(intact_core::Error::Config(_)) => {}
+                Err(e) => panic!("crash after {n}/{total} {mode:?}: reopen failed: {e}"),
+            }
+        }
     }
 }
