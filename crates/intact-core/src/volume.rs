@@ -604,17 +604,6 @@ impl Volume {
         self.integrity_failures.load(Ordering::Relaxed)
     }
 
-    /// Block size.
-    pub fn block_size(&self) -> usize {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).bs
-    }
-
-    /// Resolves a path to an inode number.
-    pub fn lookup(&self, path: &str) -> Result<u64> {
-        let mut g = self.lock()?;
-        self.note(g.resolve(&split_path(path), path))
-    }
-
     /// Attributes of a path.
     pub fn stat(&self, path: &str) -> Result<Stat> {
         let mut g = self.lock()?;
@@ -683,12 +672,6 @@ impl Volume {
         self.note(r.map_err(|e| e.at_path(path)))
     }
 
-    /// Reads from an inode.
-    pub fn read(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
-        let mut g = self.lock()?;
-        self.note(g.read_ino(ino, off, buf))
-    }
-
     /// Writes `data` at `off` of the file at `path`, extending it as needed.
     pub fn write_path(&self, path: &str, off: u64, data: &[u8]) -> Result<()> {
         let mut g = self.lock()?;
@@ -698,12 +681,6 @@ impl Volume {
             g.write_ino(ino, off, data)
         })();
         self.note(r.map_err(|e| e.at_path(path)))
-    }
-
-    /// Writes to an inode.
-    pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<()> {
-        let mut g = self.lock()?;
-        self.note(g.write_ino(ino, off, data))
     }
 
     /// Sets the length of the file at `path` (shrinks or extends with zeros).
@@ -810,14 +787,6 @@ impl Volume {
     pub fn info(&self) -> Result<Info> {
         let mut g = self.lock()?;
         g.info()
-    }
-
-    /// The volume's default scheme.
-    pub fn default_scheme(&self) -> SchemeId {
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .default_scheme
     }
 }
 

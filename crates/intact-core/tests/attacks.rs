@@ -419,6 +419,11 @@ fn tampering_found_during_a_flush_poisons_the_volume() {
     let big = pattern(12, 8 << 20);
     let e = v.write_path("/a", 0, &big).unwrap_err();
     assert!(e.is_tampered(), "{e}");
+    assert_eq!(
+        v.integrity_failures(),
+        1,
+        "the failure is counted (intact stat shows it)"
+    );
     let again = v.write_path("/b", 0, b"more").unwrap_err();
     assert!(again.to_string().contains("reopened"), "{again}");
     assert!(v.sync().is_err());
