@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use intact_core::format::SchemeId;
 use intact_core::store::{LocalDirStore, LocalStateDir, TrustedStore, UntrustedStore};
-use intact_core::volume::{read_config, Kind};
+use intact_core::volume::Kind;
 use intact_core::{CreateOptions, Error, Options, Volume};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -249,13 +249,19 @@ fn open_store(dir: &Path) -> Result<Arc<dyn UntrustedStore>> {
     Ok(Arc::new(LocalDirStore::open(dir)?))
 }
 
-fn open(cli: &Cli, read_only: bool) -> Result<Volume> {
+/// The volume's store and its trusted state directory (which must lie outside it). Reading
+/// the config here reports a missing or damaged volume before asking for a password.
+fn locate(cli: &Cli) -> Result<(Arc<dyn UntrustedStore>, LocalStateDir)> {
     let dir = volume_dir(cli)?;
     let store = open_store(&dir)?;
     check_state_outside(&state_dir(cli), &dir)?;
-    let trusted: Box<dyn TrustedStore> =
-        Box::new(Volume::state_for(store.as_ref(), &state_dir(cli))?);
-    read_config(store.as_ref())?;
+    let state = Volume::state_for(store.as_ref(), &state_dir(cli))?;
+    Ok((store, state))
+}
+
+fn open(cli: &Cli, read_only: bool) -> Result<Volume> {
+    let (store, state) = locate(cli)?;
+    let trusted: Box<dyn TrustedStore> = Box::new(state);
     let pw = password(cli, false)?;
     let opts = Options {
         cache_bytes: cli.cache_bytes,
@@ -359,7 +365,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 .unwrap_or(("", path.as_str()));
             let mut nonce = [0u8; 8];
             intact_core::crypto::fill_random(&mut nonce);
-            let tmp = format!("{dir}/.{base}.intact-put-{}", hex_encode(&nonce));
+            let tmp = format!(
+                "{dir}/.{base}.intact-put-{:016x}",
+                u64::from_le_bytes(nonce)
+            );
             vol.create_file(&tmp, scheme)?;
             let pb = bar(total, "put");
             let mut buf = vec![0u8; 1 << 20];
@@ -602,9 +611,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                      --i-accept-rollback-risk to proceed."
                 );
             }
-            let dir = volume_dir(&cli)?;
-            let store = open_store(&dir)?;
-            let trusted = Volume::state_for(store.as_ref(), &state_dir(&cli))?;
+            let (store, trusted) = locate(&cli)?;
             let pw = password(&cli, false)?;
             let epoch = Volume::recover_anchor(store.as_ref(), &trusted, pw.as_bytes())?;
             println!(
@@ -614,10 +621,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn hex_encode(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 fn join(dir: &str, name: &str) -> String {
