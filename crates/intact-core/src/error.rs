@@ -87,6 +87,10 @@ pub enum Error {
         /// What is wrong.
         kind: FsErrorKind,
     },
+    /// An earlier commit or flush failed; the open volume refuses further work (nothing
+    /// that was sealed is lost; what was not is not half-applied).
+    #[error("the volume must be reopened after a failed commit: {0}")]
+    Poisoned(String),
     /// An invalid argument.
     #[error("invalid argument: {0}")]
     Invalid(String),
@@ -118,6 +122,14 @@ pub enum FsErrorKind {
     ReadOnly,
     /// EXDEV/EINVAL: renaming a directory into itself
     RenameIntoSelf,
+    /// No such extended attribute.
+    NoAttribute,
+    /// The operation is not permitted on this kind of inode (e.g. a hard link to a directory).
+    NotPermitted,
+    /// A name or value is longer than the format allows.
+    ValueTooLarge,
+    /// The operation is not supported (e.g. an attribute namespace other than `user.`).
+    NotSupported,
 }
 
 impl fmt::Display for FsErrorKind {
@@ -133,6 +145,10 @@ impl fmt::Display for FsErrorKind {
             FsErrorKind::TooLarge => "file too large",
             FsErrorKind::ReadOnly => "volume opened read-only",
             FsErrorKind::RenameIntoSelf => "cannot move a directory into itself",
+            FsErrorKind::NoAttribute => "no such attribute",
+            FsErrorKind::NotPermitted => "operation not permitted",
+            FsErrorKind::ValueTooLarge => "value too large",
+            FsErrorKind::NotSupported => "operation not supported",
         })
     }
 }
@@ -172,6 +188,18 @@ impl Error {
                 kind,
             },
             other => other.with_subject(Subject::Path(path.to_string())),
+        }
+    }
+
+    /// Names `path` in a file-system error raised by an operation on one of its
+    /// components (which only knew the component's name).
+    pub fn in_path(self, path: &str) -> Self {
+        match self {
+            Error::Fs { kind, .. } => Error::Fs {
+                path: path.to_string(),
+                kind,
+            },
+            other => other,
         }
     }
 

@@ -29,6 +29,8 @@ pub enum Kind {
     Dir = 2,
     /// A symbolic link (its target is its content).
     Symlink = 3,
+    /// The extended attributes of one inode (a hidden file named by its owner's record).
+    Xattr = 4,
 }
 
 impl Kind {
@@ -38,6 +40,7 @@ impl Kind {
             1 => Kind::File,
             2 => Kind::Dir,
             3 => Kind::Symlink,
+            4 => Kind::Xattr,
             _ => return None,
         })
     }
@@ -114,14 +117,19 @@ pub struct Inode {
     pub uid: u32,
     /// Group.
     pub gid: u32,
-    /// Link count (1, or 2+ for directories by convention).
+    /// Link count: directory entries naming a file (hard links); 2 for directories.
     pub nlink: u32,
+    /// Inode of the hidden [`Kind::Xattr`] file holding this inode's extended attributes
+    /// (0: none).
+    pub xattr: u32,
     /// Length in bytes.
     pub size: u64,
     /// Modification time, ns since the Unix epoch.
     pub mtime_ns: i64,
     /// Change time, ns since the Unix epoch.
     pub ctime_ns: i64,
+    /// Access time, ns since the Unix epoch (set by utimens; reads do not update it).
+    pub atime_ns: i64,
     /// The file's random id (names objects, binds keys).
     pub id: FileId,
     /// Merkle tree state (leaf count and root), or the block count for `aead`.
@@ -129,7 +137,8 @@ pub struct Inode {
     /// Highest write counter of any deleted block: new counters stay above it, so
     /// truncation never lets a (block, counter) pair repeat.
     pub ctr_hw: u64,
-    /// Free-list link (free records) or parent directory (directories).
+    /// Free-list link (free records), parent directory (directories), or the next entry of
+    /// the list of unlinked files still open (files with `nlink == 0`).
     pub link: u64,
     /// The trusted part of the counter intervals (paper Fig. 6).
     pub counters: TrustedCounters,
@@ -145,9 +154,11 @@ impl Inode {
             uid: 0,
             gid: 0,
             nlink: 1,
+            xattr: 0,
             size: 0,
             mtime_ns: now_ns,
             ctime_ns: now_ns,
+            atime_ns: now_ns,
             id,
             tree,
             ctr_hw: 0,
@@ -183,9 +194,11 @@ impl Inode {
         b[8..12].copy_from_slice(&self.uid.to_le_bytes());
         b[12..16].copy_from_slice(&self.gid.to_le_bytes());
         b[16..20].copy_from_slice(&self.nlink.to_le_bytes());
+        b[20..24].copy_from_slice(&self.xattr.to_le_bytes());
         b[24..32].copy_from_slice(&self.size.to_le_bytes());
         b[32..40].copy_from_slice(&self.mtime_ns.to_le_bytes());
         b[40..48].copy_from_slice(&self.ctime_ns.to_le_bytes());
+        b[48..56].copy_from_slice(&self.atime_ns.to_le_bytes());
         b[56..72].copy_from_slice(&self.id);
         b[72..80].copy_from_slice(&self.tree.leaves.to_le_bytes());
         b[80..112].copy_from_slice(&self.tree.root);
@@ -221,9 +234,11 @@ impl Inode {
             uid: u32_at(8),
             gid: u32_at(12),
             nlink: u32_at(16),
+            xattr: u32_at(20),
             size: u64_at(24),
             mtime_ns: u64_at(32) as i64,
             ctime_ns: u64_at(40) as i64,
+            atime_ns: u64_at(48) as i64,
             id,
             tree: TreeState {
                 leaves: u64_at(72),

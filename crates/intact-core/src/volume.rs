@@ -32,6 +32,12 @@ const OVERLAY_LIMIT: usize = 64 << 20;
 pub const NAME_MAX: usize = 255;
 /// Open-file states kept after a seal.
 const KEEP_OPEN: usize = 1024;
+/// Dirty plaintext held across all files before the engine seals on its own.
+const TOTAL_DIRTY_LIMIT: usize = 128 << 20;
+/// Longest extended-attribute value.
+pub const XATTR_VALUE_MAX: usize = 64 << 10;
+/// The extended attribute that names a file's scheme (virtual: never stored).
+pub const SCHEME_XATTR: &str = "user.intact.scheme";
 
 /// How to open or create a volume.
 #[derive(Clone)]
@@ -97,6 +103,74 @@ pub struct Stat {
     pub counter_intervals: u64,
     /// True when the counter arrays live in US_F with their hashes in TS_F.
     pub counters_spilled: bool,
+}
+
+/// Attributes of an inode, as a file-system front end needs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attr {
+    /// Inode number.
+    pub ino: u64,
+    /// Changes whenever an inode number is reused (from the file's random id).
+    pub generation: u64,
+    /// File, directory or symlink.
+    pub kind: Kind,
+    /// Length in bytes.
+    pub size: u64,
+    /// Permission bits (and setuid/setgid/sticky).
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Names of the inode (hard links); 2 for directories.
+    pub nlink: u32,
+    /// Access time, ns.
+    pub atime_ns: i64,
+    /// Modification time, ns.
+    pub mtime_ns: i64,
+    /// Change time, ns.
+    pub ctime_ns: i64,
+    /// Bytes of blocks the scheme holds (holes past them excluded).
+    pub stored_bytes: u64,
+}
+
+/// Attribute changes (`setattr`): `None` leaves a field as it is.
+#[derive(Debug, Clone, Default)]
+pub struct SetAttr {
+    /// New permission bits.
+    pub mode: Option<u32>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// New length (files only): truncates or extends with zeros.
+    pub size: Option<u64>,
+    /// New access time, ns.
+    pub atime_ns: Option<i64>,
+    /// New modification time, ns.
+    pub mtime_ns: Option<i64>,
+}
+
+/// What a rename does when the target name exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenameMode {
+    /// Replace it (a non-empty directory is never replaced).
+    Replace,
+    /// Fail with `Exists` (`RENAME_NOREPLACE`).
+    NoReplace,
+    /// Swap the two names atomically (`RENAME_EXCHANGE`); both must exist.
+    Exchange,
+}
+
+/// How `setxattr` treats an existing attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XattrMode {
+    /// Create or replace.
+    Set,
+    /// Fail if it exists (`XATTR_CREATE`).
+    Create,
+    /// Fail unless it exists (`XATTR_REPLACE`).
+    Replace,
 }
 
 /// One directory entry.
@@ -202,6 +276,12 @@ struct Inner {
     header: TableHeader,
     header_dirty: bool,
     files: HashMap<u64, OpenFile>,
+    /// Open handles per inode (a file unlinked while open lives until the last closes).
+    handles: HashMap<u64, u32>,
+    /// Last known (parent, name) of inodes, for naming them in integrity errors.
+    names: HashMap<u64, (u64, String)>,
+    /// Approximate dirty plaintext across files since the last seal.
+    dirty_bytes: usize,
     read_only: bool,
     poisoned: Option<String>,
     /// Reused buffer of [`flush_data`].
@@ -214,6 +294,8 @@ const HEADER_MAGIC: &[u8; 8] = b"ITABHDR1";
 struct TableHeader {
     free_head: u64,
     count: u64,
+    /// First file unlinked while open (docs/file-format.md §4.2).
+    unlinked_head: u64,
 }
 
 fn now_ns() -> i64 {
@@ -317,6 +399,57 @@ fn parent_and_name(path: &str) -> Result<(Vec<&str>, &str)> {
         .ok_or_else(|| Error::fs(path, FsErrorKind::InvalidName))?;
     valid_name(name)?;
     Ok((comps, name))
+}
+
+fn encode_xattrs(map: &BTreeMap<String, Vec<u8>>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(
+        8 + map
+            .iter()
+            .map(|(k, v)| 6 + k.len() + v.len())
+            .sum::<usize>(),
+    );
+    out.extend_from_slice(b"IXAT");
+    out.extend_from_slice(&(map.len() as u32).to_le_bytes());
+    for (name, value) in map {
+        out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        out.extend_from_slice(value);
+    }
+    out
+}
+
+fn decode_xattrs(b: &[u8]) -> Option<BTreeMap<String, Vec<u8>>> {
+    let mut m = BTreeMap::new();
+    let mut r = crate::tx::Reader { b, pos: 0 };
+    if r.take(4)? != b"IXAT" {
+        return None;
+    }
+    let n = r.u32()?;
+    for _ in 0..n {
+        let nl = r.u16()? as usize;
+        let name = std::str::from_utf8(r.take(nl)?).ok()?.to_string();
+        let vl = r.u32()? as usize;
+        if vl > XATTR_VALUE_MAX {
+            return None;
+        }
+        m.insert(name, r.take(vl)?.to_vec());
+    }
+    (r.pos == b.len()).then_some(m)
+}
+
+/// Checks an extended-attribute name: only the `user.` namespace is stored.
+fn xattr_name(name: &str) -> Result<()> {
+    if name.len() > NAME_MAX {
+        return Err(Error::fs(name, FsErrorKind::ValueTooLarge));
+    }
+    if name.len() <= 5 || name.contains('\0') {
+        return Err(Error::fs(name, FsErrorKind::InvalidName));
+    }
+    if !name.starts_with("user.") {
+        return Err(Error::fs(name, FsErrorKind::NotSupported));
+    }
+    Ok(())
 }
 
 fn encode_dir(entries: &BTreeMap<String, (u64, Kind)>) -> Vec<u8> {
@@ -498,9 +631,13 @@ impl Volume {
             header: TableHeader {
                 free_head: 0,
                 count: 0,
+                unlinked_head: 0,
             },
             header_dirty: false,
             files: HashMap::new(),
+            handles: HashMap::new(),
+            names: HashMap::new(),
+            dirty_bytes: 0,
             read_only: opts.read_only,
             poisoned: None,
             scratch: Vec::new(),
@@ -517,6 +654,10 @@ impl Volume {
             inner.init_fresh()?;
         } else {
             inner.header = inner.read_header()?;
+            if !opts.read_only && inner.header.unlinked_head != 0 {
+                inner.reap_unlinked()?;
+                inner.commit()?;
+            }
         }
         Ok(Volume::wrap(inner))
     }
@@ -582,9 +723,7 @@ impl Volume {
     fn lock(&self) -> Result<MutexGuard<'_, Inner>> {
         let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(why) = &g.poisoned {
-            return Err(Error::Invalid(format!(
-                "volume must be reopened after a failed commit: {why}"
-            )));
+            return Err(Error::Poisoned(why.clone()));
         }
         Ok(g)
     }
@@ -618,20 +757,20 @@ impl Volume {
     pub fn create_file(&self, path: &str, scheme: Option<SchemeId>) -> Result<u64> {
         let mut g = self.lock()?;
         let s = scheme.unwrap_or(g.default_scheme);
-        self.note(g.create_node(path, Kind::File, s))
+        self.note(g.create_path(path, Kind::File, s))
     }
 
     /// Creates a directory.
     pub fn mkdir(&self, path: &str) -> Result<u64> {
         let mut g = self.lock()?;
-        self.note(g.create_node(path, Kind::Dir, SchemeId::MtEintGcm))
+        self.note(g.create_path(path, Kind::Dir, SchemeId::MtEintGcm))
     }
 
     /// Creates a symlink at `path` pointing to `target`.
     pub fn symlink(&self, target: &str, path: &str) -> Result<u64> {
         let mut g = self.lock()?;
         let r = (|| {
-            let ino = g.create_node(path, Kind::Symlink, SchemeId::MtEintGcm)?;
+            let ino = g.create_path(path, Kind::Symlink, SchemeId::MtEintGcm)?;
             g.write_ino(ino, 0, target.as_bytes())?;
             Ok(ino)
         })();
@@ -715,21 +854,28 @@ impl Volume {
     /// Removes a file or symlink.
     pub fn unlink(&self, path: &str) -> Result<()> {
         let mut g = self.lock()?;
-        let r = g.remove(path, false);
+        let r = g.remove_path(path, false);
         self.note(r)
     }
 
     /// Removes an empty directory.
     pub fn rmdir(&self, path: &str) -> Result<()> {
         let mut g = self.lock()?;
-        let r = g.remove(path, true);
+        let r = g.remove_path(path, true);
         self.note(r)
     }
 
     /// Renames `from` to `to`, replacing a file (or empty directory) at `to`.
     pub fn rename(&self, from: &str, to: &str) -> Result<()> {
         let mut g = self.lock()?;
-        let r = g.rename(from, to);
+        let r = (|| {
+            let (fp, fname) = parent_and_name(from)?;
+            let (tp, tname) = parent_and_name(to)?;
+            let fpino = g.resolve(&fp, from)?;
+            let tpino = g.resolve(&tp, to)?;
+            g.rename_at(fpino, fname, tpino, tname, RenameMode::Replace)
+                .map_err(|e| e.in_path(to))
+        })();
         self.note(r)
     }
 
@@ -787,6 +933,299 @@ impl Volume {
     pub fn info(&self) -> Result<Info> {
         let mut g = self.lock()?;
         g.info()
+    }
+}
+
+/// The inode-level API, for file-system front ends (the FUSE adapter). Inode numbers come
+/// from [`Attr::ino`] and [`DirEntry::ino`]; the root is [`ROOT_INO`]. Integrity failures
+/// name the inode's last known path.
+impl Volume {
+    /// Runs `f` on the engine and reports integrity failures with `ino`'s path.
+    fn with_ino<T>(&self, ino: u64, f: impl FnOnce(&mut Inner) -> Result<T>) -> Result<T> {
+        let mut g = self.lock()?;
+        let r = f(&mut g).map_err(|e| match e {
+            Error::Tampered {
+                subject: Subject::Inode(i),
+                block,
+                what,
+            } => Error::Tampered {
+                subject: Subject::Path(g.path_of(i)),
+                block,
+                what,
+            },
+            Error::Fs { path, kind } if path.is_empty() => Error::Fs {
+                path: g.path_of(ino),
+                kind,
+            },
+            other => other,
+        });
+        self.note(r)
+    }
+
+    /// Attributes of `ino`.
+    pub fn attr(&self, ino: u64) -> Result<Attr> {
+        self.with_ino(ino, |g| g.attr(ino))
+    }
+
+    /// Looks `name` up in directory `parent`.
+    pub fn lookup(&self, parent: u64, name: &str) -> Result<Attr> {
+        self.with_ino(parent, |g| {
+            let (ino, _) = g.child(parent, name)?;
+            g.attr(ino)
+        })
+    }
+
+    /// Changes attributes (a size truncates or extends the file) and returns the result.
+    pub fn setattr(&self, ino: u64, set: &SetAttr) -> Result<Attr> {
+        self.with_ino(ino, |g| {
+            g.setattr(ino, set)?;
+            g.attr(ino)
+        })
+    }
+
+    /// Creates a file or directory `name` in `parent` (`scheme` defaults to the volume's).
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_at(
+        &self,
+        parent: u64,
+        name: &str,
+        kind: Kind,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        scheme: Option<SchemeId>,
+    ) -> Result<Attr> {
+        if kind != Kind::File && kind != Kind::Dir {
+            return Err(Error::fs(name, FsErrorKind::NotSupported));
+        }
+        self.with_ino(parent, |g| {
+            let s = match kind {
+                Kind::File => scheme.unwrap_or(g.default_scheme),
+                _ => SchemeId::MtEintGcm,
+            };
+            let ino = g.create_at(parent, name, kind, s, Some(mode), uid, gid)?;
+            g.attr(ino)
+        })
+    }
+
+    /// Creates a symlink `name` in `parent` pointing to `target`.
+    pub fn symlink_at(
+        &self,
+        parent: u64,
+        name: &str,
+        target: &str,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
+        self.with_ino(parent, |g| {
+            let ino = g.create_at(
+                parent,
+                name,
+                Kind::Symlink,
+                SchemeId::MtEintGcm,
+                None,
+                uid,
+                gid,
+            )?;
+            g.write_ino(ino, 0, target.as_bytes())?;
+            g.attr(ino)
+        })
+    }
+
+    /// The target of the symlink `ino`.
+    pub fn readlink_ino(&self, ino: u64) -> Result<String> {
+        self.with_ino(ino, |g| {
+            let of = g.open_ino(ino)?;
+            if of.inode.kind != Kind::Symlink {
+                return Err(Error::Invalid("not a symlink".into()));
+            }
+            let mut buf = vec![0u8; of.inode.size as usize];
+            g.read_ino(ino, 0, &mut buf)?;
+            String::from_utf8(buf).map_err(|_| {
+                Error::tampered(Subject::Inode(ino), None, "symlink target is not UTF-8")
+            })
+        })
+    }
+
+    /// Adds a name for `ino` (a hard link) and returns its attributes.
+    pub fn link_at(&self, ino: u64, parent: u64, name: &str) -> Result<Attr> {
+        self.with_ino(ino, |g| {
+            g.link_at(ino, parent, name)?;
+            g.attr(ino)
+        })
+    }
+
+    /// Removes the file or symlink `name` from `parent`. A file still open through
+    /// [`Volume::open_handle`] stays readable and writable until its last handle is released.
+    pub fn unlink_at(&self, parent: u64, name: &str) -> Result<()> {
+        self.with_ino(parent, |g| g.remove_at(parent, name, false))
+    }
+
+    /// Removes the empty directory `name` from `parent`.
+    pub fn rmdir_at(&self, parent: u64, name: &str) -> Result<()> {
+        self.with_ino(parent, |g| g.remove_at(parent, name, true))
+    }
+
+    /// Renames `parent/name` to `new_parent/new_name`.
+    pub fn rename_at(
+        &self,
+        parent: u64,
+        name: &str,
+        new_parent: u64,
+        new_name: &str,
+        mode: RenameMode,
+    ) -> Result<()> {
+        self.with_ino(parent, |g| {
+            g.rename_at(parent, name, new_parent, new_name, mode)
+        })
+    }
+
+    /// The entries of directory `ino` (sorted by name) and its parent's inode.
+    pub fn readdir_ino(&self, ino: u64) -> Result<(u64, Vec<DirEntry>)> {
+        self.with_ino(ino, |g| {
+            let entries: Vec<DirEntry> = g
+                .dir_entries(ino, "")?
+                .iter()
+                .map(|(n, (i, k))| DirEntry {
+                    name: n.clone(),
+                    ino: *i,
+                    kind: *k,
+                })
+                .collect();
+            for e in &entries {
+                g.names
+                    .entry(e.ino)
+                    .or_insert_with(|| (ino, e.name.clone()));
+            }
+            let parent = g.open_ino(ino)?.inode.link;
+            Ok((parent, entries))
+        })
+    }
+
+    /// Reads up to `buf.len()` bytes at `off` of file `ino`; returns the bytes read.
+    pub fn read_ino(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
+        self.with_ino(ino, |g| {
+            g.expect_kind(ino, "", Kind::File)?;
+            g.read_ino(ino, off, buf)
+        })
+    }
+
+    /// Writes `data` at `off` of file `ino`, extending it as needed.
+    pub fn write_ino(&self, ino: u64, off: u64, data: &[u8]) -> Result<()> {
+        self.with_ino(ino, |g| {
+            g.expect_kind(ino, "", Kind::File)?;
+            g.write_ino(ino, off, data)
+        })
+    }
+
+    /// Notes an open handle on `ino` (see [`Volume::unlink_at`]).
+    pub fn open_handle(&self, ino: u64) -> Result<()> {
+        self.with_ino(ino, |g| {
+            g.open_ino(ino)?;
+            *g.handles.entry(ino).or_insert(0) += 1;
+            Ok(())
+        })
+    }
+
+    /// Releases a handle taken by [`Volume::open_handle`]; the last release of an unlinked
+    /// file frees it.
+    pub fn release_handle(&self, ino: u64) -> Result<()> {
+        self.with_ino(ino, |g| {
+            let n = g.handles.get_mut(&ino).map(|n| {
+                *n -= 1;
+                *n
+            });
+            if n == Some(0) {
+                g.handles.remove(&ino);
+                if !g.read_only && g.open_ino(ino)?.inode.nlink == 0 {
+                    g.free_unlinked(ino)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// The value of extended attribute `name` of `ino`. `user.intact.scheme` names the
+    /// file's scheme.
+    pub fn getxattr(&self, ino: u64, name: &str) -> Result<Vec<u8>> {
+        self.with_ino(ino, |g| {
+            if name == SCHEME_XATTR && g.open_ino(ino)?.inode.kind == Kind::File {
+                return Ok(g.open_ino(ino)?.inode.scheme.name().as_bytes().to_vec());
+            }
+            xattr_name(name)?;
+            g.xattrs(ino)?
+                .remove(name)
+                .ok_or_else(|| Error::fs(name, FsErrorKind::NoAttribute))
+        })
+    }
+
+    /// Names of the extended attributes of `ino` (`user.intact.scheme` included for files).
+    pub fn listxattr(&self, ino: u64) -> Result<Vec<String>> {
+        self.with_ino(ino, |g| {
+            let mut names: Vec<String> = g.xattrs(ino)?.into_keys().collect();
+            if g.open_ino(ino)?.inode.kind == Kind::File {
+                names.push(SCHEME_XATTR.to_string());
+            }
+            Ok(names)
+        })
+    }
+
+    /// Sets extended attribute `name` of `ino`. Setting `user.intact.scheme` on a file
+    /// chooses its scheme (an empty file switches at once; a file with content is
+    /// re-encrypted under the new scheme).
+    pub fn setxattr(&self, ino: u64, name: &str, value: &[u8], mode: XattrMode) -> Result<()> {
+        self.with_ino(ino, |g| {
+            g.check_writable()?;
+            if name == SCHEME_XATTR && g.open_ino(ino)?.inode.kind == Kind::File {
+                let s = std::str::from_utf8(value)
+                    .map_err(|_| Error::Invalid("scheme name is not UTF-8".into()))
+                    .and_then(|v| SchemeId::parse(v.trim_end_matches(['\n', '\0'])))?;
+                return g.set_scheme(ino, s);
+            }
+            xattr_name(name)?;
+            if value.len() > XATTR_VALUE_MAX {
+                return Err(Error::fs(name, FsErrorKind::ValueTooLarge));
+            }
+            let mut map = g.xattrs(ino)?;
+            match (mode, map.contains_key(name)) {
+                (XattrMode::Create, true) => return Err(Error::fs(name, FsErrorKind::Exists)),
+                (XattrMode::Replace, false) => {
+                    return Err(Error::fs(name, FsErrorKind::NoAttribute))
+                }
+                _ => {}
+            }
+            map.insert(name.to_string(), value.to_vec());
+            g.store_xattrs(ino, &map)
+        })
+    }
+
+    /// Removes extended attribute `name` of `ino`.
+    pub fn removexattr(&self, ino: u64, name: &str) -> Result<()> {
+        self.with_ino(ino, |g| {
+            g.check_writable()?;
+            if name == SCHEME_XATTR {
+                return Err(Error::fs(name, FsErrorKind::NotPermitted));
+            }
+            xattr_name(name)?;
+            let mut map = g.xattrs(ino)?;
+            if map.remove(name).is_none() {
+                return Err(Error::fs(name, FsErrorKind::NoAttribute));
+            }
+            g.store_xattrs(ino, &map)
+        })
+    }
+
+    /// The volume's block size.
+    pub fn block_size(&self) -> u32 {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).bs as u32
+    }
+
+    /// Whether the volume was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .read_only
     }
 }
 
@@ -990,6 +1429,7 @@ fn file_write(env: &Env, tx: &mut Tx, of: &mut OpenFile, off: u64, data: &[u8]) 
     }
     of.inode.size = of.inode.size.max(end);
     of.inode.mtime_ns = now_ns();
+    of.inode.ctime_ns = of.inode.mtime_ns;
     of.record_dirty = true;
     Ok(())
 }
@@ -1014,6 +1454,7 @@ fn file_truncate(env: &Env, tx: &mut Tx, of: &mut OpenFile, size: u64) -> Result
     if size != of.inode.size {
         of.inode.size = size;
         of.inode.mtime_ns = now_ns();
+        of.inode.ctime_ns = of.inode.mtime_ns;
         of.record_dirty = true;
     }
     Ok(())
@@ -1084,6 +1525,7 @@ impl Inner {
         self.header = TableHeader {
             free_head: 0,
             count: ROOT_INO + 1,
+            unlinked_head: 0,
         };
         self.header_dirty = true;
         let id = crypto::random_file_id();
@@ -1153,15 +1595,24 @@ impl Inner {
         }
         let free_head = u64::from_le_bytes(b[8..16].try_into().expect("8"));
         let count = u64::from_le_bytes(b[16..24].try_into().expect("8"));
+        let unlinked_head = u64::from_le_bytes(b[24..32].try_into().expect("8"));
         let records = self.itable.inode.size / RECORD_SIZE as u64;
-        if count > records || free_head >= count.max(1) || count <= ROOT_INO {
+        if count > records
+            || free_head >= count.max(1)
+            || count <= ROOT_INO
+            || unlinked_head >= count
+        {
             return Err(Error::tampered(
                 Subject::InodeTable,
                 None,
                 "inconsistent inode-table header",
             ));
         }
-        Ok(TableHeader { free_head, count })
+        Ok(TableHeader {
+            free_head,
+            count,
+            unlinked_head,
+        })
     }
 
     fn write_header(&mut self) -> Result<()> {
@@ -1169,6 +1620,7 @@ impl Inner {
         b[..8].copy_from_slice(HEADER_MAGIC);
         b[8..16].copy_from_slice(&self.header.free_head.to_le_bytes());
         b[16..24].copy_from_slice(&self.header.count.to_le_bytes());
+        b[24..32].copy_from_slice(&self.header.unlinked_head.to_le_bytes());
         let env = env!(self);
         file_write(&env, &mut self.tx, &mut self.itable, 0, &b)
     }
@@ -1284,8 +1736,11 @@ impl Inner {
         self.ensure_open(ino)?;
         let env = env!(self);
         let of = self.files.get_mut(&ino).expect("opened");
+        let before = of.dirty.len();
         file_write(&env, &mut self.tx, of, off, data)?;
+        self.dirty_bytes += of.dirty.len().saturating_sub(before) * env.bs;
         if of.dirty.len() * env.bs >= FILE_DIRTY_LIMIT {
+            self.dirty_bytes = self.dirty_bytes.saturating_sub(of.dirty.len() * env.bs);
             if let Err(e) = flush_data(&env, &mut self.tx, of, &mut self.scratch) {
                 self.poisoned = Some(format!("flushing inode {ino}: {e}"));
                 return Err(e);
@@ -1310,7 +1765,7 @@ impl Inner {
     }
 
     fn maybe_commit(&mut self) -> Result<()> {
-        if self.tx.overlay_bytes() >= OVERLAY_LIMIT {
+        if self.tx.overlay_bytes() >= OVERLAY_LIMIT || self.dirty_bytes >= TOTAL_DIRTY_LIMIT {
             self.commit()?;
         }
         Ok(())
@@ -1338,6 +1793,20 @@ impl Inner {
         Ok(ino)
     }
 
+    fn create_path(&mut self, path: &str, kind: Kind, s: SchemeId) -> Result<u64> {
+        let (parents, name) = parent_and_name(path)?;
+        let pino = self.resolve(&parents, path)?;
+        self.create_at(pino, name, kind, s, None, 0, 0)
+            .map_err(|e| e.in_path(path))
+    }
+
+    fn remove_path(&mut self, path: &str, dir: bool) -> Result<()> {
+        let (parents, name) = parent_and_name(path)?;
+        let pino = self.resolve(&parents, path)?;
+        self.remove_at(pino, name, dir).map_err(|e| e.in_path(path))
+    }
+
+    /// Frees an inode (and its extended-attribute file): its objects are deleted at the seal.
     fn free_ino(&mut self, ino: u64) -> Result<()> {
         self.ensure_open(ino)?;
         let of = self.files.remove(&ino).expect("opened");
@@ -1349,10 +1818,14 @@ impl Inner {
             self.tx.delete(name)?;
         }
         self.cache.remove_file(&of.inode.id);
+        self.names.remove(&ino);
         let rec = Inode::free(self.header.free_head);
         self.write_record(ino, &rec)?;
         self.header.free_head = ino;
         self.header_dirty = true;
+        if of.inode.xattr != 0 && of.inode.kind != Kind::Xattr {
+            self.free_ino(of.inode.xattr as u64)?;
+        }
         Ok(())
     }
 
@@ -1361,26 +1834,104 @@ impl Inner {
             of.dir_dirty = true;
             of.record_dirty = true;
             of.inode.mtime_ns = now_ns();
+            of.inode.ctime_ns = of.inode.mtime_ns;
         }
     }
 
-    fn create_node(&mut self, path: &str, kind: Kind, s: SchemeId) -> Result<u64> {
-        self.check_writable()?;
-        let (parents, name) = parent_and_name(path)?;
-        let pino = self.resolve(&parents, path)?;
-        if self.dir_entries(pino, path)?.contains_key(name) {
-            return Err(Error::fs(path, FsErrorKind::Exists));
+    /// Marks an inode's attributes changed (ctime) and its record dirty.
+    fn touch_record(&mut self, ino: u64) -> Result<&mut OpenFile> {
+        let of = self.open_ino(ino)?;
+        of.inode.ctime_ns = now_ns();
+        of.record_dirty = true;
+        Ok(of)
+    }
+
+    /// The entry `name` of directory `pino`, checked against the record it names.
+    fn child(&mut self, pino: u64, name: &str) -> Result<(u64, Kind)> {
+        let (ino, kind) = *self
+            .dir_entries(pino, "")?
+            .get(name)
+            .ok_or_else(|| Error::fs(name, FsErrorKind::NotFound))?;
+        let actual = self.open_ino(ino)?.inode.kind;
+        if actual != kind {
+            return Err(Error::tampered(
+                Subject::Inode(pino),
+                None,
+                format!("entry {name:?} names an inode of another kind"),
+            ));
         }
+        self.names.insert(ino, (pino, name.to_string()));
+        Ok((ino, kind))
+    }
+
+    /// Whether directory `a` is `b` or one of its ancestors (walking up the parent links).
+    fn is_ancestor(&mut self, a: u64, b: u64) -> Result<bool> {
+        let mut cur = b;
+        for _ in 0..=self.header.count {
+            if cur == a {
+                return Ok(true);
+            }
+            if cur == ROOT_INO {
+                return Ok(false);
+            }
+            cur = self.open_ino(cur)?.inode.link;
+        }
+        Err(Error::tampered(
+            Subject::Inode(b),
+            None,
+            "directory parent links form a cycle",
+        ))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn create_at(
+        &mut self,
+        pino: u64,
+        name: &str,
+        kind: Kind,
+        s: SchemeId,
+        mode: Option<u32>,
+        uid: u32,
+        gid: u32,
+    ) -> Result<u64> {
+        self.check_writable()?;
+        valid_name(name)?;
+        if self.dir_entries(pino, name)?.contains_key(name) {
+            return Err(Error::fs(name, FsErrorKind::Exists));
+        }
+        let ino = self.new_inode(kind, s, mode, uid, gid)?;
+        if kind == Kind::Dir {
+            let of = self.files.get_mut(&ino).expect("created");
+            of.inode.nlink = 2;
+            of.inode.link = pino;
+        }
+        self.dir_entries(pino, name)?
+            .insert(name.to_string(), (ino, kind));
+        self.touch_dir(pino);
+        self.names.insert(ino, (pino, name.to_string()));
+        Ok(ino)
+    }
+
+    /// Allocates and opens a new, empty inode that no directory names yet.
+    fn new_inode(
+        &mut self,
+        kind: Kind,
+        s: SchemeId,
+        mode: Option<u32>,
+        uid: u32,
+        gid: u32,
+    ) -> Result<u64> {
         let ino = self.alloc_ino()?;
         let id = crypto::random_file_id();
         let mut inode = Inode::new(kind, s, id, self.empty_tree(s, &id), now_ns());
-        if kind == Kind::Dir {
-            inode.nlink = 2;
-            inode.link = pino;
-        }
         if kind == Kind::Symlink {
             inode.mode = 0o777;
         }
+        if let Some(m) = mode {
+            inode.mode = m & 0o7777;
+        }
+        inode.uid = uid;
+        inode.gid = gid;
         let mut of = OpenFile::load(inode, &self.keys, &mut self.tx, Subject::Inode(ino))?;
         if kind == Kind::Dir {
             of.dir = Some(BTreeMap::new());
@@ -1388,83 +1939,374 @@ impl Inner {
         }
         of.record_dirty = true;
         self.files.insert(ino, of);
-        self.dir_entries(pino, path)?
-            .insert(name.to_string(), (ino, kind));
-        self.touch_dir(pino);
         Ok(ino)
     }
 
-    fn remove(&mut self, path: &str, dir: bool) -> Result<()> {
+    /// Adds the name `name` in `pino` for the file `ino` (a hard link).
+    fn link_at(&mut self, ino: u64, pino: u64, name: &str) -> Result<()> {
         self.check_writable()?;
-        let (parents, name) = parent_and_name(path)?;
-        let pino = self.resolve(&parents, path)?;
-        let (ino, kind) = *self
-            .dir_entries(pino, path)?
-            .get(name)
-            .ok_or_else(|| Error::fs(path, FsErrorKind::NotFound))?;
-        match (dir, kind) {
-            (true, Kind::Dir) => {
-                if !self.dir_entries(ino, path)?.is_empty() {
-                    return Err(Error::fs(path, FsErrorKind::NotEmpty));
-                }
-            }
-            (true, _) => return Err(Error::fs(path, FsErrorKind::NotADirectory)),
-            (false, Kind::Dir) => return Err(Error::fs(path, FsErrorKind::IsADirectory)),
-            (false, _) => {}
+        valid_name(name)?;
+        let kind = self.open_ino(ino)?.inode.kind;
+        if kind == Kind::Dir || kind == Kind::Xattr {
+            return Err(Error::fs(name, FsErrorKind::NotPermitted));
         }
-        self.dir_entries(pino, path)?.remove(name);
+        if self.open_ino(ino)?.inode.nlink == 0 {
+            return Err(Error::fs(name, FsErrorKind::NotFound));
+        }
+        if self.dir_entries(pino, name)?.contains_key(name) {
+            return Err(Error::fs(name, FsErrorKind::Exists));
+        }
+        self.dir_entries(pino, name)?
+            .insert(name.to_string(), (ino, kind));
         self.touch_dir(pino);
+        let of = self.touch_record(ino)?;
+        of.inode.nlink = of.inode.nlink.saturating_add(1);
+        self.names.insert(ino, (pino, name.to_string()));
+        Ok(())
+    }
+
+    /// Removes one name of `ino` (already taken out of its directory): frees the inode when
+    /// it was the last name and no handle is open; otherwise keeps it (docs/file-format.md
+    /// §4.2, the unlinked list).
+    fn drop_link(&mut self, ino: u64) -> Result<()> {
+        let open = self.handles.get(&ino).copied().unwrap_or(0) > 0;
+        let unlinked_head = self.header.unlinked_head;
+        let of = self.touch_record(ino)?;
+        if of.inode.kind == Kind::File && of.inode.nlink > 1 {
+            of.inode.nlink -= 1;
+            return Ok(());
+        }
+        if of.inode.kind == Kind::File && open {
+            of.inode.nlink = 0;
+            of.inode.link = unlinked_head;
+            self.header.unlinked_head = ino;
+            self.header_dirty = true;
+            self.names.remove(&ino);
+            return Ok(());
+        }
         self.free_ino(ino)
     }
 
-    fn rename(&mut self, from: &str, to: &str) -> Result<()> {
-        self.check_writable()?;
-        let (fp, fname) = parent_and_name(from)?;
-        let (tp, tname) = parent_and_name(to)?;
-        let fpino = self.resolve(&fp, from)?;
-        let tpino = self.resolve(&tp, to)?;
-        let (ino, kind) = *self
-            .dir_entries(fpino, from)?
-            .get(fname)
-            .ok_or_else(|| Error::fs(from, FsErrorKind::NotFound))?;
-        if fpino == tpino && fname == tname {
-            return Ok(());
-        }
-        if kind == Kind::Dir {
-            let f = split_path(from);
-            let t = split_path(to);
-            if t.len() > f.len() && t[..f.len()] == f[..] {
-                return Err(Error::fs(to, FsErrorKind::RenameIntoSelf));
+    /// Takes `ino` off the unlinked list and frees it.
+    fn free_unlinked(&mut self, ino: u64) -> Result<()> {
+        let next = self.open_ino(ino)?.inode.link;
+        if self.header.unlinked_head == ino {
+            self.header.unlinked_head = next;
+            self.header_dirty = true;
+        } else {
+            let mut cur = self.header.unlinked_head;
+            for _ in 0..=self.header.count {
+                if cur == 0 {
+                    break;
+                }
+                let of = self.open_ino(cur)?;
+                if of.inode.link == ino {
+                    of.inode.link = next;
+                    of.record_dirty = true;
+                    break;
+                }
+                cur = of.inode.link;
             }
         }
-        if let Some(&(tino, tkind)) = self.dir_entries(tpino, to)?.get(tname) {
-            if tino == ino {
+        self.free_ino(ino)
+    }
+
+    /// Frees every file left on the unlinked list (by a crash or an unclean unmount).
+    fn reap_unlinked(&mut self) -> Result<()> {
+        let mut n = 0;
+        while self.header.unlinked_head != 0 {
+            let ino = self.header.unlinked_head;
+            let count = self.header.count;
+            let of = self.open_ino(ino)?;
+            if of.inode.kind != Kind::File || of.inode.nlink != 0 || n > count {
+                return Err(Error::tampered(
+                    Subject::InodeTable,
+                    None,
+                    "malformed list of unlinked files",
+                ));
+            }
+            self.header.unlinked_head = of.inode.link;
+            self.header_dirty = true;
+            self.free_ino(ino)?;
+            n += 1;
+        }
+        if n > 0 {
+            tracing::info!(
+                files = n,
+                "freed files unlinked while open before the last unmount"
+            );
+        }
+        Ok(())
+    }
+
+    fn remove_at(&mut self, pino: u64, name: &str, dir: bool) -> Result<()> {
+        self.check_writable()?;
+        valid_name(name)?;
+        let (ino, kind) = self.child(pino, name)?;
+        match (dir, kind) {
+            (true, Kind::Dir) => {
+                if !self.dir_entries(ino, name)?.is_empty() {
+                    return Err(Error::fs(name, FsErrorKind::NotEmpty));
+                }
+            }
+            (true, _) => return Err(Error::fs(name, FsErrorKind::NotADirectory)),
+            (false, Kind::Dir) => return Err(Error::fs(name, FsErrorKind::IsADirectory)),
+            (false, _) => {}
+        }
+        self.dir_entries(pino, name)?.remove(name);
+        self.touch_dir(pino);
+        self.drop_link(ino)
+    }
+
+    fn rename_at(
+        &mut self,
+        fpino: u64,
+        fname: &str,
+        tpino: u64,
+        tname: &str,
+        mode: RenameMode,
+    ) -> Result<()> {
+        self.check_writable()?;
+        valid_name(fname)?;
+        valid_name(tname)?;
+        let (ino, kind) = self.child(fpino, fname)?;
+        let target = match self.child(tpino, tname) {
+            Ok(t) => Some(t),
+            Err(Error::Fs {
+                kind: FsErrorKind::NotFound,
+                ..
+            }) => None,
+            Err(e) => return Err(e),
+        };
+        if kind == Kind::Dir && self.is_ancestor(ino, tpino)? {
+            return Err(Error::fs(tname, FsErrorKind::RenameIntoSelf));
+        }
+        match (mode, target) {
+            (RenameMode::NoReplace, Some(_)) => return Err(Error::fs(tname, FsErrorKind::Exists)),
+            (RenameMode::Exchange, None) => return Err(Error::fs(tname, FsErrorKind::NotFound)),
+            (RenameMode::Exchange, Some((tino, tkind))) => {
+                if tkind == Kind::Dir && self.is_ancestor(tino, fpino)? {
+                    return Err(Error::fs(fname, FsErrorKind::RenameIntoSelf));
+                }
+                self.dir_entries(fpino, fname)?
+                    .insert(fname.to_string(), (tino, tkind));
+                self.dir_entries(tpino, tname)?
+                    .insert(tname.to_string(), (ino, kind));
+                for (i, k, p, n) in [(ino, kind, tpino, tname), (tino, tkind, fpino, fname)] {
+                    let of = self.touch_record(i)?;
+                    if k == Kind::Dir {
+                        of.inode.link = p;
+                    }
+                    self.names.insert(i, (p, n.to_string()));
+                }
+                self.touch_dir(fpino);
+                self.touch_dir(tpino);
                 return Ok(());
             }
-            match (kind, tkind) {
-                (Kind::Dir, Kind::Dir) if !self.dir_entries(tino, to)?.is_empty() => {
-                    return Err(Error::fs(to, FsErrorKind::NotEmpty));
+            (_, Some((tino, _))) if tino == ino => return Ok(()),
+            (_, Some((tino, tkind))) => {
+                match (kind, tkind) {
+                    (Kind::Dir, Kind::Dir) if !self.dir_entries(tino, tname)?.is_empty() => {
+                        return Err(Error::fs(tname, FsErrorKind::NotEmpty));
+                    }
+                    (Kind::Dir, Kind::Dir) => {}
+                    (Kind::Dir, _) => return Err(Error::fs(tname, FsErrorKind::NotADirectory)),
+                    (_, Kind::Dir) => return Err(Error::fs(tname, FsErrorKind::IsADirectory)),
+                    _ => {}
                 }
-                (Kind::Dir, Kind::Dir) => {}
-                (Kind::Dir, _) => return Err(Error::fs(to, FsErrorKind::NotADirectory)),
-                (_, Kind::Dir) => return Err(Error::fs(to, FsErrorKind::IsADirectory)),
-                _ => {}
+                self.dir_entries(tpino, tname)?.remove(tname);
+                self.drop_link(tino)?;
             }
-            self.dir_entries(tpino, to)?.remove(tname);
-            self.free_ino(tino)?;
+            (_, None) => {}
         }
-        self.dir_entries(fpino, from)?.remove(fname);
-        self.dir_entries(tpino, to)?
+        self.dir_entries(fpino, fname)?.remove(fname);
+        self.dir_entries(tpino, tname)?
             .insert(tname.to_string(), (ino, kind));
         self.touch_dir(fpino);
         self.touch_dir(tpino);
-        let of = self.open_ino(ino)?;
-        of.inode.ctime_ns = now_ns();
+        let of = self.touch_record(ino)?;
         if kind == Kind::Dir {
             of.inode.link = tpino;
         }
-        of.record_dirty = true;
+        self.names.insert(ino, (tpino, tname.to_string()));
         Ok(())
+    }
+
+    fn attr(&mut self, ino: u64) -> Result<Attr> {
+        let bs = self.bs as u64;
+        let of = self.open_ino(ino)?;
+        let i = &of.inode;
+        Ok(Attr {
+            ino,
+            generation: u64::from_le_bytes(i.id[..8].try_into().expect("8")),
+            kind: i.kind,
+            size: i.size,
+            mode: i.mode,
+            uid: i.uid,
+            gid: i.gid,
+            nlink: i.nlink,
+            atime_ns: i.atime_ns,
+            mtime_ns: i.mtime_ns,
+            ctime_ns: i.ctime_ns,
+            stored_bytes: of.state.blocks().min(i.size.div_ceil(bs)) * bs,
+        })
+    }
+
+    fn setattr(&mut self, ino: u64, set: &SetAttr) -> Result<()> {
+        self.check_writable()?;
+        if let Some(size) = set.size {
+            if self.open_ino(ino)?.inode.kind != Kind::File {
+                return Err(Error::fs("", FsErrorKind::IsADirectory));
+            }
+            self.truncate_ino(ino, size)?;
+        }
+        let of = self.touch_record(ino)?;
+        if let Some(m) = set.mode {
+            of.inode.mode = m & 0o7777;
+        }
+        if let Some(u) = set.uid {
+            of.inode.uid = u;
+        }
+        if let Some(g) = set.gid {
+            of.inode.gid = g;
+        }
+        if let Some(t) = set.atime_ns {
+            of.inode.atime_ns = t;
+        }
+        if let Some(t) = set.mtime_ns {
+            of.inode.mtime_ns = t;
+        }
+        Ok(())
+    }
+
+    fn xattrs(&mut self, ino: u64) -> Result<BTreeMap<String, Vec<u8>>> {
+        let x = self.open_ino(ino)?.inode.xattr as u64;
+        if x == 0 {
+            return Ok(BTreeMap::new());
+        }
+        let of = self.open_ino(x)?;
+        if of.inode.kind != Kind::Xattr {
+            return Err(Error::tampered(
+                Subject::Inode(ino),
+                None,
+                "extended attributes point to an inode of another kind",
+            ));
+        }
+        let mut buf = vec![0u8; of.inode.size as usize];
+        self.read_ino(x, 0, &mut buf)?;
+        decode_xattrs(&buf).ok_or_else(|| {
+            Error::tampered(Subject::Inode(ino), None, "malformed extended attributes")
+        })
+    }
+
+    fn store_xattrs(&mut self, ino: u64, map: &BTreeMap<String, Vec<u8>>) -> Result<()> {
+        let mut x = self.open_ino(ino)?.inode.xattr as u64;
+        if map.is_empty() {
+            if x != 0 {
+                self.free_ino(x)?;
+                self.touch_record(ino)?.inode.xattr = 0;
+            }
+            return Ok(());
+        }
+        if x == 0 {
+            let (uid, gid) = {
+                let i = &self.open_ino(ino)?.inode;
+                (i.uid, i.gid)
+            };
+            x = self.new_inode(Kind::Xattr, SchemeId::MtEintGcm, Some(0o600), uid, gid)?;
+            let small = u32::try_from(x).map_err(|_| Error::fs("", FsErrorKind::NotSupported));
+            match small {
+                Ok(x32) => self.touch_record(ino)?.inode.xattr = x32,
+                Err(e) => {
+                    self.free_ino(x)?;
+                    return Err(e);
+                }
+            }
+        }
+        let bytes = encode_xattrs(map);
+        self.write_ino(x, 0, &bytes)?;
+        self.truncate_ino(x, bytes.len() as u64)?;
+        self.touch_record(ino)?;
+        Ok(())
+    }
+
+    /// Re-encrypts file `ino` under scheme `s`. The new content gets a new file id (so new
+    /// keys: no (key, nonce) pair of the old scheme can repeat) and the old objects are
+    /// deleted at the seal that makes the switch durable, atomically with it.
+    fn set_scheme(&mut self, ino: u64, s: SchemeId) -> Result<()> {
+        self.check_writable()?;
+        if self.open_ino(ino)?.inode.scheme == s {
+            return Ok(());
+        }
+        let mut old = self.files.remove(&ino).expect("opened");
+        let r = self.reencrypt(ino, &mut old, s);
+        match r {
+            Ok(new) => {
+                for name in [
+                    &old.state.names.data,
+                    &old.state.names.meta,
+                    &old.state.names.ctrs,
+                ] {
+                    self.tx.delete(name)?;
+                }
+                self.cache.remove_file(&old.inode.id);
+                self.files.insert(ino, new);
+                Ok(())
+            }
+            Err(e) => {
+                self.files.insert(ino, old);
+                Err(e)
+            }
+        }
+    }
+
+    fn reencrypt(&mut self, ino: u64, old: &mut OpenFile, s: SchemeId) -> Result<OpenFile> {
+        const CHUNK: usize = 1 << 20;
+        let id = crypto::random_file_id();
+        let mut inode = old.inode.clone();
+        inode.scheme = s;
+        inode.id = id;
+        inode.tree = self.empty_tree(s, &id);
+        inode.counters = TrustedCounters::Inline(crate::tree::CounterIntervals::new());
+        inode.ctr_hw = 0;
+        inode.size = 0;
+        let mut new = OpenFile::load(inode, &self.keys, &mut self.tx, Subject::Inode(ino))?;
+        let env = env!(self);
+        let size = old.inode.size;
+        let mut buf = vec![0u8; CHUNK];
+        let mut off = 0;
+        while off < size {
+            let n = file_read(&env, &mut self.tx, old, off, &mut buf)?;
+            if buf[..n].iter().any(|&b| b != 0) {
+                file_write(&env, &mut self.tx, &mut new, off, &buf[..n])?;
+            }
+            off += n as u64;
+            if new.dirty.len() * env.bs >= FILE_DIRTY_LIMIT {
+                flush_data(&env, &mut self.tx, &mut new, &mut self.scratch)?;
+            }
+        }
+        file_truncate(&env, &mut self.tx, &mut new, size)?;
+        new.inode.mtime_ns = old.inode.mtime_ns;
+        new.inode.ctime_ns = now_ns();
+        new.record_dirty = true;
+        Ok(new)
+    }
+
+    /// A best-effort path of `ino`, for error messages.
+    fn path_of(&self, ino: u64) -> String {
+        let mut parts = Vec::new();
+        let mut cur = ino;
+        while cur != ROOT_INO && parts.len() < 256 {
+            match self.names.get(&cur) {
+                Some((p, n)) => {
+                    parts.push(n.as_str());
+                    cur = *p;
+                }
+                None => return format!("<inode {ino}>"),
+            }
+        }
+        parts.reverse();
+        format!("/{}", parts.join("/"))
     }
 
     fn commit(&mut self) -> Result<()> {
@@ -1472,6 +2314,7 @@ impl Inner {
             return Ok(());
         }
         let r = self.commit_inner();
+        self.dirty_bytes = 0;
         if let Err(e) = &r {
             self.poisoned = Some(e.to_string());
             self.tx.abandon();
@@ -1572,6 +2415,12 @@ impl Inner {
                 failures.extend(errs.into_iter().map(|e| fail(&path, e)));
                 continue;
             }
+            if of.inode.xattr != 0 {
+                stack.push((
+                    format!("{path} (extended attributes)"),
+                    of.inode.xattr as u64,
+                ));
+            }
             if of.inode.kind == Kind::Dir {
                 match self.dir_entries(ino, &path) {
                     Ok(entries) => {
@@ -1653,7 +2502,7 @@ impl Inner {
                 }
                 Kind::Dir => dirs += 1,
                 Kind::Symlink => links += 1,
-                Kind::Free => {}
+                Kind::Free | Kind::Xattr => {}
             }
         }
         let itable_prefix = hex::encode(self.itable.inode.id);

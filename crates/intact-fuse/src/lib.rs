@@ -1,0 +1,933 @@
+//! The FUSE front end: a thin adapter from kernel requests to the inode API of
+//! [`intact_core::Volume`]. No cipher, tree or store code lives here; every decision about
+//! bytes is the engine's. What the adapter owns: errno mapping, kernel cache settings (see
+//! docs/design.md, "FUSE"), directory-listing snapshots per open directory, the periodic
+//! seal, and a clean unmount on SIGINT/SIGTERM/SIGHUP.
+#![deny(missing_docs)]
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
+};
+use intact_core::format::{Kind, SchemeId};
+use intact_core::volume::{Attr, RenameMode, SetAttr, XattrMode, NAME_MAX};
+use intact_core::{Error, FsErrorKind, Volume};
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How to mount.
+#[derive(Debug, Clone)]
+pub struct MountOptions {
+    /// Let other users (and root) access the mount (`allow_other`; needs
+    /// `user_allow_other` in /etc/fuse.conf for non-root mounters).
+    pub allow_other: bool,
+    /// Scheme of new files (`None`: the volume's default).
+    pub scheme: Option<SchemeId>,
+    /// Threads serving kernel requests.
+    pub threads: usize,
+    /// Seal what was written at least this often (like ext4's commit interval); `None`
+    /// seals only on fsync and unmount.
+    pub commit_interval: Option<Duration>,
+    /// The local directory backing the store, for `statfs` (free space).
+    pub backing_dir: Option<PathBuf>,
+    /// Kernel attribute and entry cache lifetime.
+    pub attr_ttl: Duration,
+    /// Where to keep the mount's status (JSON: pid, mount point, integrity failures), for
+    /// `intact stat` while the volume is mounted. Rewritten on every integrity failure.
+    pub status_file: Option<PathBuf>,
+    /// The mount point (recorded in the status file).
+    pub mountpoint: PathBuf,
+    /// Whether SIGHUP unmounts (a foreground mount) or is ignored (a daemon).
+    pub unmount_on_hangup: bool,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            allow_other: false,
+            scheme: None,
+            threads: 2,
+            commit_interval: Some(Duration::from_secs(5)),
+            backing_dir: None,
+            attr_ttl: Duration::from_secs(10),
+            status_file: None,
+            mountpoint: PathBuf::new(),
+            unmount_on_hangup: true,
+        }
+    }
+}
+
+/// The errno an engine error becomes. Integrity failures are EIO (never wrong bytes).
+pub fn errno(e: &Error) -> Errno {
+    match e {
+        Error::Tampered { .. } | Error::Crashed | Error::Poisoned(_) => Errno::EIO,
+        Error::Io { source, .. } => source
+            .raw_os_error()
+            .map(Errno::from_i32)
+            .unwrap_or(Errno::EIO),
+        Error::Fs { kind, .. } => match kind {
+            FsErrorKind::NotFound => Errno::ENOENT,
+            FsErrorKind::Exists => Errno::EEXIST,
+            FsErrorKind::NotADirectory => Errno::ENOTDIR,
+            FsErrorKind::IsADirectory => Errno::EISDIR,
+            FsErrorKind::NotEmpty => Errno::ENOTEMPTY,
+            FsErrorKind::NameTooLong => Errno::ENAMETOOLONG,
+            FsErrorKind::InvalidName => Errno::EINVAL,
+            FsErrorKind::TooLarge => Errno::EFBIG,
+            FsErrorKind::ReadOnly => Errno::EROFS,
+            FsErrorKind::RenameIntoSelf => Errno::EINVAL,
+            FsErrorKind::NoAttribute => Errno::ENODATA,
+            FsErrorKind::NotPermitted => Errno::EPERM,
+            FsErrorKind::ValueTooLarge => Errno::E2BIG,
+            FsErrorKind::NotSupported => Errno::EOPNOTSUPP,
+        },
+        Error::Locked(_) => Errno::EBUSY,
+        _ => Errno::EINVAL,
+    }
+}
+
+fn time(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+fn ns(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_nanos().min(i64::MAX as u128) as i64,
+        Err(e) => -(e.duration().as_nanos().min(i64::MAX as u128) as i64),
+    }
+}
+
+fn ns_of(t: TimeOrNow) -> i64 {
+    match t {
+        TimeOrNow::SpecificTime(t) => ns(t),
+        TimeOrNow::Now => ns(SystemTime::now()),
+    }
+}
+
+fn file_type(k: Kind) -> FileType {
+    match k {
+        Kind::Dir => FileType::Directory,
+        Kind::Symlink => FileType::Symlink,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn name_str(name: &OsStr) -> Result<&str, Errno> {
+    name.to_str().ok_or(Errno::EILSEQ)
+}
+
+/// A snapshot of a directory's entries, taken at opendir (POSIX allows a listing not to
+/// reflect changes made after opendir; it must not skip or repeat entries that stay).
+struct DirSnapshot {
+    entries: Vec<(u64, FileType, String)>,
+}
+
+/// The file system served to the kernel.
+pub struct IntactFs {
+    vol: Arc<Volume>,
+    opts: MountOptions,
+    dirs: Mutex<HashMap<u64, DirSnapshot>>,
+    next_fh: AtomicU64,
+    sealer: Option<Sealer>,
+}
+
+/// The periodic seal: a thread that calls [`Volume::sync`] every `commit_interval`.
+struct Sealer {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Sealer {
+    fn start(vol: Arc<Volume>, every: Duration) -> Sealer {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let s = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("intact-sealer".into())
+            .spawn(move || {
+                let (lock, cv) = &*s;
+                let mut stopped = lock.lock().unwrap_or_else(|p| p.into_inner());
+                while !*stopped {
+                    let (g, timeout) = cv
+                        .wait_timeout(stopped, every)
+                        .unwrap_or_else(|p| p.into_inner());
+                    stopped = g;
+                    if *stopped || !timeout.timed_out() {
+                        continue;
+                    }
+                    if let Err(e) = vol.sync() {
+                        tracing::error!(error = %e, "periodic seal failed");
+                    }
+                }
+            })
+            .expect("spawn the sealer thread");
+        Sealer {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn stop(&mut self) {
+        let (lock, cv) = &*self.stop;
+        *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        cv.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl IntactFs {
+    /// An adapter over `vol`.
+    pub fn new(vol: Arc<Volume>, opts: MountOptions) -> IntactFs {
+        IntactFs {
+            vol,
+            opts,
+            dirs: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            sealer: None,
+        }
+    }
+
+    fn fuse_attr(&self, a: &Attr) -> FileAttr {
+        FileAttr {
+            ino: INodeNo(a.ino),
+            size: a.size,
+            blocks: a.stored_bytes.div_ceil(512),
+            atime: time(a.atime_ns),
+            mtime: time(a.mtime_ns),
+            ctime: time(a.ctime_ns),
+            crtime: time(a.ctime_ns),
+            kind: file_type(a.kind),
+            perm: (a.mode & 0o7777) as u16,
+            // Directories report 1: tools such as find then do not infer subdirectory
+            // counts from it (as on btrfs).
+            nlink: if a.kind == Kind::Dir { 1 } else { a.nlink },
+            uid: a.uid,
+            gid: a.gid,
+            rdev: 0,
+            blksize: self.vol.block_size().max(4096),
+            flags: 0,
+        }
+    }
+
+    /// Records the mount's state for `intact stat` (best effort: a failure is logged).
+    fn write_status(&self, mounted: bool, last_failure: Option<&str>) {
+        let Some(path) = &self.opts.status_file else {
+            return;
+        };
+        let status = serde_json::json!({
+            "mounted": mounted,
+            "pid": std::process::id(),
+            "mountpoint": self.opts.mountpoint.display().to_string(),
+            "integrity_failures": self.vol.integrity_failures(),
+            "last_failure": last_failure,
+            "updated_unix": SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        });
+        let json = serde_json::to_string_pretty(&status).expect("json") + "\n";
+        let tmp = path.with_extension("tmp");
+        let r = std::fs::write(&tmp, json).and_then(|()| std::fs::rename(&tmp, path));
+        if let Err(e) = r {
+            tracing::warn!(error = %e, path = %path.display(), "cannot write the status file");
+        }
+    }
+
+    /// Logs an engine error (integrity failures loudly, with path and block) and maps it.
+    fn fail(&self, op: &str, e: Error) -> Errno {
+        if e.is_tampered() {
+            tracing::error!(op, error = %e, "integrity failure: returning EIO");
+            self.write_status(true, Some(&e.to_string()));
+        } else if matches!(e, Error::Io { .. } | Error::Poisoned(_)) {
+            tracing::error!(op, error = %e, "I/O failure");
+        } else {
+            tracing::debug!(op, error = %e);
+        }
+        errno(&e)
+    }
+
+    fn entry(&self, r: intact_core::Result<Attr>, reply: ReplyEntry, op: &str) {
+        match r {
+            Ok(a) => reply.entry(
+                &self.opts.attr_ttl,
+                &self.fuse_attr(&a),
+                Generation(a.generation),
+            ),
+            Err(e) => reply.error(self.fail(op, e)),
+        }
+    }
+
+    fn empty(&self, r: intact_core::Result<()>, reply: ReplyEmpty, op: &str) {
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(self.fail(op, e)),
+        }
+    }
+
+    fn new_fh(&self) -> FileHandle {
+        FileHandle(self.next_fh.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+macro_rules! name_or_reply {
+    ($name:expr, $reply:expr) => {
+        match name_str($name) {
+            Ok(n) => n,
+            Err(e) => return $reply.error(e),
+        }
+    };
+}
+
+impl Filesystem for IntactFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Every capability is optional: an older kernel that lacks one still mounts.
+        let mut want = InitFlags::FUSE_ASYNC_READ
+            | InitFlags::FUSE_BIG_WRITES
+            | InitFlags::FUSE_ATOMIC_O_TRUNC
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_MAX_PAGES
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_CACHE_SYMLINKS;
+        if !self.vol.is_read_only() {
+            // The engine is the only writer of the volume (it holds the trusted store's
+            // lock), so the kernel may cache writes and attributes.
+            want |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        for flag in want.iter() {
+            if config.add_capabilities(flag).is_err() {
+                tracing::debug!(?flag, "kernel lacks capability");
+            }
+        }
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_readahead(1 << 20);
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        if let Some(every) = self.opts.commit_interval {
+            if !self.vol.is_read_only() {
+                self.sealer = Some(Sealer::start(self.vol.clone(), every));
+            }
+        }
+        self.write_status(true, None);
+        tracing::info!("mounted");
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        if let Some(mut s) = self.sealer.take() {
+            s.stop();
+        }
+        if !self.vol.is_read_only() {
+            match self.vol.sync() {
+                Ok(()) => tracing::info!("unmounted; everything sealed"),
+                Err(e) => tracing::error!(error = %e, "final seal failed"),
+            }
+        }
+        self.write_status(false, None);
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let name = name_or_reply!(name, reply);
+        if name.len() > NAME_MAX {
+            return reply.error(Errno::ENAMETOOLONG);
+        }
+        self.entry(self.vol.lookup(parent.0, name), reply, "lookup");
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.vol.attr(ino.0) {
+            Ok(a) => reply.attr(&self.opts.attr_ttl, &self.fuse_attr(&a)),
+            Err(e) => reply.error(self.fail("getattr", e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime_ns: atime.map(ns_of),
+            mtime_ns: mtime.map(ns_of),
+        };
+        match self.vol.setattr(ino.0, &set) {
+            Ok(a) => reply.attr(&self.opts.attr_ttl, &self.fuse_attr(&a)),
+            Err(e) => reply.error(self.fail("setattr", e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.vol.readlink_ino(ino.0) {
+            Ok(t) => reply.data(t.as_bytes()),
+            Err(e) => reply.error(self.fail("readlink", e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let name = name_or_reply!(name, reply);
+        if mode & libc::S_IFMT != libc::S_IFREG {
+            // Devices, FIFOs and sockets are not stored (documented in docs/design.md).
+            return reply.error(Errno::EPERM);
+        }
+        let r = self.vol.create_at(
+            parent.0,
+            name,
+            Kind::File,
+            mode & 0o7777,
+            req.uid(),
+            req.gid(),
+            self.opts.scheme,
+        );
+        self.entry(r, reply, "mknod");
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let name = name_or_reply!(name, reply);
+        let r = self.vol.create_at(
+            parent.0,
+            name,
+            Kind::Dir,
+            mode & 0o7777,
+            req.uid(),
+            req.gid(),
+            None,
+        );
+        self.entry(r, reply, "mkdir");
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name_or_reply!(name, reply);
+        self.empty(self.vol.unlink_at(parent.0, name), reply, "unlink");
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name_or_reply!(name, reply);
+        self.empty(self.vol.rmdir_at(parent.0, name), reply, "rmdir");
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let name = name_or_reply!(link_name, reply);
+        let target = name_or_reply!(target.as_os_str(), reply);
+        let r = self
+            .vol
+            .symlink_at(parent.0, name, target, req.uid(), req.gid());
+        self.entry(r, reply, "symlink");
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let name = name_or_reply!(name, reply);
+        let newname = name_or_reply!(newname, reply);
+        let mode = if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+            RenameMode::Exchange
+        } else if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            RenameMode::NoReplace
+        } else if flags.is_empty() {
+            RenameMode::Replace
+        } else {
+            return reply.error(Errno::EINVAL);
+        };
+        let r = self
+            .vol
+            .rename_at(parent.0, name, newparent.0, newname, mode);
+        self.empty(r, reply, "rename");
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let name = name_or_reply!(newname, reply);
+        self.entry(self.vol.link_at(ino.0, newparent.0, name), reply, "link");
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if let Err(e) = self.vol.open_handle(ino.0) {
+            return reply.error(self.fail("open", e));
+        }
+        if flags.0 & libc::O_TRUNC != 0 && flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
+            let set = SetAttr {
+                size: Some(0),
+                ..SetAttr::default()
+            };
+            if let Err(e) = self.vol.setattr(ino.0, &set) {
+                let _ = self.vol.release_handle(ino.0);
+                return reply.error(self.fail("open", e));
+            }
+        }
+        // The page cache stays valid across opens: nobody else writes the volume.
+        reply.opened(self.new_fh(), FopenFlags::FOPEN_KEEP_CACHE);
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let mut buf = vec![0u8; size as usize];
+        match self.vol.read_ino(ino.0, offset, &mut buf) {
+            Ok(n) => reply.data(&buf[..n]),
+            Err(e) => reply.error(self.fail("read", e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.vol.write_ino(ino.0, offset, data) {
+            Ok(()) => reply.written(data.len() as u32),
+            Err(e) => reply.error(self.fail("write", e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // close() does not seal (as on a local file system, fsync does); the periodic seal
+        // bounds what a crash can lose.
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.empty(self.vol.release_handle(ino.0), reply, "release");
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // A seal covers the whole volume: after it, this file's data and its names are
+        // durable and rollback-protected (the anchor's epoch advances).
+        self.empty(self.vol.sync(), reply, "fsync");
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.vol.readdir_ino(ino.0) {
+            Ok((parent, list)) => {
+                let mut entries = Vec::with_capacity(list.len() + 2);
+                entries.push((ino.0, FileType::Directory, ".".to_string()));
+                entries.push((parent.max(1), FileType::Directory, "..".to_string()));
+                entries.extend(list.into_iter().map(|e| (e.ino, file_type(e.kind), e.name)));
+                let fh = self.new_fh();
+                self.dirs
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(fh.0, DirSnapshot { entries });
+                reply.opened(fh, FopenFlags::empty());
+            }
+            Err(e) => reply.error(self.fail("opendir", e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(snap) = dirs.get(&fh.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        for (i, (ino, kind, name)) in snap.entries.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(*ino), i as u64 + 1, *kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let entries: Vec<(u64, String)> = {
+            let dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(snap) = dirs.get(&fh.0) else {
+                return reply.error(Errno::EBADF);
+            };
+            snap.entries
+                .iter()
+                .skip(offset as usize)
+                .map(|(i, _, n)| (*i, n.clone()))
+                .collect()
+        };
+        for (k, (ino, name)) in entries.iter().enumerate() {
+            let a = match self.vol.attr(*ino) {
+                Ok(a) => a,
+                // An entry removed since opendir is skipped; a damaged one fails the call.
+                Err(Error::Fs {
+                    kind: FsErrorKind::NotFound,
+                    ..
+                }) => continue,
+                Err(e) => return reply.error(self.fail("readdirplus", e)),
+            };
+            let off = offset + k as u64 + 1;
+            if reply.add(
+                INodeNo(*ino),
+                off,
+                name,
+                &self.opts.attr_ttl,
+                &self.fuse_attr(&a),
+                Generation(a.generation),
+            ) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.empty(self.vol.sync(), reply, "fsyncdir");
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let bs = self.vol.block_size() as u64;
+        let (blocks, bfree, bavail) = match &self.opts.backing_dir {
+            Some(dir) => match nix::sys::statvfs::statvfs(dir) {
+                Ok(s) => {
+                    let f = s.fragment_size();
+                    let conv = |n: u64| n.saturating_mul(f) / bs;
+                    (
+                        conv(s.blocks()),
+                        conv(s.blocks_free()),
+                        conv(s.blocks_available()),
+                    )
+                }
+                Err(e) => return reply.error(Errno::from_i32(e as i32)),
+            },
+            None => (0, 0, 0),
+        };
+        reply.statfs(
+            blocks,
+            bfree,
+            bavail,
+            0,
+            u32::MAX as u64,
+            bs as u32,
+            NAME_MAX as u32,
+            bs as u32,
+        );
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let name = name_or_reply!(name, reply);
+        let mode = if flags & libc::XATTR_CREATE != 0 {
+            XattrMode::Create
+        } else if flags & libc::XATTR_REPLACE != 0 {
+            XattrMode::Replace
+        } else {
+            XattrMode::Set
+        };
+        self.empty(
+            self.vol.setxattr(ino.0, name, value, mode),
+            reply,
+            "setxattr",
+        );
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let name = name_or_reply!(name, reply);
+        if !name.starts_with("user.") {
+            // security.capability is asked on every write; answer without the engine.
+            return reply.error(Errno::ENODATA);
+        }
+        match self.vol.getxattr(ino.0, name) {
+            Ok(v) => xattr_reply(reply, size, &v),
+            Err(e) => reply.error(self.fail("getxattr", e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.vol.listxattr(ino.0) {
+            Ok(names) => {
+                let mut buf = Vec::new();
+                for n in names {
+                    buf.extend_from_slice(n.as_bytes());
+                    buf.push(0);
+                }
+                xattr_reply(reply, size, &buf);
+            }
+            Err(e) => reply.error(self.fail("listxattr", e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name_or_reply!(name, reply);
+        self.empty(self.vol.removexattr(ino.0, name), reply, "removexattr");
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let name = name_or_reply!(name, reply);
+        let r = self
+            .vol
+            .create_at(
+                parent.0,
+                name,
+                Kind::File,
+                mode & 0o7777,
+                req.uid(),
+                req.gid(),
+                self.opts.scheme,
+            )
+            .and_then(|a| self.vol.open_handle(a.ino).map(|()| a));
+        match r {
+            Ok(a) => reply.created(
+                &self.opts.attr_ttl,
+                &self.fuse_attr(&a),
+                Generation(a.generation),
+                self.new_fh(),
+                FopenFlags::FOPEN_KEEP_CACHE,
+            ),
+            Err(e) => reply.error(self.fail("create", e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        // Only mode 0 (allocate, extending the size), and only as cheaply as it comes: the
+        // range reads as zeros but is not reserved on the store (documented).
+        if mode != 0 {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
+        let Some(end) = offset.checked_add(length) else {
+            return reply.error(Errno::EFBIG);
+        };
+        let r = self.vol.attr(ino.0).and_then(|a| {
+            if end > a.size {
+                let set = SetAttr {
+                    size: Some(end),
+                    ..SetAttr::default()
+                };
+                self.vol.setattr(ino.0, &set).map(|_| ())
+            } else {
+                Ok(())
+            }
+        });
+        self.empty(r, reply, "fallocate");
+    }
+}
+
+fn xattr_reply(reply: ReplyXattr, size: u32, value: &[u8]) {
+    if size == 0 {
+        reply.size(value.len() as u32);
+    } else if value.len() > size as usize {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(value);
+    }
+}
+
+/// Mounts `vol` at `mountpoint` and serves it until it is unmounted (`fusermount3 -u`,
+/// `umount`) or the process gets SIGINT, SIGTERM or SIGHUP, which unmount cleanly.
+/// `ready` runs once the mount is live. Everything written is sealed before this returns.
+pub fn serve(
+    vol: Arc<Volume>,
+    mountpoint: &Path,
+    opts: MountOptions,
+    ready: impl FnOnce(),
+) -> std::io::Result<()> {
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        MountOption::FSName("intact".into()),
+        MountOption::Subtype("intact".into()),
+        MountOption::DefaultPermissions,
+        MountOption::NoDev,
+        MountOption::NoSuid,
+    ];
+    if vol.is_read_only() {
+        config.mount_options.push(MountOption::RO);
+    }
+    if opts.allow_other {
+        config.acl = SessionACL::All;
+    }
+    config.n_threads = Some(opts.threads.max(1));
+    config.clone_fd = true;
+    let mut sigs = vec![signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM];
+    if opts.unmount_on_hangup {
+        sigs.push(signal_hook::consts::SIGHUP);
+    } else {
+        // A daemon outlives its terminal: a hangup must neither unmount nor kill it.
+        signal_hook::flag::register(
+            signal_hook::consts::SIGHUP,
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        )?;
+    }
+    let fs = IntactFs::new(vol.clone(), opts);
+    let mut session = fuser::Session::new(fs, mountpoint, &config)?;
+    let mut unmounter = session.unmount_callable();
+    let mut signals = signal_hook::iterator::Signals::new(&sigs)?;
+    let handle = signals.handle();
+    let waiter = std::thread::Builder::new()
+        .name("intact-signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                tracing::info!(signal = sig, "signal: unmounting");
+                if let Err(e) = unmounter.unmount() {
+                    tracing::error!(error = %e, "unmount failed");
+                }
+            }
+        })?;
+    ready();
+    let r = session.run();
+    handle.close();
+    let _ = waiter.join();
+    // The adapter's destroy() sealed; seal again in case the session ended without it.
+    if !vol.is_read_only() {
+        if let Err(e) = vol.sync() {
+            tracing::error!(error = %e, "final seal failed");
+            return Err(std::io::Error::other(e.to_string()));
+        }
+    }
+    r
+}

@@ -1,0 +1,238 @@
+//! `intact mount`: opens the volume, then serves it through the FUSE adapter, in the
+//! foreground (`-f`) or as a daemon. The daemon is this program started again with
+//! `--daemon-child`: it gets the password on a pipe (never in argv or the environment) and
+//! reports "ready" (or the error and its exit code) on another, so the parent exits only
+//! once the mount is live — as gocryptfs and CryFS do.
+
+use crate::{exit_code, locate_at, password, state_dir, Cli, Cmd};
+use anyhow::{bail, Context, Result};
+use intact_core::format::SchemeId;
+use intact_core::store::TrustedStore;
+use intact_core::{Options, Volume};
+use std::io::{BufRead, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Arguments of `intact mount` (see `Cmd::Mount`).
+pub struct MountArgs<'a> {
+    pub cipherdir: &'a Path,
+    pub mountpoint: &'a Path,
+    pub foreground: bool,
+    pub allow_other: bool,
+    pub ro: bool,
+    pub scheme: Option<&'a str>,
+    pub threads: usize,
+    pub commit_interval: u64,
+    pub log: Option<&'a Path>,
+    pub daemon_child: bool,
+}
+
+/// The status file a mount keeps beside its anchor (read by `intact stat`).
+pub fn status_path(state: &intact_core::store::LocalStateDir) -> PathBuf {
+    state.volume_dir().join("mount.json")
+}
+
+fn default_cache(cli: &Cli) -> usize {
+    // A mount serves random reads for a long time: cache 16 MiB of verified nodes unless
+    // told otherwise (the CLI's one-shot commands keep the paper's 1 KiB).
+    cli.cache_bytes.unwrap_or(16 << 20)
+}
+
+pub fn mount(cli: &Cli, a: &MountArgs) -> Result<ExitCode> {
+    if !a.mountpoint.is_dir() {
+        bail!("mount point {}: not a directory", a.mountpoint.display());
+    }
+    let scheme = a.scheme.map(SchemeId::parse).transpose()?;
+    if a.daemon_child {
+        return child(cli, a, scheme);
+    }
+    let (store, state) = locate_at(cli, a.cipherdir)?;
+    let status = status_path(&state);
+    let pw = password(cli, false)?;
+    if a.foreground {
+        let vol = Volume::open(
+            store,
+            Box::new(state) as Box<dyn TrustedStore>,
+            pw.as_bytes(),
+            &Options {
+                cache_bytes: default_cache(cli),
+                read_only: a.ro,
+            },
+        )?;
+        drop(pw);
+        serve(vol, a, scheme, status, true, || {
+            eprintln!(
+                "intact: mounted at {} (Ctrl-C to unmount)",
+                a.mountpoint.display()
+            );
+        })?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Daemon: start the child, hand it the password, wait for "ready".
+    let log = match a.log {
+        Some(l) => l.to_path_buf(),
+        None => state.volume_dir().join("mount.log"),
+    };
+    let logf = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .with_context(|| format!("opening the log {}", log.display()))?;
+    let exe = std::env::current_exe().context("locating the intact binary")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("--volume")
+        .arg(a.cipherdir)
+        .arg("--state")
+        .arg(state_dir(cli));
+    if let Some(c) = cli.cache_bytes {
+        cmd.arg("--cache-bytes").arg(c.to_string());
+    }
+    cmd.arg("mount")
+        .arg(a.cipherdir)
+        .arg(a.mountpoint)
+        .arg("--daemon-child")
+        .arg("--threads")
+        .arg(a.threads.to_string())
+        .arg("--commit-interval")
+        .arg(a.commit_interval.to_string())
+        .arg("--log")
+        .arg(&log);
+    if a.allow_other {
+        cmd.arg("--allow-other");
+    }
+    if a.ro {
+        cmd.arg("--ro");
+    }
+    if let Some(s) = a.scheme {
+        cmd.arg("--scheme").arg(s);
+    }
+    use std::os::unix::process::CommandExt;
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(logf))
+        .env_remove("INTACT_PASSWORD")
+        // Its own process group: Ctrl-C in the terminal that mounted does not reach it.
+        .process_group(0);
+    let mut child = cmd.spawn().context("starting the mount daemon")?;
+    {
+        let mut stdin = child.stdin.take().expect("piped");
+        stdin.write_all(pw.as_bytes())?;
+        stdin.write_all(b"\n")?;
+    }
+    drop(pw);
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("piped"));
+    out.read_line(&mut line)?;
+    let line = line.trim_end();
+    if line == "ready" {
+        if !cli.json {
+            eprintln!(
+                "intact: mounted at {} (log: {}; unmount with fusermount3 -u {})",
+                a.mountpoint.display(),
+                log.display(),
+                a.mountpoint.display()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let status = child.wait()?;
+    if let Some(rest) = line.strip_prefix("error ") {
+        let (code, msg) = rest.split_once(' ').unwrap_or(("1", rest));
+        eprintln!("intact: {msg}");
+        return Ok(ExitCode::from(code.parse::<u8>().unwrap_or(1)));
+    }
+    bail!(
+        "the mount daemon exited ({status}) before the mount was ready; see {}",
+        log.display()
+    )
+}
+
+fn child(cli: &Cli, a: &MountArgs, scheme: Option<SchemeId>) -> Result<ExitCode> {
+    let report = |e: &anyhow::Error| {
+        let msg = format!("{e:#}").replace('\n', " ");
+        println!("error {} {msg}", exit_code(e));
+        let _ = std::io::stdout().flush();
+    };
+    let r = (|| -> Result<_> {
+        let (store, state) = locate_at(cli, a.cipherdir)?;
+        let mut pw = zeroize::Zeroizing::new(String::new());
+        std::io::stdin()
+            .lock()
+            .take(4096)
+            .read_line(&mut pw)
+            .context("reading the password from the parent")?;
+        let pw = zeroize::Zeroizing::new(pw.trim_end_matches('\n').to_string());
+        let status = status_path(&state);
+        let vol = Volume::open(
+            store,
+            Box::new(state) as Box<dyn TrustedStore>,
+            pw.as_bytes(),
+            &Options {
+                cache_bytes: default_cache(cli),
+                read_only: a.ro,
+            },
+        )?;
+        Ok((vol, status))
+    })();
+    let (vol, status) = match r {
+        Ok(v) => v,
+        Err(e) => {
+            report(&e);
+            return Err(e);
+        }
+    };
+    let r = serve(vol, a, scheme, status, false, || {
+        println!("ready");
+        let _ = std::io::stdout().flush();
+    });
+    if let Err(e) = &r {
+        tracing::error!(error = %e, "mount failed");
+        report(e);
+    }
+    r.map(|()| ExitCode::SUCCESS)
+}
+
+fn serve(
+    vol: Volume,
+    a: &MountArgs,
+    scheme: Option<SchemeId>,
+    status: PathBuf,
+    foreground: bool,
+    ready: impl FnOnce(),
+) -> Result<()> {
+    let vol = Arc::new(vol);
+    let opts = intact_fuse::MountOptions {
+        allow_other: a.allow_other,
+        scheme,
+        threads: a.threads.max(1),
+        commit_interval: (a.commit_interval > 0).then(|| Duration::from_secs(a.commit_interval)),
+        backing_dir: Some(a.cipherdir.to_path_buf()),
+        status_file: Some(status),
+        mountpoint: a.mountpoint.to_path_buf(),
+        unmount_on_hangup: foreground,
+        ..Default::default()
+    };
+    intact_fuse::serve(vol.clone(), a.mountpoint, opts, ready)
+        .with_context(|| format!("mounting at {}", a.mountpoint.display()))?;
+    let failures = vol.integrity_failures();
+    if failures > 0 {
+        tracing::warn!(
+            failures,
+            "integrity failures were reported during the mount"
+        );
+    }
+    Ok(())
+}
+
+/// What `intact stat` shows about a mount, if one is running or ran.
+pub fn read_status(state: &intact_core::store::LocalStateDir) -> Option<serde_json::Value> {
+    let b = std::fs::read(status_path(state)).ok()?;
+    serde_json::from_slice(&b).ok()
+}
+
+/// Whether `cmd` is a mount (its logging goes to the log file or stderr).
+pub fn is_mount(cmd: &Cmd) -> bool {
+    matches!(cmd, Cmd::Mount { .. })
+}
