@@ -2148,7 +2148,7 @@ impl Inner {
             atime_ns: i.atime_ns,
             mtime_ns: i.mtime_ns,
             ctime_ns: i.ctime_ns,
-            stored_bytes: of.state.blocks().min(i.size.div_ceil(bs)) * bs,
+            stored_bytes: stored_blocks(of).min(i.size.div_ceil(bs)) * bs,
         })
     }
 
@@ -2403,6 +2403,19 @@ impl Inner {
         }
         let mut reached = std::collections::HashSet::new();
         let mut stack = vec![("/".to_string(), ROOT_INO)];
+        // Files unlinked while open are not lost: the next writable open frees them.
+        let mut u = self.header.unlinked_head;
+        while u != 0 && !reached.contains(&u) {
+            stack.push((format!("<unlinked inode {u}>"), u));
+            reached.insert(u);
+            u = match self.open_ino(u) {
+                Ok(of) => of.inode.link,
+                Err(e) => {
+                    failures.push(fail("<unlinked list>", e));
+                    0
+                }
+            };
+        }
         while let Some((path, ino)) = stack.pop() {
             reached.insert(ino);
             if let Err(e) = self.ensure_open(ino) {
@@ -2535,6 +2548,21 @@ impl Inner {
             anchor: self.trusted.location(),
         })
     }
+}
+
+/// Blocks that hold data (holes excluded): a fresh scheme's counter 0 marks a hole.
+fn stored_blocks(of: &OpenFile) -> u64 {
+    let blocks = of.state.blocks();
+    if !of.inode.scheme.fresh() {
+        return blocks;
+    }
+    of.state
+        .ctrs
+        .runs(0, blocks)
+        .filter(|r| r.2 != 0)
+        .map(|r| r.1)
+        .sum::<u64>()
+        + of.dirty.len() as u64
 }
 
 /// Verifies every stored block of a file; returns every failure (one per failing block).

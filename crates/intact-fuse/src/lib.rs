@@ -139,6 +139,7 @@ pub struct IntactFs {
     dirs: Mutex<HashMap<u64, DirSnapshot>>,
     next_fh: AtomicU64,
     sealer: Option<Sealer>,
+    last_failure: Mutex<Option<String>>,
 }
 
 /// The periodic seal: a thread that calls [`Volume::sync`] every `commit_interval`.
@@ -195,6 +196,7 @@ impl IntactFs {
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             sealer: None,
+            last_failure: Mutex::new(None),
         }
     }
 
@@ -221,10 +223,15 @@ impl IntactFs {
     }
 
     /// Records the mount's state for `intact stat` (best effort: a failure is logged).
-    fn write_status(&self, mounted: bool, last_failure: Option<&str>) {
+    fn write_status(&self, mounted: bool) {
         let Some(path) = &self.opts.status_file else {
             return;
         };
+        let last_failure = self
+            .last_failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         let status = serde_json::json!({
             "mounted": mounted,
             "pid": std::process::id(),
@@ -247,7 +254,8 @@ impl IntactFs {
     fn fail(&self, op: &str, e: Error) -> Errno {
         if e.is_tampered() {
             tracing::error!(op, error = %e, "integrity failure: returning EIO");
-            self.write_status(true, Some(&e.to_string()));
+            *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+            self.write_status(true);
         } else if matches!(e, Error::Io { .. } | Error::Poisoned(_)) {
             tracing::error!(op, error = %e, "I/O failure");
         } else {
@@ -318,7 +326,7 @@ impl Filesystem for IntactFs {
                 self.sealer = Some(Sealer::start(self.vol.clone(), every));
             }
         }
-        self.write_status(true, None);
+        self.write_status(true);
         tracing::info!("mounted");
         Ok(())
     }
@@ -333,7 +341,7 @@ impl Filesystem for IntactFs {
                 Err(e) => tracing::error!(error = %e, "final seal failed"),
             }
         }
-        self.write_status(false, None);
+        self.write_status(false);
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {

@@ -1,0 +1,981 @@
+//! Real FUSE mounts of `intact mount -f`: POSIX behaviour through the kernel, and the
+//! foundation's tampering and rollback attacks replayed through the mount.
+//!
+//! These need /dev/fuse and fusermount3 (`.ci/run` installs fuse3). They are not skipped
+//! when FUSE is missing: a machine that cannot mount fails them, loudly.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PW: &str = "fuse test password";
+const BIN: &str = env!("CARGO_BIN_EXE_intact");
+const EIO: i32 = 5;
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn sh(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn is_mounted(mnt: &Path) -> bool {
+    let m = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let p = mnt.to_str().unwrap();
+    m.lines()
+        .any(|l| l.split(' ').nth(4) == Some(p) && l.contains("fuse"))
+}
+
+/// A volume (cipher directory + trusted state) in a temporary directory.
+struct Vol {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    scheme: String,
+}
+
+impl Vol {
+    fn new(scheme: &str) -> Vol {
+        let tmp = tempfile::Builder::new()
+            .prefix("intact-fuse-")
+            .tempdir_in(std::env::temp_dir())
+            .unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        fs::create_dir(root.join("mnt")).unwrap();
+        let v = Vol {
+            _tmp: tmp,
+            root,
+            scheme: scheme.to_string(),
+        };
+        let r = v.cli(&[
+            "init",
+            v.cipher().to_str().unwrap(),
+            "--scheme",
+            scheme,
+            "--kdf-memory",
+            "64",
+            "--kdf-passes",
+            "1",
+        ]);
+        assert_eq!(r.0, 0, "init: {}", r.2);
+        v
+    }
+
+    fn cipher(&self) -> PathBuf {
+        self.root.join("cipher")
+    }
+    fn state(&self) -> PathBuf {
+        self.root.join("state")
+    }
+    fn mnt(&self) -> PathBuf {
+        self.root.join("mnt")
+    }
+
+    /// Runs the CLI on this volume; returns (exit code, stdout, stderr).
+    fn cli(&self, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new(BIN)
+            .arg("--volume")
+            .arg(self.cipher())
+            .arg("--state")
+            .arg(self.state())
+            .args(args)
+            .env("INTACT_PASSWORD", PW)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!stderr.contains("panicked"), "intact panicked: {stderr}");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr,
+        )
+    }
+
+    fn mount(&self) -> Mount {
+        self.try_mount(&[])
+            .unwrap_or_else(|(code, err)| panic!("mount failed ({code}): {err}"))
+    }
+
+    /// Mounts in the foreground; on failure returns the exit code and stderr.
+    fn try_mount(&self, extra: &[&str]) -> Result<Mount, (i32, String)> {
+        let mut child = Command::new(BIN)
+            .arg("--state")
+            .arg(self.state())
+            .arg("mount")
+            .arg(self.cipher())
+            .arg(self.mnt())
+            .arg("-f")
+            .args(extra)
+            .env("INTACT_PASSWORD", PW)
+            .env("INTACT_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        loop {
+            if is_mounted(&self.mnt()) {
+                return Ok(Mount {
+                    mnt: self.mnt(),
+                    child: Some(child),
+                });
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                let mut err = String::new();
+                child
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut err)
+                    .unwrap();
+                return Err((status.code().unwrap_or(-1), err));
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "mount did not appear"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The file id of `path` (the volume must be unmounted).
+    fn file_id(&self, path: &str) -> String {
+        let (code, out, err) = self.cli(&["--json", "stat", path]);
+        assert_eq!(code, 0, "stat {path}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["file_id"].as_str().unwrap().to_string()
+    }
+
+    fn object(&self, id: &str, ext: &str) -> PathBuf {
+        self.cipher()
+            .join("f")
+            .join(&id[..2])
+            .join(format!("{id}.{ext}"))
+    }
+
+    fn fsck_clean(&self) {
+        let (code, out, err) = self.cli(&["fsck"]);
+        assert_eq!(code, 0, "fsck: {out}{err}");
+        let (code, out, err) = self.cli(&["--json", "fsck"]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["orphans"].as_array().map_or(0, |a| a.len()), 0, "{out}");
+    }
+
+    /// The anchor's epoch, read from the trusted state directory (bytes 24..32).
+    fn epoch(&self) -> u64 {
+        let dir = fs::read_dir(self.state()).unwrap().next().unwrap().unwrap();
+        let a = fs::read(dir.path().join("anchor")).unwrap();
+        u64::from_le_bytes(a[24..32].try_into().unwrap())
+    }
+
+    /// A copy of this volume (cipher directory and state), to attack.
+    fn copy(&self) -> Vol {
+        let tmp = tempfile::Builder::new()
+            .prefix("intact-fuse-")
+            .tempdir_in(std::env::temp_dir())
+            .unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        sh(Command::new("cp")
+            .arg("-a")
+            .arg(self.cipher())
+            .arg(self.state())
+            .arg(&root));
+        fs::create_dir(root.join("mnt")).unwrap();
+        Vol {
+            _tmp: tmp,
+            root,
+            scheme: self.scheme.clone(),
+        }
+    }
+}
+
+struct Mount {
+    mnt: PathBuf,
+    child: Option<Child>,
+}
+
+impl Mount {
+    fn p(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel.trim_start_matches('/'))
+    }
+
+    /// Unmounts like a user would and checks the daemon exits cleanly.
+    fn unmount(mut self) {
+        self.do_unmount(true);
+    }
+
+    fn do_unmount(&mut self, check: bool) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let mut ok = false;
+        for _ in 0..100 {
+            let s = Command::new("fusermount3")
+                .arg("-u")
+                .arg(&self.mnt)
+                .stderr(Stdio::null())
+                .status()
+                .unwrap();
+            if s.success() {
+                ok = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if !ok {
+            let _ = Command::new("fusermount3")
+                .arg("-uz")
+                .arg(&self.mnt)
+                .status();
+            let _ = child.kill();
+        }
+        let status = child.wait().unwrap();
+        let mut err = String::new();
+        let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+        if check {
+            assert!(ok, "fusermount3 -u failed: {err}");
+            assert!(status.success(), "mount exited with {status}: {err}");
+            assert!(!err.contains("panicked"), "{err}");
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        self.do_unmount(false);
+    }
+}
+
+fn write_tree(dir: &Path) {
+    let sizes = [0usize, 1, 4095, 4096, 4097, 3 * 4096 + 5, (1 << 20) + 3];
+    for d in ["", "sub", "sub/deeper", "empty"] {
+        fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    for (k, s) in sizes.iter().enumerate() {
+        fs::write(dir.join(format!("f{k}")), pattern(k as u64, *s)).unwrap();
+        fs::write(
+            dir.join(format!("sub/deeper/g{k}")),
+            pattern(100 + k as u64, *s),
+        )
+        .unwrap();
+    }
+    std::os::unix::fs::symlink("../f1", dir.join("sub/link")).unwrap();
+}
+
+fn diff(a: &Path, b: &Path) {
+    sh(Command::new("diff")
+        .arg("-r")
+        .arg("--no-dereference")
+        .arg(a)
+        .arg(b));
+}
+
+#[test]
+fn tree_copy_diff_and_remount() {
+    let v = Vol::new("mt-eint");
+    let src = v.root.join("src");
+    write_tree(&src);
+    let m = v.mount();
+    sh(Command::new("cp").arg("-a").arg(&src).arg(m.p("t")));
+    diff(&src, &m.p("t"));
+    m.unmount();
+    let m = v.mount();
+    diff(&src, &m.p("t"));
+    assert_eq!(
+        fs::read_link(m.p("t/sub/link")).unwrap(),
+        PathBuf::from("../f1")
+    );
+    m.unmount();
+    v.fsck_clean();
+}
+
+#[test]
+fn tar_extract_and_create_round_trip() {
+    let v = Vol::new("mt-eint-cbc");
+    let src = v.root.join("src");
+    write_tree(&src);
+    let tar1 = v.root.join("a.tar");
+    sh(Command::new("tar")
+        .arg("-C")
+        .arg(&src)
+        .arg("-cf")
+        .arg(&tar1)
+        .arg("."));
+    let m = v.mount();
+    sh(Command::new("tar")
+        .arg("-C")
+        .arg(&m.mnt)
+        .arg("-xf")
+        .arg(&tar1));
+    m.unmount();
+    let m = v.mount();
+    let tar2 = v.root.join("b.tar");
+    sh(Command::new("tar")
+        .arg("-C")
+        .arg(&m.mnt)
+        .arg("-cf")
+        .arg(&tar2)
+        .arg("."));
+    m.unmount();
+    let out = v.root.join("out");
+    fs::create_dir(&out).unwrap();
+    sh(Command::new("tar")
+        .arg("-C")
+        .arg(&out)
+        .arg("-xf")
+        .arg(&tar2));
+    diff(&src, &out);
+    v.fsck_clean();
+}
+
+#[test]
+fn concurrent_writers() {
+    let v = Vol::new("mt-eint");
+    let m = v.mount();
+    const N: usize = 4;
+    const LEN: usize = 1 << 20;
+    let shared = m.p("shared");
+    File::create(&shared).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..N {
+            let own = m.p(&format!("own{t}"));
+            let shared = shared.clone();
+            s.spawn(move || {
+                let data = pattern(t as u64, LEN);
+                let f = File::create(&own).unwrap();
+                // Out of order 4 KiB writes.
+                for k in (0..LEN / 4096).rev() {
+                    f.write_all_at(&data[k * 4096..(k + 1) * 4096], (k * 4096) as u64)
+                        .unwrap();
+                }
+                f.sync_all().unwrap();
+                // Each thread owns every N-th 1000-byte slice of the shared file (slices
+                // straddle blocks, so threads share blocks).
+                let g = OpenOptions::new().write(true).open(&shared).unwrap();
+                for k in (t..LEN / 1000).step_by(N) {
+                    g.write_all_at(&data[k * 1000..(k + 1) * 1000], (k * 1000) as u64)
+                        .unwrap();
+                }
+            });
+        }
+    });
+    let check = |m: &Mount| {
+        let sh = fs::read(m.p("shared")).unwrap();
+        assert_eq!(sh.len(), LEN / 1000 * 1000);
+        for t in 0..N {
+            let data = pattern(t as u64, LEN);
+            assert!(fs::read(m.p(&format!("own{t}"))).unwrap() == data, "own{t}");
+            for k in (t..LEN / 1000).step_by(N) {
+                assert!(
+                    sh[k * 1000..(k + 1) * 1000] == data[k * 1000..(k + 1) * 1000],
+                    "shared slice {k}"
+                );
+            }
+        }
+    };
+    check(&m);
+    m.unmount();
+    let m = v.mount();
+    check(&m);
+    m.unmount();
+    v.fsck_clean();
+}
+
+#[test]
+fn open_files_survive_unlink_and_rename() {
+    let v = Vol::new("mt-eint");
+    let m = v.mount();
+    // Unlinked while open: still readable and writable through the descriptor.
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(m.p("gone"))
+        .unwrap();
+    f.write_all(&pattern(1, 10_000)).unwrap();
+    fs::remove_file(m.p("gone")).unwrap();
+    assert!(!m.p("gone").exists());
+    f.write_all_at(b"more", 10_000).unwrap();
+    let mut back = Vec::new();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    f.read_to_end(&mut back).unwrap();
+    let mut want = pattern(1, 10_000);
+    want.extend_from_slice(b"more");
+    assert!(back == want);
+    assert_eq!(f.metadata().unwrap().nlink(), 0);
+    f.sync_all().unwrap();
+    // Renamed while open: writes through the descriptor land under the new name.
+    let g = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(m.p("old"))
+        .unwrap();
+    fs::create_dir(m.p("dir")).unwrap();
+    fs::rename(m.p("old"), m.p("dir/new")).unwrap();
+    g.write_all_at(b"written after rename", 0).unwrap();
+    drop(g);
+    assert_eq!(fs::read(m.p("dir/new")).unwrap(), b"written after rename");
+    drop(f);
+    m.unmount();
+    // The unlinked file is gone for good: fsck finds no lost inode and no orphan.
+    v.fsck_clean();
+}
+
+#[test]
+fn unlinked_open_file_is_reclaimed_after_a_crash() {
+    let v = Vol::new("mt-eint");
+    let m = v.mount();
+    let mut f = File::create(m.p("tmp")).unwrap();
+    f.write_all(&pattern(2, 50_000)).unwrap();
+    fs::remove_file(m.p("tmp")).unwrap();
+    f.sync_all().unwrap(); // seals the unlinked-but-open state
+                           // Kill the daemon while the file is open: the unlinked list survives in the volume.
+    let mut m = m;
+    let mut child = m.child.take().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    drop(f);
+    let _ = Command::new("fusermount3").arg("-uz").arg(&m.mnt).status();
+    drop(m);
+    // The next writable open frees it.
+    v.fsck_clean();
+    let m = v.mount();
+    assert_eq!(fs::read_dir(&m.mnt).unwrap().count(), 0);
+    m.unmount();
+    v.fsck_clean();
+}
+
+#[test]
+fn append_truncate_and_sparse() {
+    let v = Vol::new("mt-eint");
+    let m = v.mount();
+    // Two appenders interleave whole lines.
+    let p = m.p("log");
+    let mut a = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&p)
+        .unwrap();
+    let mut b = OpenOptions::new().append(true).open(&p).unwrap();
+    for i in 0..200 {
+        writeln!(a, "a{i:04}").unwrap();
+        writeln!(b, "b{i:04}").unwrap();
+    }
+    drop((a, b));
+    let log = fs::read_to_string(&p).unwrap();
+    assert_eq!(log.lines().count(), 400);
+    assert_eq!(log.len(), 400 * 6);
+    // Truncate down mid-block, then extend: the tail reads as zeros.
+    let f = OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    f.set_len(1000).unwrap();
+    f.set_len(9000).unwrap();
+    drop(f);
+    let got = fs::read(&p).unwrap();
+    assert_eq!(&got[..1000], &log.as_bytes()[..1000]);
+    assert!(got[1000..].iter().all(|&x| x == 0));
+    assert_eq!(got.len(), 9000);
+    // O_TRUNC.
+    let mut t = OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&p)
+        .unwrap();
+    t.write_all(b"x").unwrap();
+    drop(t);
+    assert_eq!(fs::read(&p).unwrap(), b"x");
+    // Sparse, past 4 GiB.
+    let big = m.p("big");
+    let s = File::create(&big).unwrap();
+    let far = 5u64 << 30;
+    s.write_all_at(b"end", far).unwrap();
+    s.write_all_at(b"mid", 3 << 20).unwrap();
+    drop(s);
+    let check = |m: &Mount| {
+        let s = File::open(m.p("big")).unwrap();
+        let md = s.metadata().unwrap();
+        assert_eq!(md.len(), far + 3);
+        assert!(md.blocks() * 512 < 64 << 20, "a hole is not stored");
+        let mut buf = vec![1u8; 8192];
+        s.read_exact_at(&mut buf, 4 << 30).unwrap();
+        assert!(buf.iter().all(|&x| x == 0));
+        let mut e = [0u8; 3];
+        s.read_exact_at(&mut e, far).unwrap();
+        assert_eq!(&e, b"end");
+        s.read_exact_at(&mut e, 3 << 20).unwrap();
+        assert_eq!(&e, b"mid");
+    };
+    check(&m);
+    m.unmount();
+    let m = v.mount();
+    check(&m);
+    m.unmount();
+    v.fsck_clean();
+}
+
+#[test]
+fn xattrs_links_modes_and_times() {
+    let v = Vol::new("mt-eint");
+    let m = v.mount();
+    let p = m.p("f");
+    fs::write(&p, b"content").unwrap();
+    xattr::set(&p, "user.color", b"blue").unwrap();
+    xattr::set(&p, "user.empty", b"").unwrap();
+    assert_eq!(xattr::get(&p, "user.color").unwrap().unwrap(), b"blue");
+    let mut names: Vec<String> = xattr::list(&p)
+        .unwrap()
+        .map(|n| n.to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["user.color", "user.empty", "user.intact.scheme"]);
+    xattr::remove(&p, "user.empty").unwrap();
+    assert!(xattr::get(&p, "user.empty").unwrap().is_none());
+    assert!(xattr::set(&p, "trusted.x", b"1").is_err());
+    // Directories carry attributes too.
+    fs::create_dir(m.p("d")).unwrap();
+    xattr::set(m.p("d"), "user.tag", b"dir").unwrap();
+    // Hard links share content and attributes.
+    fs::hard_link(&p, m.p("d/also")).unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().nlink(), 2);
+    assert_eq!(fs::read(m.p("d/also")).unwrap(), b"content");
+    assert_eq!(
+        xattr::get(m.p("d/also"), "user.color").unwrap().unwrap(),
+        b"blue"
+    );
+    // Modes and times.
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+    let t = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    File::options()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .set_modified(t)
+        .unwrap();
+    m.unmount();
+    let m = v.mount();
+    let p = m.p("f");
+    let md = fs::metadata(&p).unwrap();
+    assert_eq!(md.mode() & 0o7777, 0o600);
+    assert_eq!(md.mtime(), 1_000_000_000);
+    assert_eq!(xattr::get(&p, "user.color").unwrap().unwrap(), b"blue");
+    assert_eq!(xattr::get(m.p("d"), "user.tag").unwrap().unwrap(), b"dir");
+    fs::remove_file(&p).unwrap();
+    assert_eq!(fs::metadata(m.p("d/also")).unwrap().nlink(), 1);
+    assert_eq!(fs::read(m.p("d/also")).unwrap(), b"content");
+    // rename(2) flags: RENAME_NOREPLACE and RENAME_EXCHANGE (via mv).
+    fs::write(m.p("x"), b"x").unwrap();
+    fs::write(m.p("y"), b"y").unwrap();
+    let r = Command::new("mv")
+        .arg("--exchange")
+        .arg(m.p("x"))
+        .arg(m.p("y"))
+        .status()
+        .unwrap();
+    if r.success() {
+        assert_eq!(fs::read(m.p("x")).unwrap(), b"y");
+    }
+    let out = Command::new("mv")
+        .arg("--no-clobber")
+        .arg(m.p("x"))
+        .arg(m.p("y"))
+        .status()
+        .unwrap();
+    assert!(out.success());
+    assert!(m.p("x").exists(), "no-clobber must not replace");
+    m.unmount();
+    v.fsck_clean();
+}
+
+#[test]
+fn scheme_per_file_through_xattr() {
+    let v = Vol::new("mt-eint");
+    let m = v.mount();
+    let e = m.p("e");
+    File::create(&e).unwrap();
+    xattr::set(&e, "user.intact.scheme", b"mt-eint-cbc").unwrap();
+    let f = m.p("f");
+    let data = pattern(7, 100_000);
+    fs::write(&f, &data).unwrap();
+    // A file with content is re-encrypted under the new scheme.
+    xattr::set(&f, "user.intact.scheme", b"aead").unwrap();
+    assert_eq!(
+        xattr::get(&f, "user.intact.scheme").unwrap().unwrap(),
+        b"aead"
+    );
+    assert!(fs::read(&f).unwrap() == data);
+    assert!(xattr::set(&f, "user.intact.scheme", b"rot13").is_err());
+    m.unmount();
+    let (_, out, _) = v.cli(&["--json", "stat", "/e"]);
+    assert!(out.contains("\"mt-eint-cbc\""), "{out}");
+    let (_, out, _) = v.cli(&["--json", "stat", "/f"]);
+    assert!(out.contains("\"aead\""), "{out}");
+    let out = v.root.join("f.out");
+    let (code, _, err) = v.cli(&["get", "/f", out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(fs::read(&out).unwrap() == data);
+    v.fsck_clean();
+}
+
+#[test]
+fn fsync_seals_and_unmount_seals() {
+    let v = Vol::new("mt-eint");
+    let m = v.try_mount(&["--commit-interval", "0"]).unwrap();
+    let e0 = v.epoch();
+    let mut f = File::create(m.p("a")).unwrap();
+    f.write_all(b"one").unwrap();
+    assert_eq!(v.epoch(), e0, "nothing sealed before fsync");
+    f.sync_all().unwrap();
+    let e1 = v.epoch();
+    assert!(e1 > e0, "fsync advances the anchor's epoch");
+    f.write_all(b" two").unwrap();
+    drop(f);
+    m.unmount();
+    assert!(v.epoch() > e1, "unmount seals");
+    let (_, got, _) = v.cli(&["cat", "/a"]);
+    assert_eq!(got, "one two");
+}
+
+#[test]
+fn read_only_mount_and_second_writer() {
+    let v = Vol::new("mt-eint");
+    let m = v.mount();
+    fs::write(m.p("a"), b"hello").unwrap();
+    // The mount holds the volume: a second writer is refused.
+    let (code, _, err) = v.cli(&["put", "/etc/hostname", "/b"]);
+    assert_eq!(code, 14, "{err}");
+    m.unmount();
+    let m = v.try_mount(&["--ro"]).unwrap();
+    assert_eq!(fs::read(m.p("a")).unwrap(), b"hello");
+    let e = fs::write(m.p("b"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS));
+    m.unmount();
+}
+
+// ---------------------------------------------------------------------------------------
+// The foundation's twelve attacks, through the mount.
+
+const BS: u64 = 4096;
+
+/// The attacked files: /a (4 blocks), /b (4 blocks), /c (1 block), /d1/x, /d2/y.
+fn attack_fixture(scheme: &str) -> Vol {
+    let v = Vol::new(scheme);
+    let m = v.mount();
+    fs::write(m.p("a"), pattern(1, 4 * BS as usize)).unwrap();
+    fs::write(m.p("b"), pattern(2, 4 * BS as usize)).unwrap();
+    fs::write(m.p("c"), pattern(3, BS as usize)).unwrap();
+    fs::create_dir(m.p("d1")).unwrap();
+    fs::create_dir(m.p("d2")).unwrap();
+    fs::write(m.p("d1/x"), pattern(4, 2 * BS as usize)).unwrap();
+    fs::write(m.p("d2/y"), pattern(5, 100)).unwrap();
+    m.unmount();
+    v
+}
+
+/// Makes a change through the mount, then an unrelated one (so that the journal the
+/// anchor names, which is replayed at the next mount, no longer covers the first).
+fn change(v: &Vol, f: impl FnOnce(&Mount)) {
+    let m = v.mount();
+    f(&m);
+    m.unmount();
+    let m = v.mount();
+    fs::write(m.p("d2/y"), b"later").unwrap();
+    m.unmount();
+}
+
+fn stride(v: &Vol) -> u64 {
+    if v.scheme == "aead" {
+        BS + 28
+    } else {
+        BS
+    }
+}
+
+fn edit(path: &Path, f: impl FnOnce(&mut Vec<u8>)) {
+    let mut b = fs::read(path).unwrap();
+    f(&mut b);
+    fs::write(path, b).unwrap();
+}
+
+/// Snapshot of every object in the cipher directory.
+fn snapshot(v: &Vol) -> PathBuf {
+    let dir = v.root.join(format!("snap{}", rand_suffix()));
+    sh(Command::new("cp").arg("-a").arg(v.cipher()).arg(&dir));
+    dir
+}
+
+fn rand_suffix() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+fn restore_file(v: &Vol, snap: &Path, obj: &Path) {
+    let rel = obj.strip_prefix(v.cipher()).unwrap();
+    let from = snap.join(rel);
+    if from.exists() {
+        fs::copy(&from, obj).unwrap();
+    } else {
+        let _ = fs::remove_file(obj);
+    }
+}
+
+enum Outcome {
+    /// The mount refused to start with this exit code.
+    MountRefused(i32),
+    /// A read through the mount failed with this errno.
+    ReadFailed(i32),
+    Undetected,
+}
+
+/// Mounts the attacked volume and reads `path` (a file, or a directory's listing).
+fn outcome(v: &Vol, path: &str) -> Outcome {
+    let m = match v.try_mount(&[]) {
+        Ok(m) => m,
+        Err((code, _)) => return Outcome::MountRefused(code),
+    };
+    let p = m.p(path);
+    let r = if fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
+        fs::read_dir(&p).and_then(|d| d.collect::<Result<Vec<_>, _>>().map(|_| ()))
+    } else {
+        fs::read(&p).map(|_| ())
+    };
+    let o = match r {
+        Ok(()) => Outcome::Undetected,
+        Err(e) => Outcome::ReadFailed(e.raw_os_error().unwrap_or(0)),
+    };
+    if let Outcome::ReadFailed(EIO) = o {
+        // The failure is counted and shown by `intact stat` while mounted.
+        let (code, out, err) = v.cli(&["--json", "stat"]);
+        assert_eq!(code, 0, "{err}");
+        let s: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert!(
+            s["mount"]["integrity_failures"].as_u64().unwrap_or(0) >= 1,
+            "{out}"
+        );
+        assert!(s["mount"]["last_failure"].as_str().is_some(), "{out}");
+    }
+    m.unmount();
+    o
+}
+
+fn attack(v: &Vol, n: usize) -> Outcome {
+    let s = stride(v);
+    let blk = |i: u64| (i * s) as usize..((i + 1) * s) as usize;
+    let a = v.file_id("/a");
+    let ad = v.object(&a, "d");
+    match n {
+        1 => edit(&ad, |o| o[blk(1).start + 100] ^= 0x10),
+        2 => edit(&ad, |o| {
+            let (b0, b1) = (o[blk(0)].to_vec(), o[blk(1)].to_vec());
+            o[blk(0)].copy_from_slice(&b1);
+            o[blk(1)].copy_from_slice(&b0);
+        }),
+        3 => {
+            let other = fs::read(v.object(&v.file_id("/b"), "d")).unwrap();
+            edit(&ad, |o| o[blk(1)].copy_from_slice(&other[blk(1)]));
+        }
+        4 => {
+            let snap = snapshot(v);
+            change(v, |m| {
+                let f = OpenOptions::new().write(true).open(m.p("a")).unwrap();
+                f.write_all_at(&pattern(9, BS as usize), BS).unwrap();
+            });
+            let old = fs::read(snap.join(ad.strip_prefix(v.cipher()).unwrap())).unwrap();
+            edit(&ad, |o| o[blk(1)].copy_from_slice(&old[blk(1)]));
+            restore_file(v, &snap, &v.object(&a, "m"));
+            restore_file(v, &snap, &v.object(&a, "c"));
+        }
+        5 => {
+            let snap = snapshot(v);
+            change(v, |m| {
+                fs::write(m.p("a"), pattern(10, 4 * BS as usize)).unwrap()
+            });
+            for ext in ["d", "m", "c"] {
+                restore_file(v, &snap, &v.object(&a, ext));
+            }
+        }
+        6 => {
+            let snap = snapshot(v);
+            let m = v.mount();
+            fs::write(m.p("a"), pattern(11, 4 * BS as usize)).unwrap();
+            m.unmount();
+            fs::remove_dir_all(v.cipher()).unwrap();
+            fs::rename(&snap, v.cipher()).unwrap();
+            return outcome(v, "/a");
+        }
+        7 => {
+            let f = OpenOptions::new().write(true).open(&ad).unwrap();
+            f.set_len(blk(1).start as u64).unwrap();
+        }
+        8 => {
+            for ext in ["d", "m", "c"] {
+                let _ = fs::remove_file(v.object(&a, ext));
+            }
+        }
+        9 => {
+            let b = v.file_id("/b");
+            for ext in ["d", "m", "c"] {
+                let (x, y) = (v.object(&a, ext), v.object(&b, ext));
+                let (bx, by) = (fs::read(&x).ok(), fs::read(&y).ok());
+                match by {
+                    Some(d) => fs::write(&x, d).unwrap(),
+                    None => {
+                        let _ = fs::remove_file(&x);
+                    }
+                }
+                match bx {
+                    Some(d) => fs::write(&y, d).unwrap(),
+                    None => {
+                        let _ = fs::remove_file(&y);
+                    }
+                }
+            }
+        }
+        10 => {
+            let (d1, d2) = (v.file_id("/d1"), v.file_id("/d2"));
+            for ext in ["d", "m"] {
+                fs::copy(v.object(&d1, ext), v.object(&d2, ext)).unwrap();
+            }
+            return outcome(v, "/d2");
+        }
+        11 => {
+            let snap = snapshot(v);
+            let live: Vec<String> = ["/", "/a", "/b", "/d1", "/d2", "/d1/x", "/d2/y"]
+                .iter()
+                .map(|p| v.file_id(p))
+                .collect();
+            change(v, |m| fs::remove_file(m.p("c")).unwrap());
+            // Bring back the deleted file's objects and the root directory and inode
+            // table as they were when it existed.
+            for e in walk(&snap.join("f")) {
+                let name = e.file_name().unwrap().to_str().unwrap().to_string();
+                if live.iter().skip(1).any(|id| name.starts_with(id.as_str())) {
+                    continue;
+                }
+                let rel = e.strip_prefix(&snap).unwrap();
+                fs::create_dir_all(v.cipher().join(rel).parent().unwrap()).unwrap();
+                fs::copy(&e, v.cipher().join(rel)).unwrap();
+            }
+            return outcome(v, "/c");
+        }
+        12 => edit(&ad, |o| o[blk(2)].fill(0)),
+        _ => unreachable!(),
+    }
+    outcome(v, "/a")
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn attacks_through_mount(scheme: &str, undetected: &[usize]) {
+    let base = attack_fixture(scheme);
+    let mut report = Vec::new();
+    for n in 1..=12 {
+        let v = base.copy();
+        let o = attack(&v, n);
+        let detected = match o {
+            Outcome::MountRefused(code) => {
+                assert_eq!(
+                    code, 10,
+                    "attack {n}: mount refused with a non-integrity code"
+                );
+                true
+            }
+            Outcome::ReadFailed(errno) => {
+                assert_eq!(
+                    errno, EIO,
+                    "attack {n}: read failed with errno {errno}, not EIO"
+                );
+                true
+            }
+            Outcome::Undetected => false,
+        };
+        report.push(format!(
+            "{scheme} attack {n}: {}",
+            match o {
+                Outcome::MountRefused(_) => "mount refused (integrity)",
+                Outcome::ReadFailed(_) => "EIO",
+                Outcome::Undetected => "undetected",
+            }
+        ));
+        assert_eq!(
+            !detected,
+            undetected.contains(&n),
+            "attack {n} under {scheme}: detected = {detected}"
+        );
+    }
+    eprintln!("{}", report.join("\n"));
+}
+
+#[test]
+fn attacks_through_mount_mt_eint() {
+    attacks_through_mount("mt-eint", &[]);
+}
+
+#[test]
+fn attacks_through_mount_mt_eint_cbc() {
+    attacks_through_mount("mt-eint-cbc", &[]);
+}
+
+#[test]
+fn attacks_through_mount_aead() {
+    attacks_through_mount("aead", &[4, 5]);
+}
+
+#[test]
+fn tampered_block_read_is_eio_and_logged_with_path_and_block() {
+    let v = attack_fixture("mt-eint");
+    let a = v.file_id("/a");
+    edit(&v.object(&a, "d"), |o| o[(2 * BS) as usize + 7] ^= 1);
+    let m = v.mount();
+    let f = File::open(m.p("a")).unwrap();
+    let mut buf = vec![0u8; BS as usize];
+    // Blocks 0 and 1 are fine; block 2 is EIO, never wrong bytes.
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert!(buf == pattern(1, 4 * BS as usize)[..BS as usize]);
+    let e = f.read_exact_at(&mut buf, 2 * BS).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(EIO));
+    drop(f);
+    m.unmount();
+    // The status file (what `intact stat` shows) keeps the last failure, naming the path
+    // and the block, also after the unmount.
+    let (_, out, _) = v.cli(&["--json", "stat"]);
+    assert!(out.contains("/a: block 2"), "{out}");
+    let s: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        s["mount"]["integrity_failures"].as_u64().unwrap() >= 1,
+        "{out}"
+    );
+}
