@@ -8,8 +8,9 @@ mod common;
 
 use common::*;
 use intact_core::format::SchemeId;
+use intact_core::format::ROOT_INO;
 use intact_core::store::{CrashImage, FaultPlan, FaultStore, MemStore, MemTrusted, UntrustedStore};
-use intact_core::volume::Kind;
+use intact_core::volume::{Kind, RenameMode, XattrMode, SCHEME_XATTR};
 use intact_core::{Result, Volume};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -72,6 +73,45 @@ fn workload(vol: &Volume, bs: usize, points: &mut Vec<Model>, done: &mut usize) 
     vol.create_file("/d/f4", None)?;
     m.insert("/d/f4".into(), vec![]);
     sync(&m, points, done)?;
+
+    // The inode-level operations of the FUSE adapter: a hard link, an extended attribute
+    // (model key `path@name`), a file unlinked while open (still open at most crashes),
+    // re-encryption under another scheme, and an atomic exchange.
+    let f3 = vol.lookup(ROOT_INO, "f3")?.ino;
+    let d = vol.lookup(ROOT_INO, "d")?.ino;
+    vol.link_at(f3, d, "h")?;
+    m.insert("/d/h".into(), m["/f3"].clone());
+    vol.setxattr(f3, "user.k", b"v1", XattrMode::Set)?;
+    m.insert("/f3@user.k".into(), b"v1".to_vec());
+    m.insert("/d/h@user.k".into(), b"v1".to_vec());
+    let tmp = vol
+        .create_at(ROOT_INO, "tmp", Kind::File, 0o644, 0, 0, None)?
+        .ino;
+    vol.open_handle(tmp)?;
+    vol.write_ino(tmp, 0, &pattern(9, 3 * bs))?;
+    vol.unlink_at(ROOT_INO, "tmp")?;
+    vol.write_ino(tmp, 3 * bs as u64, b"more")?;
+    sync(&m, points, done)?;
+
+    put(&mut m, "/d/f4", 0, &pattern(10, 2 * bs + 3))?;
+    let f4 = vol.lookup(d, "f4")?.ino;
+    let other = if vol.stat("/d/f4")?.scheme == "mt-eint-cbc" {
+        "mt-eint"
+    } else {
+        "mt-eint-cbc"
+    };
+    vol.setxattr(f4, SCHEME_XATTR, other.as_bytes(), XattrMode::Set)?;
+    vol.rename_at(ROOT_INO, "f3", d, "f2", RenameMode::Exchange)?;
+    let (a, b) = (m.remove("/f3").unwrap(), m.remove("/d/f2").unwrap());
+    m.insert("/f3".into(), b);
+    m.insert("/d/f2".into(), a);
+    let x = m.remove("/f3@user.k").unwrap();
+    m.insert("/d/f2@user.k".into(), x);
+    vol.setxattr(f3, "user.k", b"v2", XattrMode::Replace)?;
+    m.insert("/d/f2@user.k".into(), b"v2".to_vec());
+    m.insert("/d/h@user.k".into(), b"v2".to_vec());
+    vol.release_handle(tmp)?;
+    sync(&m, points, done)?;
     Ok(())
 }
 
@@ -88,6 +128,12 @@ fn read_state(vol: &Volume) -> Result<Model> {
                 }
                 _ => {
                     m.insert(p.clone(), read_all(vol, &p)?);
+                    for name in vol.listxattr(e.ino)? {
+                        if name != SCHEME_XATTR {
+                            let v = vol.getxattr(e.ino, &name)?;
+                            m.insert(format!("{p}@{name}"), v);
+                        }
+                    }
                 }
             }
         }
@@ -111,10 +157,14 @@ fn check_recovered(
         crash_after_writes: Some(1),
         ..Default::default()
     });
+    let at_crash = trusted.snapshot();
     if let Ok(v) = open(faulty.clone(), trusted) {
         drop(v);
     }
     let second = faulty.crash_image(CrashImage::Random(7));
+    // The interrupted recovery may have sealed anchors: they belong to `second` only.
+    let after_second = trusted.snapshot();
+    trusted.restore(at_crash.clone());
     // A read-only open stages the pending journal in memory: same state, store untouched.
     let before = image.snapshot();
     let ro_state = {
@@ -126,10 +176,15 @@ fn check_recovered(
         image.snapshot() == before,
         "{what}: a read-only open modified the store"
     );
-    for (label, store) in [
-        ("first recovery", image.clone()),
-        ("after a crash during recovery", Arc::new(second)),
+    for (label, store, anchor) in [
+        ("first recovery", image.clone(), at_crash),
+        (
+            "after a crash during recovery",
+            Arc::new(second),
+            after_second,
+        ),
     ] {
+        trusted.restore(anchor);
         let vol = open(store.clone() as Arc<dyn UntrustedStore>, trusted)
             .unwrap_or_else(|e| panic!("{what} ({label}): reopen failed: {e}"));
         let state =

@@ -1,0 +1,208 @@
+//! The inode-level API that file-system front ends use, without FUSE: rename flags, hard
+//! links, files unlinked while open, extended attributes and re-encryption under another
+//! scheme, each checked again after a reopen.
+
+mod common;
+
+use common::*;
+use intact_core::format::{SchemeId, ROOT_INO};
+use intact_core::store::{MemStore, MemTrusted};
+use intact_core::volume::{Kind, RenameMode, SetAttr, XattrMode, SCHEME_XATTR, XATTR_VALUE_MAX};
+use intact_core::{Error, FsErrorKind};
+use std::sync::Arc;
+
+fn fs_kind<T: std::fmt::Debug>(r: intact_core::Result<T>) -> FsErrorKind {
+    match r {
+        Err(Error::Fs { kind, .. }) => kind,
+        other => panic!("expected a file-system error, got {other:?}"),
+    }
+}
+
+fn file(vol: &intact_core::Volume, parent: u64, name: &str, data: &[u8]) -> u64 {
+    let a = vol
+        .create_at(parent, name, Kind::File, 0o640, 1000, 100, None)
+        .unwrap();
+    vol.write_ino(a.ino, 0, data).unwrap();
+    a.ino
+}
+
+#[test]
+fn rename_modes() {
+    let store = Arc::new(MemStore::new());
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
+    let d = vol
+        .create_at(ROOT_INO, "d", Kind::Dir, 0o755, 0, 0, None)
+        .unwrap()
+        .ino;
+    let sub = vol
+        .create_at(d, "sub", Kind::Dir, 0o755, 0, 0, None)
+        .unwrap()
+        .ino;
+    file(&vol, ROOT_INO, "x", b"x");
+    file(&vol, ROOT_INO, "y", b"y");
+    assert_eq!(
+        fs_kind(vol.rename_at(ROOT_INO, "x", ROOT_INO, "y", RenameMode::NoReplace)),
+        FsErrorKind::Exists
+    );
+    assert_eq!(
+        fs_kind(vol.rename_at(ROOT_INO, "x", ROOT_INO, "z", RenameMode::Exchange)),
+        FsErrorKind::NotFound
+    );
+    vol.rename_at(ROOT_INO, "x", ROOT_INO, "y", RenameMode::Exchange)
+        .unwrap();
+    // A directory cannot move below itself, also through an exchange.
+    assert_eq!(
+        fs_kind(vol.rename_at(ROOT_INO, "d", sub, "d2", RenameMode::Replace)),
+        FsErrorKind::RenameIntoSelf
+    );
+    assert_eq!(
+        fs_kind(vol.rename_at(d, "sub", ROOT_INO, "d", RenameMode::Exchange)),
+        FsErrorKind::RenameIntoSelf
+    );
+    // Exchanging a directory and a file fixes the directory's parent link.
+    vol.rename_at(d, "sub", ROOT_INO, "y", RenameMode::Exchange)
+        .unwrap();
+    assert_eq!(vol.readdir_ino(sub).unwrap().0, ROOT_INO);
+    vol.sync().unwrap();
+    drop(vol);
+    let vol = open(store, &trusted).unwrap();
+    assert_eq!(read_all(&vol, "/x").unwrap(), b"y");
+    assert_eq!(read_all(&vol, "/d/sub").unwrap(), b"x");
+    assert_eq!(vol.stat("/y").unwrap().kind, Kind::Dir);
+    assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+}
+
+#[test]
+fn hard_links_and_unlinked_open_files() {
+    let store = Arc::new(MemStore::new());
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
+    let a = file(&vol, ROOT_INO, "a", b"shared");
+    let d = vol
+        .create_at(ROOT_INO, "d", Kind::Dir, 0o755, 0, 0, None)
+        .unwrap()
+        .ino;
+    assert_eq!(vol.link_at(a, d, "b").unwrap().nlink, 2);
+    assert_eq!(
+        fs_kind(vol.link_at(d, ROOT_INO, "dlink")),
+        FsErrorKind::NotPermitted
+    );
+    // Replacing one name by a rename keeps the inode alive through the other.
+    file(&vol, ROOT_INO, "c", b"c");
+    vol.rename_at(ROOT_INO, "c", ROOT_INO, "a", RenameMode::Replace)
+        .unwrap();
+    assert_eq!(vol.attr(a).unwrap().nlink, 1);
+    assert_eq!(read_all(&vol, "/d/b").unwrap(), b"shared");
+    // The last name goes while a handle is open: the file lives until release.
+    vol.open_handle(a).unwrap();
+    vol.unlink_at(d, "b").unwrap();
+    assert_eq!(vol.attr(a).unwrap().nlink, 0);
+    vol.write_ino(a, 6, b" still").unwrap();
+    let mut buf = [0u8; 12];
+    assert_eq!(vol.read_ino(a, 0, &mut buf).unwrap(), 12);
+    assert_eq!(&buf, b"shared still");
+    vol.sync().unwrap();
+    assert!(
+        vol.fsck(&mut |_| {}).unwrap().is_empty(),
+        "unlinked-open is not lost"
+    );
+    vol.release_handle(a).unwrap();
+    assert!(vol.attr(a).is_err(), "freed at the last release");
+    vol.sync().unwrap();
+    assert!(vol.orphans().unwrap().is_empty());
+    drop(vol);
+    let vol = open(store, &trusted).unwrap();
+    assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+    assert_eq!(vol.readdir("/d").unwrap().len(), 0);
+}
+
+#[test]
+fn xattr_modes_limits_and_persistence() {
+    let store = Arc::new(MemStore::new());
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
+    let f = file(&vol, ROOT_INO, "f", b"");
+    assert_eq!(
+        fs_kind(vol.setxattr(f, "user.a", b"1", XattrMode::Replace)),
+        FsErrorKind::NoAttribute
+    );
+    vol.setxattr(f, "user.a", b"1", XattrMode::Create).unwrap();
+    assert_eq!(
+        fs_kind(vol.setxattr(f, "user.a", b"2", XattrMode::Create)),
+        FsErrorKind::Exists
+    );
+    vol.setxattr(f, "user.a", b"2", XattrMode::Replace).unwrap();
+    let big = vec![7u8; XATTR_VALUE_MAX];
+    vol.setxattr(f, "user.big", &big, XattrMode::Set).unwrap();
+    assert_eq!(
+        fs_kind(vol.setxattr(f, "user.bigger", &[0; XATTR_VALUE_MAX + 1], XattrMode::Set)),
+        FsErrorKind::ValueTooLarge
+    );
+    assert_eq!(
+        fs_kind(vol.setxattr(f, "security.x", b"1", XattrMode::Set)),
+        FsErrorKind::NotSupported
+    );
+    assert_eq!(
+        fs_kind(vol.getxattr(f, "user.none")),
+        FsErrorKind::NoAttribute
+    );
+    assert_eq!(vol.getxattr(f, SCHEME_XATTR).unwrap(), b"mt-eint");
+    vol.setattr(
+        f,
+        &SetAttr {
+            mode: Some(0o4755),
+            mtime_ns: Some(42),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    vol.sync().unwrap();
+    drop(vol);
+    let vol = open(store.clone(), &trusted).unwrap();
+    let f = vol.lookup(ROOT_INO, "f").unwrap();
+    assert_eq!(f.mode, 0o4755);
+    assert_eq!(f.mtime_ns, 42);
+    assert_eq!(vol.getxattr(f.ino, "user.a").unwrap(), b"2");
+    assert_eq!(vol.getxattr(f.ino, "user.big").unwrap(), big);
+    vol.removexattr(f.ino, "user.a").unwrap();
+    vol.removexattr(f.ino, "user.big").unwrap();
+    assert_eq!(vol.listxattr(f.ino).unwrap(), [SCHEME_XATTR]);
+    // Removing the last attribute frees its hidden file: no orphan, nothing lost.
+    vol.remove_orphans().unwrap();
+    assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+    vol.unlink("/f").unwrap();
+    vol.sync().unwrap();
+    assert!(vol.orphans().unwrap().is_empty());
+}
+
+#[test]
+fn reencryption_under_every_scheme_keeps_content() {
+    for from in SchemeId::ALL {
+        let store = Arc::new(MemStore::new());
+        let trusted = MemTrusted::new();
+        let vol = create(store.clone(), &trusted, from, 4096);
+        let data = pattern(3, 5 * 4096 + 17);
+        let f = file(&vol, ROOT_INO, "f", &data);
+        // A sparse region, and a synced state to re-encrypt from.
+        vol.write_ino(f, 40 * 4096, b"tail").unwrap();
+        vol.sync().unwrap();
+        let mut want = data.clone();
+        want.resize(40 * 4096, 0);
+        want.extend_from_slice(b"tail");
+        let old_id = vol.stat("/f").unwrap().file_id;
+        for to in SchemeId::ALL {
+            vol.setxattr(f, SCHEME_XATTR, to.name().as_bytes(), XattrMode::Set)
+                .unwrap();
+            assert_eq!(vol.stat("/f").unwrap().scheme, to.name());
+            assert_eq!(read_all(&vol, "/f").unwrap(), want, "{from:?} -> {to:?}");
+        }
+        vol.sync().unwrap();
+        assert_ne!(vol.stat("/f").unwrap().file_id, old_id);
+        assert!(vol.orphans().unwrap().is_empty(), "old objects deleted");
+        drop(vol);
+        let vol = open(store, &trusted).unwrap();
+        assert_eq!(read_all(&vol, "/f").unwrap(), want);
+        assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+    }
+}
