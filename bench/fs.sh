@@ -84,7 +84,7 @@ detect_schemes() {
     h=$("$INTACT_BIN" init --help 2>&1 | tr '\n' ' ' | tr -s ' ') || return 1
     s=$(printf '%s' "$h" | grep -o 'scheme[^[]*\[possible values: [^]]*' | head -1 | sed 's/.*possible values: //')
     if [ -z "$s" ]; then
-        s=$(printf '%s' "$h" | sed -n 's/.*Default scheme of new files: \([^.]*\)\..*/\1/p' | sed 's/([^)]*)//g')
+        s=$(printf '%s' "$h" | sed -n 's/.*Default scheme of new files: \([^.[]*\).*/\1/p' | sed 's/([^)]*)//g')
     fi
     s=$(printf '%s' "$s" | tr ',' ' ' | xargs)
     for x in $s; do [[ "$x" =~ ^[a-z0-9-]+$ ]] || return 1; done
@@ -166,9 +166,11 @@ mount_bindfs() { bindfs "$D/cipher" "$D/mnt"; }
 init_gocryptfs() { gocryptfs -init -q -extpass "echo $PW" "$D/cipher"; }
 mount_gocryptfs() { gocryptfs -q -extpass "echo $PW" "$D/cipher" "$D/mnt"; }
 # cryfs creates the file system on first mount (defaults: xchacha20-poly1305, 16 KiB blocks).
+# Its local state (which it uses to refuse a replaced file system) goes to D, not ~/.local.
 init_cryfs() { :; }
 mount_cryfs() {
-    echo "$PW" | CRYFS_FRONTEND=noninteractive CRYFS_NO_UPDATE_CHECK=1 cryfs "$D/cipher" "$D/mnt"
+    echo "$PW" | XDG_DATA_HOME=$D/cryfs-local CRYFS_FRONTEND=noninteractive CRYFS_NO_UPDATE_CHECK=1 \
+        cryfs "$D/cipher" "$D/mnt"
 }
 # encfs creates the volume on first mount (--standard: AES-192, 1 KiB blocks, no block MACs).
 init_encfs() { :; }

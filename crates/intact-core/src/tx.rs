@@ -326,7 +326,12 @@ impl Tx {
         let bytes = encode_journal(epoch, &ops);
         let digest = key.mac(&[&bytes]);
         let name = journal_name(slot);
-        self.store.replace(&name, &bytes)?;
+        // In place: the sealed anchor names the other slot, and this slot's previous
+        // journal was applied durably before that anchor was sealed, so nothing refers to
+        // these bytes until the next anchor does (after this sync). One fsync, no rename.
+        self.store.write_at(&name, 0, &bytes)?;
+        self.store.set_len(&name, bytes.len() as u64)?;
+        self.store.sync(std::slice::from_ref(&name))?;
         Ok(Prepared {
             journal: Some(JournalRef {
                 slot,

@@ -2374,7 +2374,9 @@ impl Inner {
         self.trusted.store(&bytes)?;
         self.anchor = anchor;
         self.tx.apply(prepared)?;
-        self.store.replace(ANCHOR_COPY_NAME, &bytes)?;
+        // The untrusted copy (for `recover-anchor` only) is written in place and not
+        // synced: it never protects anything, and a lost or torn copy fails its MAC.
+        self.store.write_at(ANCHOR_COPY_NAME, 0, &bytes)?;
         if self.files.len() > KEEP_OPEN {
             self.files.retain(|_, f| f.inode.kind == Kind::Dir);
         }

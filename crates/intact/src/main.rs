@@ -109,7 +109,7 @@ enum Cmd {
     Mv { from: String, to: String },
     /// Create a symlink PATH pointing to TARGET.
     Ln {
-        /// Must be given: only symbolic links exist.
+        /// Must be given: the CLI makes symbolic links (hard links: through the mount).
         #[arg(short = 's', required = true)]
         symbolic: bool,
         target: String,
