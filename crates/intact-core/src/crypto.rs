@@ -10,6 +10,7 @@ use aws_lc_rs::cipher::{
     DecryptingKey, DecryptionContext, EncryptingKey, EncryptionContext, UnboundCipherKey, AES_256,
 };
 use aws_lc_rs::iv::FixedLength;
+// (EncryptingKey is also used in CTR mode for `mac-tree`.)
 use zeroize::{Zeroize, ZeroizeOnDrop, Zeroizing};
 
 /// A 32-byte hash or keyed-hash output.
@@ -344,26 +345,42 @@ impl<
     pub fn verify(&self, n: &[u8; 16], msg: &[u8], tag: &[u8]) -> bool {
         ct_eq(&self.mac(n, msg), tag)
     }
-
-    /// AES-CTR: XORs `buf` with `AES_k(iv) || AES_k(iv + 1) || ...`, where the last four
-    /// bytes of `iv` are a big-endian counter (RustCrypto `ctr::Ctr32BE`). The caller keeps
-    /// those counters inside its own nonce domain (see the `mac-tree` nonce table).
-    pub fn ctr_xor(&self, iv: [u8; 16], buf: &mut [u8])
-    where
-        C: Clone + aes::cipher::BlockCipher,
-    {
-        use aes::cipher::{InnerIvInit, StreamCipher, StreamCipherCoreWrapper};
-        let core = ctr::CtrCore::<C, ctr::flavors::Ctr32BE>::inner_iv_init(
-            self.aes.clone(),
-            &aes::cipher::generic_array::GenericArray::from(iv),
-        );
-        StreamCipherCoreWrapper::from_core(core).apply_keystream(buf);
-    }
 }
 
 impl<C> std::fmt::Debug for PolyAes<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("PolyAes(..)")
+    }
+}
+
+/// AES-256-CTR (aws-lc-rs): XORs a buffer with `AES_k(iv) || AES_k(iv + 1) || ...`, the
+/// counter block incremented as a 128-bit big-endian integer. Callers keep the increments
+/// inside their own nonce domain (see the `mac-tree` nonce table: the last four bytes
+/// never carry).
+pub struct Ctr {
+    key: EncryptingKey,
+}
+
+impl Ctr {
+    /// A CTR key from a derived key.
+    pub fn new(key: &SubKey) -> Self {
+        let k = UnboundCipherKey::new(&AES_256, key.expose_secret()).expect("AES key");
+        Ctr {
+            key: EncryptingKey::ctr(k).expect("CTR key"),
+        }
+    }
+
+    /// XORs `buf` with the keystream starting at counter block `iv` (encrypts or decrypts).
+    pub fn xor(&self, iv: [u8; 16], buf: &mut [u8]) {
+        self.key
+            .less_safe_encrypt(buf, EncryptionContext::Iv128(FixedLength::from(iv)))
+            .expect("CTR accepts any length");
+    }
+}
+
+impl std::fmt::Debug for Ctr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Ctr(..)")
     }
 }
 
@@ -375,8 +392,10 @@ pub struct FileKeys {
     pub cbc: Cbc,
     /// IV PRF key for CBC mode.
     pub iv: SubKey,
-    /// `mac-tree`: AES-256 (CTR keystream and MAC blinding) and Poly1305's `r`.
+    /// `mac-tree`: Poly1305-AES with AES-256 and Poly1305's `r`.
     pub mac: PolyAes<aes::Aes256>,
+    /// `mac-tree`: AES-256-CTR under the same AES key as `mac` (Yun et al. §4.4).
+    pub ctr: Ctr,
 }
 
 impl FileKeys {
@@ -395,11 +414,13 @@ impl FileKeys {
             r,
         );
         r.zeroize();
+        let ctr = Ctr::new(&aes_key);
         FileKeys {
             gcm: Gcm::new(&data),
             cbc: Cbc::new(&data),
             iv: master.derive(label::FILE_IV, file),
             mac,
+            ctr,
         }
     }
 
@@ -534,13 +555,14 @@ mod tests {
         }
     }
 
-    /// CTR keystream block k is AES_k(iv with its last four bytes + k, big-endian).
+    /// CTR keystream block k is AES_k(iv with its last four bytes + k, big-endian), with
+    /// the same AES key as the MAC's blinding (Yun et al. §4.4).
     #[test]
     fn ctr_counts_in_the_last_four_bytes() {
         let k = FileKeys::derive(&fixed_master(), &[3; 16]);
         let iv: [u8; 16] = *b"0123456789ab\x01\x00\x00\xfe";
         let mut buf = [0u8; 48];
-        k.mac.ctr_xor(iv, &mut buf);
+        k.ctr.xor(iv, &mut buf);
         for j in 0..3u32 {
             let mut b = iv;
             b[12..].copy_from_slice(&(0x0100_00feu32 + j).to_be_bytes());

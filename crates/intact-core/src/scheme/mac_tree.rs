@@ -85,7 +85,7 @@ impl MacTree {
     /// CTR keystream of block `i` at counter `ctr`: `AES(<i, k, ctr>_e)` for k = 0, 1, ...
     fn xor(f: &FileState, i: u64, ctr: u64, blk: &mut [u8]) {
         timed(Phase::Encrypt, || {
-            f.keys.mac.ctr_xor(nonce(NONCE_ENC, i, 0, ctr), blk)
+            f.keys.ctr.xor(nonce(NONCE_ENC, i, 0, ctr), blk)
         })
     }
 }
