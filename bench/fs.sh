@@ -23,10 +23,15 @@
 #   seq read    the same file after remount + drop_caches, 1 MiB reads (contents checked)
 #   rand write  fio psync 4 KiB random writes over a 128 MiB file, RAND_SECS, end_fsync=1
 #   rand read   fio psync 4 KiB random reads of it, after remount + drop_caches, RAND_SECS
-#   create      2,000 files of 16 KiB (one process), then syncfs — files/s
+#   create      2,000 files of 16 KiB (one process), then syncfs of the mount and of the
+#               backing file system — files/s
 #   read back   list + read them after remount + drop_caches (contents checked) — files/s
 #   tar -x      untar a ~60 MB source tree (/usr/include, then cargo registry sources),
-#               then `sync -f` — MB/s of tarball
+#               then `sync -f` of the mount and of the backing file system — MB/s of tarball
+#   (syncfs on a FUSE mount only flushes the kernel's dirty pages and timestamps to the
+#   daemon; it sends no fsync, so the backing file system is synced explicitly.)
+# The files stay in place until the end (no unlinks between workloads); then, untimed, they
+# are removed through the mount and synced, and intact's mount log is checked for errors.
 #   tar -c      tar -c of that tree to a pipe after remount + drop_caches (tree diffed
 #               against the original afterwards) — MB/s of tar output
 set -uo pipefail
@@ -281,7 +286,6 @@ wl_seq_read() {
     t1=$(now)
     R=$(rate "$(mb $((SEQ_MIB << 20)))" "$t0" "$t1")
     T cmp "$W/seq.bin" "$RAND" || { echo "fs.sh: ERROR: $SYS: seq.bin read back differs from what was written" >&2; return 1; }
-    rm -f "$W/seq.bin"
 }
 
 fio_job() { # RW JSON
@@ -314,14 +318,13 @@ wl_rand_read() {
     t1=$(now)
     b=$(fio_bytes "$D/fio-randread.json" read) || return 1
     R=$(rate "$(mb "$b")" "$t0" "$t1")
-    rm -f "$W/rand.dat"
 }
 
 wl_create() {
     mkdir "$W/small" || return 1
     drop_caches
     local s
-    s=$(T "$PY" "$HERE/smallfiles.py" create "$W/small" "$NFILES" $((FILE_KIB * 1024)) "$RAND") || return 1
+    s=$(T "$PY" "$HERE/smallfiles.py" create "$W/small" "$NFILES" $((FILE_KIB * 1024)) "$RAND" "$D/cipher") || return 1
     R=$(awk -v n="$NFILES" -v s="$s" 'BEGIN { printf "%.3f", n / s }')
 }
 
@@ -331,7 +334,6 @@ wl_readback() {
     local s
     s=$(T "$PY" "$HERE/smallfiles.py" read "$W/small" "$NFILES" $((FILE_KIB * 1024)) "$RAND") || return 1
     R=$(awk -v n="$NFILES" -v s="$s" 'BEGIN { printf "%.3f", n / s }')
-    rm -rf "$W/small"
 }
 
 wl_untar() {
@@ -341,6 +343,7 @@ wl_untar() {
     t0=$(now)
     T tar -xf "$TREE_TAR" -C "$W/tree" --no-same-owner || return 1
     T sync -f "$W/tree" || return 1
+    T sync -f "$D/cipher" || return 1
     t1=$(now)
     R=$(rate "$(mb "$TREE_BYTES")" "$t0" "$t1")
 }
@@ -355,8 +358,29 @@ wl_tar() {
     R=$(rate "$(mb "$n")" "$t0" "$t1")
     T diff -r "$TREE_REF" "$W/tree" >"$D/tree.diff" 2>&1 ||
         { echo "fs.sh: ERROR: $SYS: the untarred tree differs from the original:" >&2; head -n 10 "$D/tree.diff" >&2; return 1; }
-    rm -rf "$W/tree"
 }
+
+# Untimed: remove everything through the mount, sync, and (intact) look for errors in the
+# mount log — integrity failures, EIO — over the whole run.
+post_check() {
+    if [ "$(kind_of "$1")" != plain ] && ! mountpoint -q "$D/mnt"; then return 0; fi
+    if ! T rm -rf "${W:?}"/seq.bin "$W"/rand.dat "$W"/small "$W"/tree || ! T sync -f "$W"; then
+        echo "fs.sh: ERROR: $1: removing the files through the mount, or syncing after it, failed" >&2
+        NOTES+="$1: rm -rf + sync -f through the mount failed."$'\n'
+        FAILED=1
+    fi
+}
+check_log() { # after the unmount
+    local e l=$D/intact-mount.log
+    [ "$(kind_of "$1")" = intact ] && [ -f "$l" ] || return 0
+    e=$(grep -c ' ERROR ' "$l")
+    [ "$e" = 0 ] && return 0
+    echo "fs.sh: ERROR: $1: $e ERROR lines in $l; the first ones:" >&2
+    grep -m 4 ' ERROR ' "$l" | cut -c1-300 >&2
+    NOTES+="$1: $e ERROR lines in the mount log, e.g. \`$(grep -m 1 ' ERROR ' "$l" | sed 's/^[^ ]* *//' | cut -c1-200)\`."$'\n'
+    FAILED=1
+}
+NOTES=""
 
 WORKLOADS="seq_write seq_read rand_write rand_read create readback untar tar"
 declare -A HEAD=(
@@ -404,7 +428,9 @@ run_system() {
             elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then broken="timeout"; RES[$SYS,$wl]="TIMEOUT"; fi
         fi
     done
+    post_check "$SYS"
     do_umount "$SYS" || FAILED=1
+    check_log "$SYS"
     if [ "$KEEP" = 0 ] && ! mountpoint -q "$D/mnt"; then rm -rf "$D/cipher"; fi
 }
 
@@ -457,7 +483,7 @@ case $(df -T "$BASE" | awk 'NR==2 {print $2}') in tmpfs | ramfs) die "$BASE is o
 log "systems: $SYSTEMS"
 for s in $SYSTEMS; do run_system "$s"; done
 
-REPORT=$(header; echo; table)
+REPORT=$(header; echo; table; [ -z "$NOTES" ] || { echo; echo "Errors seen:"; printf '%s' "$NOTES" | sed 's/^/* /'; })
 echo
 echo "$REPORT"
 if [ -n "$OUT" ]; then echo "$REPORT" >"$OUT"; log "table written to $OUT"; fi

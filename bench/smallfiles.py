@@ -2,8 +2,10 @@
 """Small-file workload for bench/fs.sh, in one process so that process start-up does not
 dominate (2,000 `dd`s would cost more than the file system under test).
 
-  smallfiles.py create DIR N SIZE SRC   create N files of SIZE bytes (contents: consecutive
-                                        slices of SRC), then syncfs(DIR); prints seconds
+  smallfiles.py create DIR N SIZE SRC [SYNCDIR...]
+                                        create N files of SIZE bytes (contents: consecutive
+                                        slices of SRC), then syncfs(DIR) and syncfs of each
+                                        SYNCDIR (the backing file system); prints seconds
   smallfiles.py read DIR N SIZE SRC     list DIR, read every file back and check its
                                         contents against SRC; prints seconds
 
@@ -38,13 +40,14 @@ def main():
                     view = view[w:]
             finally:
                 os.close(fd)
-        dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            if libc.syncfs(dfd) != 0:
-                e = ctypes.get_errno()
-                sys.exit("smallfiles: syncfs(%s): %s" % (d, os.strerror(e)))
-        finally:
-            os.close(dfd)
+        for sd in [d] + sys.argv[6:]:
+            dfd = os.open(sd, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                if libc.syncfs(dfd) != 0:
+                    e = ctypes.get_errno()
+                    sys.exit("smallfiles: syncfs(%s): %s" % (sd, os.strerror(e)))
+            finally:
+                os.close(dfd)
         print("%.6f" % (time.monotonic() - t0))
     elif op == "read":
         t0 = time.monotonic()

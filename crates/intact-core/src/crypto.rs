@@ -10,6 +10,7 @@ use aws_lc_rs::cipher::{
     DecryptingKey, DecryptionContext, EncryptingKey, EncryptionContext, UnboundCipherKey, AES_256,
 };
 use aws_lc_rs::iv::FixedLength;
+// (EncryptingKey is also used in CTR mode for `mac-tree`.)
 use zeroize::{Zeroize, ZeroizeOnDrop, Zeroizing};
 
 /// A 32-byte hash or keyed-hash output.
@@ -37,6 +38,13 @@ pub mod label {
     pub const ANCHOR: &str = "intact v1 trusted anchor MAC";
     /// Key of the digest of the commit journal.
     pub const JOURNAL: &str = "intact v1 journal digest";
+    /// Per-file AES-256 key of the `mac-tree` scheme, used both for the CTR keystream and
+    /// to blind Poly1305 (Yun et al. §4.4: safe with disjoint nonce encodings),
+    /// info = label || file id.
+    pub const MAC_TREE_AES: &str = "intact v1 mac-tree AES key";
+    /// Per-file Poly1305 key `r` (first 16 bytes; clamped by Poly1305) of `mac-tree`,
+    /// info = label || file id.
+    pub const MAC_TREE_POLY: &str = "intact v1 mac-tree Poly1305 r";
 }
 
 /// The volume master key: never stored in clear; wrapped under the password key.
@@ -291,24 +299,128 @@ pub fn password_key(password: &[u8], salt: &[u8], params: KdfParams) -> Result<S
     Ok(SubKey(out))
 }
 
+/// Poly1305-AES (Bernstein, "The Poly1305-AES message-authentication code", 2005), the
+/// Wegman–Carter MAC of Yun et al. §3.4: `MAC(n, m) = (Poly1305_r(m) + AES_k(n)) mod 2^128`.
+/// A nonce `n` must never authenticate two different messages; verification may repeat it.
+///
+/// Built from RustCrypto's `poly1305` (whose key is `r || s`, computing
+/// `Poly1305_r(m) + s`) with `s = AES_k(n)` from RustCrypto's `aes`. Generic over the AES
+/// key size: the paper's test vectors use AES-128, the `mac-tree` scheme AES-256.
+pub struct PolyAes<C> {
+    aes: C,
+    r: Zeroizing<[u8; 16]>,
+}
+
+impl<
+        C: aes::cipher::BlockEncrypt
+            + aes::cipher::BlockSizeUser<BlockSize = aes::cipher::consts::U16>,
+    > PolyAes<C>
+{
+    /// A MAC from an AES key schedule and the 16-byte Poly1305 key `r` (clamped inside).
+    pub fn new(aes: C, r: [u8; 16]) -> Self {
+        PolyAes {
+            aes,
+            r: Zeroizing::new(r),
+        }
+    }
+
+    /// `AES_k(block)`.
+    pub fn aes_block(&self, block: &[u8; 16]) -> [u8; 16] {
+        let mut b = aes::cipher::generic_array::GenericArray::from(*block);
+        self.aes.encrypt_block(&mut b);
+        b.into()
+    }
+
+    /// The 16-byte tag of `msg` under nonce `n`.
+    pub fn mac(&self, n: &[u8; 16], msg: &[u8]) -> [u8; 16] {
+        use poly1305::universal_hash::KeyInit;
+        let mut key = Zeroizing::new([0u8; 32]);
+        key[..16].copy_from_slice(&*self.r);
+        key[16..].copy_from_slice(&self.aes_block(n));
+        let poly = poly1305::Poly1305::new(poly1305::Key::from_slice(&*key));
+        poly.compute_unpadded(msg).into()
+    }
+
+    /// Whether `tag` is the tag of `msg` under `n` (constant time).
+    pub fn verify(&self, n: &[u8; 16], msg: &[u8], tag: &[u8]) -> bool {
+        ct_eq(&self.mac(n, msg), tag)
+    }
+}
+
+impl<C> std::fmt::Debug for PolyAes<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PolyAes(..)")
+    }
+}
+
+/// AES-256-CTR (aws-lc-rs): XORs a buffer with `AES_k(iv) || AES_k(iv + 1) || ...`, the
+/// counter block incremented as a 128-bit big-endian integer. Callers keep the increments
+/// inside their own nonce domain (see the `mac-tree` nonce table: the last four bytes
+/// never carry).
+pub struct Ctr {
+    key: EncryptingKey,
+}
+
+impl Ctr {
+    /// A CTR key from a derived key.
+    pub fn new(key: &SubKey) -> Self {
+        let k = UnboundCipherKey::new(&AES_256, key.expose_secret()).expect("AES key");
+        Ctr {
+            key: EncryptingKey::ctr(k).expect("CTR key"),
+        }
+    }
+
+    /// XORs `buf` with the keystream starting at counter block `iv` (encrypts or decrypts).
+    pub fn xor(&self, iv: [u8; 16], buf: &mut [u8]) {
+        self.key
+            .less_safe_encrypt(buf, EncryptionContext::Iv128(FixedLength::from(iv)))
+            .expect("CTR accepts any length");
+    }
+}
+
+impl std::fmt::Debug for Ctr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Ctr(..)")
+    }
+}
+
 /// Keys of one file, derived from the master key and the file id.
 pub struct FileKeys {
     /// Block AEAD (aead scheme, mt-eint in GCM mode).
     pub gcm: Gcm,
-    /// Block cipher for mt-eint in CBC mode.
+    /// Block cipher for mt-eint in CBC mode (and `none`).
     pub cbc: Cbc,
     /// IV PRF key for CBC mode.
     pub iv: SubKey,
+    /// `mac-tree`: Poly1305-AES with AES-256 and Poly1305's `r`.
+    pub mac: PolyAes<aes::Aes256>,
+    /// `mac-tree`: AES-256-CTR under the same AES key as `mac` (Yun et al. §4.4).
+    pub ctr: Ctr,
 }
 
 impl FileKeys {
     /// Derives a file's keys.
     pub fn derive(master: &MasterKey, file: &FileId) -> Self {
+        use aes::cipher::KeyInit;
         let data = master.derive(label::FILE_DATA, file);
+        let aes_key = master.derive(label::MAC_TREE_AES, file);
+        let poly = master.derive(label::MAC_TREE_POLY, file);
+        let mut r = [0u8; 16];
+        r.copy_from_slice(&poly.expose_secret()[..16]);
+        let mac = PolyAes::new(
+            aes::Aes256::new(aes::cipher::generic_array::GenericArray::from_slice(
+                aes_key.expose_secret(),
+            )),
+            r,
+        );
+        r.zeroize();
+        let ctr = Ctr::new(&aes_key);
         FileKeys {
             gcm: Gcm::new(&data),
             cbc: Cbc::new(&data),
             iv: master.derive(label::FILE_IV, file),
+            mac,
+            ctr,
         }
     }
 
@@ -387,6 +499,78 @@ mod tests {
             .open(FileKeys::nonce(1, 1), b"aad", &tag, &mut buf)
             .is_err());
         assert!(buf.iter().all(|&b| b == 0));
+    }
+
+    /// Known answers: the four examples of Bernstein, "The Poly1305-AES
+    /// message-authentication code" (2005), Appendix B: (m, r, k, n, AES_k(n), tag).
+    #[test]
+    fn poly1305_aes_bernstein_appendix_b() {
+        use aes::cipher::KeyInit;
+        let vectors: [(&str, &str, &str, &str, &str, &str); 4] = [
+            (
+                "f3f6",
+                "851fc40c3467ac0be05cc20404f3f700",
+                "ec074c835580741701425b623235add6",
+                "fb447350c4e868c52ac3275cf9d4327e",
+                "580b3b0f9447bb1e69d095b5928b6dbc",
+                "f4c633c3044fc145f84f335cb81953de",
+            ),
+            (
+                "",
+                "a0f3080000f46400d0c7e9076c834403",
+                "75deaa25c09f208e1dc4ce6b5cad3fbf",
+                "61ee09218d29b0aaed7e154a2c5509cc",
+                "dd3fab2251f11ac759f0887129cc2ee7",
+                "dd3fab2251f11ac759f0887129cc2ee7",
+            ),
+            (
+                "663cea190ffb83d89593f3f476b6bc24d7e679107ea26adb8caf6652d0656136",
+                "48443d0bb0d21109c89a100b5ce2c208",
+                "6acb5f61a7176dd320c5c1eb2edcdc74",
+                "ae212a55399729595dea458bc621ff0e",
+                "83149c69b561dd88298a1798b10716ef",
+                "0ee1c16bb73f0f4fd19881753c01cdbe",
+            ),
+            (
+                "ab0812724a7f1e342742cbed374d94d136c6b8795d45b3819830f2c04491faf0\
+                 990c62e48b8018b2c3e4a0fa3134cb67fa83e158c994d961c4cb21095c1bf9",
+                "12976a08c4426d0ce8a82407c4f48207",
+                "e1a5668a4d5b66a5f68cc5424ed5982d",
+                "9ae831e743978d3a23527c7128149e3a",
+                "80f8c20aa71202d1e29179cbcb555a57",
+                "5154ad0d2cb26e01274fc51148491f1b",
+            ),
+        ];
+        let h16 = |s: &str| -> [u8; 16] { hex::decode(s).unwrap().try_into().unwrap() };
+        for (m, r, k, n, aes_n, tag) in vectors {
+            let m = hex::decode(m.replace(' ', "")).unwrap();
+            let aes = aes::Aes128::new_from_slice(&hex::decode(k).unwrap()).unwrap();
+            let mac = PolyAes::new(aes, h16(r));
+            assert_eq!(hex::encode(mac.aes_block(&h16(n))), aes_n);
+            assert_eq!(hex::encode(mac.mac(&h16(n), &m)), tag);
+            assert!(mac.verify(&h16(n), &m, &h16(tag)));
+            let mut bad = h16(tag);
+            bad[15] ^= 1;
+            assert!(!mac.verify(&h16(n), &m, &bad));
+        }
+    }
+
+    /// CTR keystream block k is AES_k(iv with its last four bytes + k, big-endian), with
+    /// the same AES key as the MAC's blinding (Yun et al. §4.4).
+    #[test]
+    fn ctr_counts_in_the_last_four_bytes() {
+        let k = FileKeys::derive(&fixed_master(), &[3; 16]);
+        let iv: [u8; 16] = *b"0123456789ab\x01\x00\x00\xfe";
+        let mut buf = [0u8; 48];
+        k.ctr.xor(iv, &mut buf);
+        for j in 0..3u32 {
+            let mut b = iv;
+            b[12..].copy_from_slice(&(0x0100_00feu32 + j).to_be_bytes());
+            assert_eq!(
+                &buf[16 * j as usize..16 * (j as usize + 1)],
+                &k.mac.aes_block(&b)
+            );
+        }
     }
 
     #[test]

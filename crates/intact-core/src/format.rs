@@ -55,6 +55,12 @@ pub enum SchemeId {
     MtEintGcm,
     /// MT-EINT with length-preserving CBC, IV = PRF(i || ctr) (paper §4.1, Fig. 3).
     MtEintCbc,
+    /// Encryption only (length-preserving CBC, IV = PRF(i || ctr)), **no integrity**: a
+    /// measurement baseline (Oprea–Reiter's "AES – no integrity").
+    None,
+    /// Yun–Shi–Kim's counter MAC tree (§4, Fig. 2–3): AES-CTR blocks with Poly1305-AES
+    /// tags, leaf counters authenticated by an n-ary tree of Poly1305-AES MACs.
+    MacTree,
 }
 
 impl SchemeId {
@@ -64,6 +70,8 @@ impl SchemeId {
             SchemeId::Aead => 1,
             SchemeId::MtEintGcm => 2,
             SchemeId::MtEintCbc => 3,
+            SchemeId::None => 4,
+            SchemeId::MacTree => 8,
         }
     }
     /// Parses a stored byte.
@@ -72,6 +80,8 @@ impl SchemeId {
             1 => SchemeId::Aead,
             2 => SchemeId::MtEintGcm,
             3 => SchemeId::MtEintCbc,
+            4 => SchemeId::None,
+            8 => SchemeId::MacTree,
             _ => return None,
         })
     }
@@ -81,6 +91,8 @@ impl SchemeId {
             SchemeId::Aead => "aead",
             SchemeId::MtEintGcm => "mt-eint",
             SchemeId::MtEintCbc => "mt-eint-cbc",
+            SchemeId::None => "none",
+            SchemeId::MacTree => "mac-tree",
         }
     }
     /// Parses a user-supplied name.
@@ -89,19 +101,37 @@ impl SchemeId {
             "aead" => SchemeId::Aead,
             "mt-eint" | "mt-eint-gcm" => SchemeId::MtEintGcm,
             "mt-eint-cbc" => SchemeId::MtEintCbc,
+            "none" => SchemeId::None,
+            "mac-tree" => SchemeId::MacTree,
             _ => {
                 return Err(Error::Invalid(format!(
-                    "unknown scheme {s:?} (known: aead, mt-eint, mt-eint-cbc)"
+                    "unknown scheme {s:?} (known: aead, mt-eint, mt-eint-cbc, none, mac-tree)"
                 )))
             }
         })
     }
     /// Whether the scheme detects replay of old block versions (freshness).
     pub fn fresh(self) -> bool {
-        !matches!(self, SchemeId::Aead)
+        !matches!(self, SchemeId::Aead | SchemeId::None)
+    }
+    /// Whether the scheme detects any tampering at all (`none` detects nothing).
+    pub fn authenticates(self) -> bool {
+        !matches!(self, SchemeId::None)
+    }
+    /// Whether the record's trusted counters (counter intervals, paper §4.2) hold the
+    /// file's block write counters. `aead` keeps none; `mac-tree` keeps its counters in
+    /// its own tree (Yun et al. §4.1) with only the root counter in TS_F.
+    pub fn uses_counter_intervals(self) -> bool {
+        !matches!(self, SchemeId::Aead | SchemeId::MacTree)
     }
     /// All schemes.
-    pub const ALL: [SchemeId; 3] = [SchemeId::Aead, SchemeId::MtEintGcm, SchemeId::MtEintCbc];
+    pub const ALL: [SchemeId; 5] = [
+        SchemeId::Aead,
+        SchemeId::MtEintGcm,
+        SchemeId::MtEintCbc,
+        SchemeId::None,
+        SchemeId::MacTree,
+    ];
 }
 
 /// One inode record: a file's attributes and its trusted state TS_F.
@@ -183,6 +213,24 @@ impl Inode {
         i.nlink = 0;
         i.link = next;
         i
+    }
+
+    /// Bytes of this record's TS_F that are in use: the scheme byte, the block count, and
+    /// what the scheme keeps trusted (Merkle root, `ctr_hw` and counter intervals for the
+    /// MT-EINT family and `none`; `m`, depth, arity and root counter for `mac-tree`;
+    /// nothing more for `aead`). The record itself is a fixed 256 bytes.
+    pub fn trusted_bytes_used(&self) -> u64 {
+        let ctrs = match &self.counters {
+            TrustedCounters::Inline(c) => 13 + 16 * c.intervals() as u64,
+            TrustedCounters::Spilled { .. } => 77,
+        };
+        1 + 8
+            + match self.scheme {
+                SchemeId::Aead => 0,
+                SchemeId::MacTree => 8 + 8 + 1 + 1,
+                SchemeId::None => 8 + ctrs,
+                _ => 32 + 8 + ctrs,
+            }
     }
 
     /// Serializes into exactly [`RECORD_SIZE`] bytes.
@@ -438,6 +486,7 @@ pub fn check_block_size(bs: u32) -> Result<()> {
 }
 
 /// Names of a file's objects in the untrusted store.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectNames {
     /// Encrypted blocks.
     pub data: String,

@@ -7,6 +7,7 @@
 pub mod crypto;
 pub mod error;
 pub mod format;
+pub mod metrics;
 pub mod scheme;
 pub mod store;
 pub mod tree;

@@ -9,10 +9,16 @@
 use crate::crypto::{FileId, FileKeys, Hash, SubKey, MAX_BLOCKS, NONCE_LEN, TAG_LEN};
 use crate::error::{Error, Result, Subject};
 use crate::format::{ObjectNames, SchemeId};
+use crate::metrics::{phase, timed, Account, FileAccount, Metrics, Phase};
 use crate::tree::{
     CounterIntervals, MerkleTree, NodeCache, NodeHasher, NodeIo, TreeError, TreeState,
 };
 use crate::tx::Tx;
+
+mod mac_tree;
+mod none;
+pub use mac_tree::{MacTree, MacTreeState, DEFAULT_ARITY_LOG2};
+pub use none::NoIntegrity;
 
 /// Volume-wide context a scheme needs.
 pub struct Env<'a> {
@@ -28,6 +34,8 @@ pub struct Env<'a> {
     pub ctr_floor: u64,
     /// And strictly below this.
     pub ctr_limit: u64,
+    /// Where measured costs go (time by phase, bytes, blocks; see [`crate::metrics`]).
+    pub metrics: &'a Metrics,
 }
 
 /// A file's state while open: identity, keys, and the trusted state TS_F in usable form.
@@ -56,6 +64,10 @@ impl FileState {
 
     fn tampered(&self, block: u64, what: impl Into<String>) -> Error {
         Error::tampered(self.subject.clone(), Some(block), what)
+    }
+
+    fn tampered_file(&self, what: impl Into<String>) -> Error {
+        Error::tampered(self.subject.clone(), None, what)
     }
 }
 
@@ -88,12 +100,54 @@ pub trait Scheme: Sync {
     fn empty(&self, env: &Env, id: &FileId) -> TreeState;
 }
 
-/// The implementation of a scheme id.
+/// The implementation of a scheme id, wrapped so that every call is measured (blocks,
+/// bytes and time per file and per volume; see [`crate::metrics`]).
 pub fn scheme(id: SchemeId) -> &'static dyn Scheme {
     match id {
-        SchemeId::Aead => &Aead,
-        SchemeId::MtEintGcm => &MtEint { cbc: false },
-        SchemeId::MtEintCbc => &MtEint { cbc: true },
+        SchemeId::Aead => &Metered(Aead),
+        SchemeId::MtEintGcm => &Metered(MtEint { cbc: false }),
+        SchemeId::MtEintCbc => &Metered(MtEint { cbc: true }),
+        SchemeId::None => &Metered(NoIntegrity),
+        SchemeId::MacTree => &Metered(MacTree),
+    }
+}
+
+/// Measures a scheme: counts the blocks of each call (Check / Update) and accounts the
+/// call's time and bytes to the volume's [`Metrics`] and to the file.
+struct Metered<S>(S);
+
+impl<S: Scheme> Scheme for Metered<S> {
+    fn read_blocks(
+        &self,
+        env: &Env,
+        f: &mut FileState,
+        tx: &mut Tx,
+        first: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let _a = Account::new(env.metrics);
+        let _f = FileAccount::new(env.metrics, f.id, (out.len() / env.bs) as u64, 0);
+        self.0.read_blocks(env, f, tx, first, out)
+    }
+    fn write_blocks(
+        &self,
+        env: &Env,
+        f: &mut FileState,
+        tx: &mut Tx,
+        first: u64,
+        data: &mut [u8],
+    ) -> Result<()> {
+        let _a = Account::new(env.metrics);
+        let _f = FileAccount::new(env.metrics, f.id, 0, (data.len() / env.bs) as u64);
+        self.0.write_blocks(env, f, tx, first, data)
+    }
+    fn resize(&self, env: &Env, f: &mut FileState, tx: &mut Tx, blocks: u64) -> Result<()> {
+        let _a = Account::new(env.metrics);
+        let _f = FileAccount::new(env.metrics, f.id, 0, 0);
+        self.0.resize(env, f, tx, blocks)
+    }
+    fn empty(&self, env: &Env, id: &FileId) -> TreeState {
+        self.0.empty(env, id)
     }
 }
 
@@ -145,10 +199,11 @@ impl Aead {
             rec[..NONCE_LEN].copy_from_slice(&nonce);
             rec[NONCE_LEN..NONCE_LEN + bs].copy_from_slice(&data[k * bs..(k + 1) * bs]);
             let aad = block_aad(AEAD_LABEL, &f.id, first + k as u64);
-            let tag = f
-                .keys
-                .gcm
-                .seal(nonce, &aad, &mut rec[NONCE_LEN..NONCE_LEN + bs]);
+            let tag = timed(Phase::Encrypt, || {
+                f.keys
+                    .gcm
+                    .seal(nonce, &aad, &mut rec[NONCE_LEN..NONCE_LEN + bs])
+            });
             rec[NONCE_LEN + bs..].copy_from_slice(&tag);
         }
         out
@@ -175,10 +230,10 @@ impl Scheme for Aead {
             let aad = block_aad(AEAD_LABEL, &f.id, first + k as u64);
             let blk = &mut out[k * bs..(k + 1) * bs];
             blk.copy_from_slice(&rec[NONCE_LEN..NONCE_LEN + bs]);
-            f.keys
-                .gcm
-                .open(nonce, &aad, &rec[NONCE_LEN + bs..], blk)
-                .map_err(|_| f.tampered(first + k as u64, "AES-GCM authentication failed"))?;
+            timed(Phase::Encrypt, || {
+                f.keys.gcm.open(nonce, &aad, &rec[NONCE_LEN + bs..], blk)
+            })
+            .map_err(|_| f.tampered(first + k as u64, "AES-GCM authentication failed"))?;
         }
         Ok(())
     }
@@ -325,9 +380,13 @@ impl MtEint {
             let i = first + k as u64;
             let blk = &mut ct[k * bs..(k + 1) * bs];
             if self.cbc {
-                leaves.push(Self::leaf_hash(env, f, i, ctr, blk));
+                leaves.push(timed(Phase::HashMac, || {
+                    Self::leaf_hash(env, f, i, ctr, blk)
+                }));
+                let _t = phase(Phase::Encrypt);
                 f.keys.cbc.encrypt(f.keys.cbc_iv(i, ctr), blk);
             } else {
+                let _t = phase(Phase::Encrypt);
                 let tag =
                     f.keys
                         .gcm
@@ -359,8 +418,11 @@ impl MtEint {
             return Ok(());
         }
         if self.cbc {
-            f.keys.cbc.decrypt(f.keys.cbc_iv(i, ctr), buf);
-            if !crate::crypto::ct_eq(&Self::leaf_hash(env, f, i, ctr, buf), leaf) {
+            timed(Phase::Encrypt, || {
+                f.keys.cbc.decrypt(f.keys.cbc_iv(i, ctr), buf)
+            });
+            let h = timed(Phase::HashMac, || Self::leaf_hash(env, f, i, ctr, buf));
+            if !crate::crypto::ct_eq(&h, leaf) {
                 buf.fill(0);
                 return Err(f.tampered(i, "block does not match its Merkle leaf"));
             }
@@ -368,15 +430,15 @@ impl MtEint {
             if leaf[TAG_LEN..] != [0u8; 32 - TAG_LEN] {
                 return Err(f.tampered(i, "malformed Merkle leaf"));
             }
-            f.keys
-                .gcm
-                .open(
+            timed(Phase::Encrypt, || {
+                f.keys.gcm.open(
                     FileKeys::nonce(i, ctr),
                     &block_aad(MT_LABEL, &f.id, i),
                     &leaf[..TAG_LEN],
                     buf,
                 )
-                .map_err(|_| f.tampered(i, "AES-GCM authentication failed"))?;
+            })
+            .map_err(|_| f.tampered(i, "AES-GCM authentication failed"))?;
         }
         Ok(())
     }
@@ -413,7 +475,7 @@ impl Scheme for MtEint {
                 tx,
                 name: &f.names.meta,
             };
-            tree.stored_leaves(&mut io, first, count)
+            timed(Phase::Tree, || tree.stored_leaves(&mut io, first, count))
                 .map_err(|e| Self::tree_err(f, e))?
         };
         tx.read_at(&f.names.data, first * bs as u64, out)?;
@@ -429,7 +491,9 @@ impl Scheme for MtEint {
             tx,
             name: &f.names.meta,
         };
-        if let Err(e) = tree.verify(&f.tree, &mut io, first, &leaves) {
+        if let Err(e) = timed(Phase::Tree, || {
+            tree.verify(&f.tree, &mut io, first, &leaves)
+        }) {
             out.fill(0);
             // Name the first block whose own path fails, for a precise message.
             if matches!(e, TreeError::Mismatch { .. }) {
@@ -481,6 +545,7 @@ impl Scheme for MtEint {
                 tx,
                 name: &f.names.meta,
             };
+            let _t = phase(Phase::Tree);
             if over > 0 {
                 tree.update(&mut ts, &mut io, first, &leaves[..over])
                     .map_err(|e| Self::tree_err(f, e))?;

@@ -19,7 +19,8 @@
 
 use crate::crypto::{Hash, SubKey};
 use crate::error::{Error, Result, Subject};
-use crate::store::UntrustedStore;
+use crate::metrics::Phase;
+use crate::store::{ObjectClass, UntrustedStore};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -134,7 +135,7 @@ impl Tx {
 
     fn state(&mut self, name: &str) -> Result<&mut ObjState> {
         if !self.objs.contains_key(name) {
-            let len = self.store.len(name)?;
+            let len = crate::metrics::timed(Phase::StoreWait, || self.store.len(name))?;
             self.objs.insert(
                 name.to_string(),
                 ObjState {
@@ -156,6 +157,7 @@ impl Tx {
     /// number of bytes that lay inside the object.
     pub fn read_at(&mut self, name: &str, off: u64, buf: &mut [u8]) -> Result<usize> {
         let store = self.store.clone();
+        crate::metrics::count_read(ObjectClass::of(name), buf.len());
         let st = self.state(name)?;
         buf.fill(0);
         let Some(len) = st.len else { return Ok(0) };
@@ -171,7 +173,9 @@ impl Tx {
             if n > 0 {
                 let mut done = 0;
                 while done < n {
-                    let r = store.read_at(name, off + done as u64, &mut buf[done..n])?;
+                    let r = crate::metrics::timed(Phase::StoreWait, || {
+                        store.read_at(name, off + done as u64, &mut buf[done..n])
+                    })?;
                     if r == 0 {
                         break;
                     }
@@ -206,6 +210,7 @@ impl Tx {
             return Ok(());
         }
         let store = self.store.clone();
+        crate::metrics::count_write(ObjectClass::of(name), data.len());
         let read_only = self.read_only;
         let st = self.state(name)?;
         if st.deleted {
@@ -224,7 +229,7 @@ impl Tx {
         };
         if !direct.is_empty() {
             let doff = end - direct.len() as u64;
-            store.write_at(name, doff, direct)?;
+            crate::metrics::timed(Phase::StoreWait, || store.write_at(name, doff, direct))?;
             st.direct = true;
         }
         if !staged.is_empty() {
@@ -282,7 +287,7 @@ impl Tx {
             .map(|(n, _)| n.clone())
             .collect();
         if !direct.is_empty() {
-            self.store.sync(&direct)?;
+            crate::metrics::timed(Phase::StoreWait, || self.store.sync(&direct))?;
         }
         let mut names: Vec<&String> = self
             .objs
@@ -329,9 +334,11 @@ impl Tx {
         // In place: the sealed anchor names the other slot, and this slot's previous
         // journal was applied durably before that anchor was sealed, so nothing refers to
         // these bytes until the next anchor does (after this sync). One fsync, no rename.
-        self.store.write_at(&name, 0, &bytes)?;
-        self.store.set_len(&name, bytes.len() as u64)?;
-        self.store.sync(std::slice::from_ref(&name))?;
+        crate::metrics::timed(Phase::StoreWait, || -> Result<()> {
+            self.store.write_at(&name, 0, &bytes)?;
+            self.store.set_len(&name, bytes.len() as u64)?;
+            self.store.sync(std::slice::from_ref(&name))
+        })?;
         Ok(Prepared {
             journal: Some(JournalRef {
                 slot,
@@ -345,7 +352,9 @@ impl Tx {
     /// Step 3 of a commit (after the anchor is sealed): applies the journal in place,
     /// syncs, and starts a fresh transaction.
     pub fn apply(&mut self, prepared: Prepared) -> Result<()> {
-        apply_ops(self.store.as_ref(), &prepared.ops)?;
+        crate::metrics::timed(Phase::StoreWait, || {
+            apply_ops(self.store.as_ref(), &prepared.ops)
+        })?;
         self.objs.clear();
         self.overlay_bytes = 0;
         Ok(())

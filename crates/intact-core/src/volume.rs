@@ -14,6 +14,7 @@
 use crate::crypto::{self, label, FileId, KdfParams, MasterKey, SubKey};
 use crate::error::{Error, FsErrorKind, Result, Subject};
 use crate::format::*;
+use crate::metrics::{Account, FileIntegrity, Metrics, MetricsSnapshot, Phase, VolumeIntegrity};
 use crate::scheme::{scheme, Env, FileState};
 use crate::store::{LocalStateDir, TrustedLock, TrustedStore, UntrustedStore};
 use crate::tree::{auth_ctr, check_ctr, NodeCache, NodeHasher, TrustedCounters};
@@ -238,6 +239,7 @@ pub struct Info {
 /// An encrypted, authenticated, fresh volume.
 pub struct Volume {
     inner: Mutex<Inner>,
+    metrics: Arc<Metrics>,
     integrity_failures: AtomicU64,
     seal_on_drop: std::sync::atomic::AtomicBool,
 }
@@ -286,6 +288,8 @@ struct Inner {
     poisoned: Option<String>,
     /// Reused buffer of [`flush_data`].
     scratch: Vec<u8>,
+    /// Measured costs (see [`crate::metrics`]).
+    metrics: Arc<Metrics>,
 }
 
 const HEADER_MAGIC: &[u8; 8] = b"ITABHDR1";
@@ -641,6 +645,7 @@ impl Volume {
             read_only: opts.read_only,
             poisoned: None,
             scratch: Vec::new(),
+            metrics: Arc::new(Metrics::new()),
         };
         if inner.itable.inode.size == 0 {
             // The anchor names an empty inode table: the volume's creation has not sealed yet
@@ -706,6 +711,7 @@ impl Volume {
 
     fn wrap(inner: Inner) -> Volume {
         Volume {
+            metrics: inner.metrics.clone(),
             inner: Mutex::new(inner),
             integrity_failures: AtomicU64::new(0),
             seal_on_drop: std::sync::atomic::AtomicBool::new(true),
@@ -1260,7 +1266,7 @@ impl OpenFile {
         };
         let ctrs = check_ctr(&inode.counters, spilled.as_deref(), &ctr_hash)
             .map_err(|e| Error::tampered(subject.clone(), None, format!("write counters: {e}")))?;
-        let fresh = inode.scheme.fresh();
+        let fresh = inode.scheme.uses_counter_intervals();
         if fresh && ctrs.blocks() != inode.tree.leaves {
             return Err(Error::tampered(
                 subject,
@@ -1301,6 +1307,7 @@ macro_rules! env {
             cache: &$s.cache,
             ctr_floor: $s.ctr_floor,
             ctr_limit: $s.anchor.ctr_next,
+            metrics: &$s.metrics,
         }
     };
 }
@@ -2313,6 +2320,8 @@ impl Inner {
         if self.read_only {
             return Ok(());
         }
+        let metrics = self.metrics.clone();
+        let _a = Account::with_phase(&metrics, Phase::Root);
         let r = self.commit_inner();
         self.dirty_bytes = 0;
         if let Err(e) = &r {
@@ -2552,10 +2561,11 @@ impl Inner {
     }
 }
 
-/// Blocks that hold data (holes excluded): a fresh scheme's counter 0 marks a hole.
+/// Blocks that hold data (holes excluded): counter 0 marks a hole in the counter
+/// intervals (schemes without them report every block they hold).
 fn stored_blocks(of: &OpenFile) -> u64 {
     let blocks = of.state.blocks();
-    if !of.inode.scheme.fresh() {
+    if !of.inode.scheme.uses_counter_intervals() {
         return blocks;
     }
     of.state
@@ -2597,5 +2607,83 @@ fn check_all_blocks(
         Ok(())
     } else {
         Err(errs)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Integrity metrics (measured; see crate::metrics)
+
+impl Volume {
+    /// The measured costs of everything this volume did since it was opened: blocks,
+    /// bytes of `US_F` accessed (integrity bandwidth), time by phase.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.metrics.snapshot()
+    }
+
+    /// A file's integrity costs: its storage for integrity (`US_F` objects), its trusted
+    /// state (bytes of TS_F in use), and what was measured on it since open.
+    pub fn file_integrity(&self, path: &str) -> Result<FileIntegrity> {
+        let mut g = self.lock()?;
+        let r = (|| {
+            let ino = g.resolve(&split_path(path), path)?;
+            g.file_integrity(ino, path)
+        })();
+        self.note(r.map_err(|e| e.at_path(path)))
+    }
+
+    /// The volume's integrity costs: storage for integrity, trusted storage, and what was
+    /// measured since open.
+    pub fn integrity(&self) -> Result<VolumeIntegrity> {
+        let mut g = self.lock()?;
+        let r = g.volume_integrity();
+        self.note(r)
+    }
+}
+
+impl Inner {
+    fn file_integrity(&mut self, ino: u64, path: &str) -> Result<FileIntegrity> {
+        self.ensure_open(ino)?;
+        let bs = self.bs as u64;
+        let of = self.files.get(&ino).expect("opened");
+        let (inode, names) = (of.inode.clone(), of.state.names.clone());
+        let blocks = of.state.blocks();
+        let mut len = |n: &str| -> Result<u64> { Ok(self.tx.len(n)?.unwrap_or(0)) };
+        let (d, m, c) = (len(&names.data)?, len(&names.meta)?, len(&names.ctrs)?);
+        Ok(FileIntegrity::new(
+            path,
+            &inode,
+            blocks,
+            bs,
+            [d, m, c],
+            self.metrics.file(&inode.id),
+        ))
+    }
+
+    fn volume_integrity(&mut self) -> Result<VolumeIntegrity> {
+        let records = self.records()?;
+        let itable_id = hex::encode(self.itable.inode.id);
+        let mut v = VolumeIntegrity {
+            anchor_bytes: ANCHOR_SIZE as u64,
+            itable_ts_bytes: self.itable.inode.trusted_bytes_used(),
+            ..Default::default()
+        };
+        for r in records.iter().filter(|r| r.kind != Kind::Free) {
+            v.files += 1;
+            v.ts_bytes += r.trusted_bytes_used();
+        }
+        for name in self.store.list()? {
+            let len = self.store.len(&name)?.unwrap_or(0);
+            match crate::store::ObjectClass::of(&name) {
+                crate::store::ObjectClass::Integrity if !name.contains(&itable_id) => {
+                    v.integrity_object_bytes += len
+                }
+                crate::store::ObjectClass::Data if !name.contains(&itable_id) => {
+                    v.data_object_bytes += len
+                }
+                _ => v.other_metadata_bytes += len,
+            }
+        }
+        v.session = self.metrics.snapshot();
+        Ok(v)
     }
 }

@@ -289,6 +289,16 @@ fn crash_at_every_write_aead() {
     crash_everywhere(SchemeId::Aead, 4096);
 }
 
+#[test]
+fn crash_at_every_write_mac_tree() {
+    crash_everywhere(SchemeId::MacTree, 128);
+}
+
+#[test]
+fn crash_at_every_write_none() {
+    crash_everywhere(SchemeId::None, 4096);
+}
+
 /// An I/O error in the middle of a commit leaves the volume refusing further writes
 /// (until reopened), and the reopened volume is consistent.
 #[test]

@@ -436,3 +436,142 @@ fn worked_example_object_sizes() {
         assert_eq!(store.read_all("anchor.copy").unwrap().unwrap(), anchor);
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Schemes `none` (code 4) and `mac-tree` (code 8)
+
+struct MacVecIo(std::collections::HashMap<&'static str, Vec<u8>>);
+
+impl intact_core::tree::mac::MacIo for MacVecIo {
+    fn read(
+        &mut self,
+        obj: intact_core::tree::mac::Obj,
+        off: u64,
+        buf: &mut [u8],
+    ) -> intact_core::Result<()> {
+        let v = self.0.entry(mac_obj(obj)).or_default();
+        buf.fill(0);
+        for (k, b) in buf.iter_mut().enumerate() {
+            if let Some(x) = v.get(off as usize + k) {
+                *b = *x;
+            }
+        }
+        Ok(())
+    }
+    fn write(
+        &mut self,
+        obj: intact_core::tree::mac::Obj,
+        off: u64,
+        data: &[u8],
+    ) -> intact_core::Result<()> {
+        let v = self.0.entry(mac_obj(obj)).or_default();
+        let end = off as usize + data.len();
+        if v.len() < end {
+            v.resize(end, 0);
+        }
+        v[off as usize..end].copy_from_slice(data);
+        Ok(())
+    }
+}
+
+fn mac_obj(o: intact_core::tree::mac::Obj) -> &'static str {
+    match o {
+        intact_core::tree::mac::Obj::Leaves => "m",
+        intact_core::tree::mac::Obj::Upper => "c",
+    }
+}
+
+#[test]
+fn mac_tree_and_none_vectors() {
+    use intact_core::tree::mac::{nonce, MacTree, MacTreeState, NONCE_ENC, NONCE_MAC};
+    let m = master();
+    let keys = FileKeys::derive(&m, &FILE);
+    // Scheme codes and names.
+    assert_eq!(SchemeId::None.code(), 4);
+    assert_eq!(SchemeId::MacTree.code(), 8);
+    assert_eq!(SchemeId::from_code(4), Some(SchemeId::None));
+    assert_eq!(SchemeId::from_code(8), Some(SchemeId::MacTree));
+    assert_eq!(SchemeId::parse("none").unwrap(), SchemeId::None);
+    assert_eq!(SchemeId::parse("mac-tree").unwrap(), SchemeId::MacTree);
+    // Block 5, counter 9, plaintext 32 x 0x41 (as in the block vectors above).
+    let mut ct = [0x41u8; 32];
+    keys.ctr.xor(nonce(NONCE_ENC, 5, 0, 9), &mut ct);
+    let tree = MacTree {
+        file: FILE,
+        mac: &keys.mac,
+        cache: None,
+    };
+    let block_tag = tree.block_tag(5, 9, &ct);
+    // A level-0 node of the default 64-ary tree: counters [9, 0, ..., 0] under parent 3.
+    let mut node = vec![0u8; 8 * 64];
+    node[0] = 9;
+    let node_tag = keys.mac.mac(&nonce(NONCE_MAC, 0, 1, 3), &node);
+    // `none` encrypts exactly like mt-eint-cbc (IV = PRF(i || ctr), AES-256-CBC).
+    let mut none_ct = [0x41u8; 32];
+    keys.cbc.encrypt(keys.cbc_iv(5, 9), &mut none_ct);
+    // The trusted state in the record's root field.
+    let ts = MacTreeState {
+        m: 65,
+        depth: 2,
+        arity_log2: 6,
+        root: 99,
+    };
+    // A whole 2-ary tree of 3 leaves written at counter 5 (session floor 1).
+    let mut io = MacVecIo(Default::default());
+    let ts3 = tree
+        .update(
+            &MacTreeState::empty(1),
+            &mut io,
+            0,
+            3,
+            1,
+            1 << 40,
+            &mut |_| Ok(()),
+            &mut |i, _| (5, Some([0x10 + i as u8; 16])),
+        )
+        .unwrap();
+    check(&[
+        (
+            "MAC_TREE_AES (file id 07*16)",
+            hx(m.derive(label::MAC_TREE_AES, &FILE).expose_secret()),
+            HKDF_MAC_TREE_AES,
+        ),
+        (
+            "MAC_TREE_POLY (file id 07*16)",
+            hx(m.derive(label::MAC_TREE_POLY, &FILE).expose_secret()),
+            HKDF_MAC_TREE_POLY,
+        ),
+        (
+            "encryption nonce <5, 0, 9>_e",
+            hx(nonce(NONCE_ENC, 5, 0, 9)),
+            "09000000000000000500000001000000",
+        ),
+        (
+            "block MAC nonce <5, 0, 9>_a",
+            hx(nonce(NONCE_MAC, 5, 0, 9)),
+            "09000000000000000500000002000000",
+        ),
+        (
+            "node MAC nonce <0, 1, 3>_a",
+            hx(nonce(NONCE_MAC, 0, 1, 3)),
+            "03000000000000000000000002000001",
+        ),
+        ("mac-tree ciphertext", hx(ct), MAC_TREE_CT),
+        ("mac-tree block tag", hx(block_tag), MAC_TREE_BLOCK_TAG),
+        ("mac-tree node tag", hx(node_tag), MAC_TREE_NODE_TAG),
+        ("none ciphertext (= mt-eint-cbc)", hx(none_ct), CBC_CT),
+        ("mac-tree TS_F (root field)", hx(ts.encode()), MAC_TREE_TS),
+        ("2-ary tree TS_F", hx(ts3.encode()), MAC_TREE_TS3),
+        ("2-ary tree .m", hx(&io.0["m"]), MAC_TREE_M3),
+        ("2-ary tree .c", hx(&io.0["c"]), MAC_TREE_C3),
+    ]);
+}
+const HKDF_MAC_TREE_AES: &str = "395aad76f4fcb2355207e892eeeacd0c405335c2a52b9ba303d4f2437f112d6e";
+const HKDF_MAC_TREE_POLY: &str = "4749673abe8670880e7add8789bbccc20107f26d992eb06066579533c7f7f1e6";
+const MAC_TREE_CT: &str = "87d3e1680253254ca2e9eb2fc5be60e0f24b8f8e0a49a02abb5c201ac0e2fecd";
+const MAC_TREE_BLOCK_TAG: &str = "2b87a7e00f8b178b2718eff912a63173";
+const MAC_TREE_NODE_TAG: &str = "723e79a6d88bce2685e5bd86c3cb1d37";
+const MAC_TREE_TS: &str = "4100000000000000630000000000000002060000000000000000000000000000";
+const MAC_TREE_TS3: &str = "0300000000000000010000000000000002010000000000000000000000000000";
+const MAC_TREE_M3: &str = "05000000000000000500000000000000139d12cd340115a065d285fa9d408304101010101010101010101010101010101111111111111111111111111111111105000000000000000000000000000000de54284a33329f7c933820951bb53c1c12121212121212121212121212121212";
+const MAC_TREE_C3: &str = "01000000000000000100000000000000e1f1a2dd28960499cd40b6f1c7255578";

@@ -91,7 +91,12 @@ fn run(
 
 #[test]
 fn hole_of_one_tib_on_disk() {
-    for scheme in [SchemeId::MtEintGcm, SchemeId::MtEintCbc] {
+    for scheme in [
+        SchemeId::MtEintGcm,
+        SchemeId::MtEintCbc,
+        SchemeId::MacTree,
+        SchemeId::None,
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(CountingStore::new(
             LocalDirStore::create(dir.path()).unwrap(),
@@ -118,7 +123,12 @@ fn hole_of_one_tib_on_disk() {
 /// allocated in full.
 #[test]
 fn hole_in_memory() {
-    for scheme in [SchemeId::MtEintGcm, SchemeId::MtEintCbc] {
+    for scheme in [
+        SchemeId::MtEintGcm,
+        SchemeId::MtEintCbc,
+        SchemeId::MacTree,
+        SchemeId::None,
+    ] {
         let store = Arc::new(CountingStore::new(MemStore::new()));
         let s2 = store.clone();
         let meta = run(

@@ -58,7 +58,9 @@ enum Cmd {
     /// Create a new volume in DIR (created if missing; must be empty).
     Init {
         dir: PathBuf,
-        /// Default scheme of new files: mt-eint (freshness, default), mt-eint-cbc, aead (no freshness).
+        /// Default scheme of new files: mt-eint (freshness, default), mt-eint-cbc, mac-tree
+        /// (freshness; Poly1305-AES counter tree), aead (no freshness), none (NO integrity:
+        /// a measurement baseline only).
         #[arg(long, default_value = "mt-eint")]
         scheme: String,
         /// Block size in bytes (power of two, 128..=65536).
@@ -117,7 +119,13 @@ enum Cmd {
     },
     /// Show a file's attributes and integrity state; without PATH, the state of the mount
     /// (integrity failures reported while mounted).
-    Stat { path: Option<String> },
+    Stat {
+        path: Option<String>,
+        /// Measure the file's integrity costs: read (and verify) every block, then report
+        /// US_F and TS_F sizes, the integrity bandwidth per block and a time breakdown.
+        #[arg(long)]
+        integrity: bool,
+    },
     /// Mount the volume in CIPHERDIR at MOUNTPOINT (FUSE). Runs as a daemon unless -f.
     Mount {
         cipherdir: PathBuf,
@@ -154,7 +162,12 @@ enum Cmd {
         remove_orphans: bool,
     },
     /// Show the volume's scheme, sizes and trusted/untrusted storage.
-    Info,
+    Info {
+        /// Also measure: verify every block of every file (like fsck) and report the
+        /// integrity bandwidth per block and the time by phase.
+        #[arg(long)]
+        measure: bool,
+    },
     /// Rebuild a lost trusted anchor from the copy in the cipher directory.
     RecoverAnchor {
         /// Confirms you understand that a rollback of the cipher directory made before this
@@ -339,6 +352,84 @@ fn bar(total: u64, what: &str) -> ProgressBar {
     pb
 }
 
+/// Says loudly that a scheme gives no integrity.
+fn warn_unprotected(s: SchemeId) {
+    if !s.authenticates() {
+        eprintln!(
+            "warning: scheme `{}` encrypts but gives NO integrity: corrupted, swapped, replayed or \
+             truncated file contents are returned without an error. Use it only as a \
+             measurement baseline.",
+            s.name()
+        );
+    }
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.3} ms", ns as f64 / 1e6)
+}
+
+fn print_times(t: &intact_core::metrics::PhaseTimes) {
+    use intact_core::metrics::Phase;
+    let a = t.to_array();
+    for p in Phase::ALL {
+        println!("  {:<22} {}", p.name(), ms(a[p as usize]));
+    }
+}
+
+fn print_file_integrity(f: &intact_core::metrics::FileIntegrity) {
+    println!("path:                {}", f.path);
+    println!(
+        "scheme:              {}{}",
+        f.scheme,
+        match (f.authenticated, f.fresh) {
+            (false, _) => " (NO integrity)",
+            (true, false) => " (authenticity, no freshness)",
+            (true, true) => " (authenticity and freshness)",
+        }
+    );
+    println!("blocks:              {}", f.blocks);
+    println!(
+        "US_F (untrusted):    {} bytes (.m {}, .c {}, per-block overhead in .d {})",
+        f.integrity_bytes, f.meta_object_bytes, f.ctrs_object_bytes, f.data_overhead_bytes
+    );
+    println!("TS_F (trusted):      {} bytes in use", f.trusted_bytes);
+    let m = &f.measured;
+    println!(
+        "measured:            {} blocks read, {} written; US_F {} B read, {} B written",
+        m.blocks_read, m.blocks_written, m.integrity.read_bytes, m.integrity.write_bytes
+    );
+    println!(
+        "integrity bandwidth: {:.2} B/block read, {:.2} B/block written, {:.2} B/block overall",
+        f.read_bandwidth, f.write_bandwidth, f.integrity_bandwidth
+    );
+    println!("time by phase:");
+    print_times(&f.time);
+}
+
+fn print_volume_integrity(v: &intact_core::metrics::VolumeIntegrity, measured: bool) {
+    println!(
+        "TS (trusted):       anchor {} bytes; TS_F in use {} bytes over {} records (in the inode table)",
+        v.anchor_bytes, v.ts_bytes, v.files
+    );
+    println!(
+        "US_F (untrusted):   {} bytes (.m and .c of files and directories)",
+        v.integrity_object_bytes
+    );
+    println!(
+        "other metadata:     {} bytes (inode table, journals, config)",
+        v.other_metadata_bytes
+    );
+    let s = &v.session;
+    if measured {
+        println!(
+            "measured:           {} blocks read; US_F {} B read -> {:.2} B/block",
+            s.blocks_read, s.integrity.read_bytes, s.integrity_bandwidth
+        );
+        println!("time by phase:");
+        print_times(&s.time);
+    }
+}
+
 fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
@@ -354,6 +445,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             kdf_passes,
         } => {
             let scheme = SchemeId::parse(scheme)?;
+            warn_unprotected(scheme);
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             check_state_outside(&state_dir(&cli), dir)?;
             let store: Arc<dyn UntrustedStore> = Arc::new(LocalDirStore::open(dir)?);
@@ -387,6 +479,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Put { src, path, scheme } => {
             let scheme = scheme.as_deref().map(SchemeId::parse).transpose()?;
+            if let Some(s) = scheme {
+                warn_unprotected(s);
+            }
             let (mut input, total): (Box<dyn Read>, u64) = if src.as_os_str() == "-" {
                 (Box::new(std::io::stdin().lock()), 0)
             } else {
@@ -582,7 +677,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 },
             );
         }
-        Cmd::Stat { path: None } => {
+        Cmd::Stat { path: None, .. } => {
             let (_, state) = locate(&cli)?;
             let st = mount::read_status(&state);
             if cli.json {
@@ -618,7 +713,32 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
             }
         }
-        Cmd::Stat { path: Some(path) } => {
+        Cmd::Stat {
+            path: Some(path),
+            integrity: true,
+        } => {
+            let vol = open(&cli, true)?;
+            // Check (read and verify) every block once, so the numbers are measured.
+            let size = vol.stat(path)?.size;
+            let mut buf = vec![0u8; 1 << 20];
+            let mut off = 0;
+            while off < size {
+                let n = vol.read_path(path, off, &mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                off += n as u64;
+            }
+            let f = vol.file_integrity(path)?;
+            if cli.json {
+                print_json(&f)?;
+            } else {
+                print_file_integrity(&f);
+            }
+        }
+        Cmd::Stat {
+            path: Some(path), ..
+        } => {
             let vol = match open(&cli, true) {
                 Err(e) if matches!(e.downcast_ref::<Error>(), Some(Error::Locked(_))) => {
                     return Err(e.context(
@@ -638,6 +758,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 println!("  mode: {:04o}", st.mode);
                 println!(" inode: {}", st.ino);
                 println!("scheme: {}", st.scheme);
+                if st.scheme == SchemeId::None.name() {
+                    println!("        (NO integrity: tampering with this file goes undetected)");
+                }
                 println!("blocks: {}", st.blocks);
                 println!(
                     "counter intervals: {}{}",
@@ -695,11 +818,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 return Ok(ExitCode::from(code::INTEGRITY));
             }
         }
-        Cmd::Info => {
+        Cmd::Info { measure } => {
             let vol = open(&cli, true)?;
             let i = vol.info()?;
+            let mut failures = 0;
+            if *measure {
+                failures = vol.fsck(&mut |_| {})?.len();
+            }
+            let v = vol.integrity()?;
             if cli.json {
-                print_json(&i)?;
+                let mut j = serde_json::to_value(&i)?;
+                j["integrity"] = serde_json::to_value(&v)?;
+                if *measure {
+                    j["integrity_failures"] = failures.into();
+                }
+                print_json(&j)?;
             } else {
                 println!("volume:             {}", i.volume_id);
                 println!("scheme:             {}", i.scheme);
@@ -721,6 +854,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 println!("inode table:        {} bytes", i.inode_table_bytes);
                 println!("epoch:              {}", i.epoch);
                 println!("anchor:             {}", i.anchor);
+                print_volume_integrity(&v, *measure);
+                if failures > 0 {
+                    println!("integrity failures: {failures} (run `intact fsck`)");
+                }
+            }
+            if failures > 0 {
+                return Ok(ExitCode::from(code::INTEGRITY));
             }
         }
         Cmd::RecoverAnchor {

@@ -525,7 +525,7 @@ fn info_fsck_and_constant_trusted_state() {
 fn per_file_schemes_round_trip() {
     let v = Vol::new();
     let data = random_bytes(3 * 4096 + 17, 11);
-    for scheme in ["aead", "mt-eint-cbc", "mt-eint"] {
+    for scheme in ["aead", "mt-eint-cbc", "mt-eint", "none", "mac-tree"] {
         let p = format!("/{scheme}");
         v.put(&p, &data, &["--scheme", scheme]);
         assert_eq!(v.get(&p), data, "{scheme}");
@@ -537,6 +537,31 @@ fn per_file_schemes_round_trip() {
         assert_eq!(v.run(&["--json", "stat", &p]).ok().json()["scheme"], scheme);
     }
     v.run(&["fsck"]).ok();
+    // Measured integrity numbers: every block read once; mac-tree moves US_F bytes,
+    // none moves none and says so.
+    let m = v
+        .run(&["--json", "stat", "--integrity", "/mac-tree"])
+        .ok()
+        .json();
+    assert_eq!(m["measured"]["blocks_read"], 4);
+    assert!(m["read_bandwidth"].as_f64().unwrap() >= 16.0, "{m}");
+    assert_eq!(m["trusted_bytes"], 27);
+    let n = v
+        .run(&["--json", "stat", "--integrity", "/none"])
+        .ok()
+        .json();
+    assert_eq!(n["authenticated"], false);
+    assert_eq!(n["integrity_bytes"], 0);
+    assert!(v
+        .run(&["stat", "/none"])
+        .ok()
+        .out()
+        .contains("NO integrity"));
+    let i = v.run(&["--json", "info", "--measure"]).ok().json();
+    assert!(
+        i["integrity"]["session"]["blocks_read"].as_u64().unwrap() >= 20,
+        "{i}"
+    );
     // A volume whose default is aead.
     let w = Vol::with(&["--scheme", "aead"]);
     w.put("/x", &data, &[]);

@@ -128,6 +128,7 @@ impl NodeHasher {
     /// are always hashed, so the root still binds the leaf count (a file of holes is not
     /// confused with a shorter or longer one).
     pub fn node(&self, file: &FileId, flat: u64, left: &Hash, right: &Hash) -> Hash {
+        let _t = crate::metrics::phase(crate::metrics::Phase::HashMac);
         if *left == ZERO_HASH && *right == ZERO_HASH {
             return ZERO_HASH;
         }
@@ -144,6 +145,7 @@ impl NodeHasher {
     /// a tree of `n` leaves:
     /// `keyed_hash(key, "intact/merkle/spine\0" || file || start_le || n_le || left || right)`.
     pub fn spine(&self, file: &FileId, start: u64, n: u64, left: &Hash, right: &Hash) -> Hash {
+        let _t = crate::metrics::phase(crate::metrics::Phase::HashMac);
         let mut h = blake3::Hasher::new_keyed(&self.key);
         h.update(b"intact/merkle/spine\0");
         h.update(file);
@@ -166,6 +168,7 @@ impl NodeHasher {
     /// spine over the peaks) is `fold`:
     /// `keyed_hash(key, "intact/merkle/root\0" || file || n_le || fold)`.
     pub fn root(&self, file: &FileId, n: u64, fold: &Hash) -> Hash {
+        let _t = crate::metrics::phase(crate::metrics::Phase::HashMac);
         let mut h = blake3::Hasher::new_keyed(&self.key);
         h.update(b"intact/merkle/root\0");
         h.update(file);

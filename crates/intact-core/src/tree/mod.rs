@@ -3,6 +3,7 @@
 
 pub mod cache;
 pub mod counters;
+pub mod mac;
 pub mod merkle;
 
 pub use cache::{NodeCache, RunCheck, DEFAULT_CACHE_BYTES, NODE_COST};

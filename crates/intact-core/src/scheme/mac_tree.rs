@@ -1,0 +1,238 @@
+//! `mac-tree`: Yun, Shi and Kim (2009), §4.1–4.2, Fig. 2–3.
+
+use super::{check_limit, Env, FileState, Scheme};
+use crate::crypto::FileId;
+use crate::error::{Error, Result};
+use crate::metrics::{timed, Phase};
+pub use crate::tree::mac::MacTreeState;
+use crate::tree::mac::{nonce, MacIo, MacTree as Tree, MacTreeError, Obj, HOLE, NONCE_ENC};
+use crate::tree::TreeState;
+use crate::tx::Tx;
+use std::cell::Cell;
+
+/// log2 of the default arity: 64, as in the paper's implementation (§5).
+pub const DEFAULT_ARITY_LOG2: u8 = 6;
+
+/// The counter MAC tree scheme (Yun et al. §4): block `i` with leaf counter `N_i` is
+/// encrypted with AES-256-CTR under `<i, k, N_i>_e` and authenticated by
+/// `T_i = Poly1305-AES(<i, 0, N_i>_a, C_i)` (encrypt-then-MAC, Fig. 3); the leaf counters
+/// are authenticated by the counter MAC tree ([`crate::tree::mac`], Fig. 2) whose root
+/// counter, `m` and depth are in TS_F (the record's root field; `n` is its leaf count).
+/// One AES key serves the keystream and the MAC's blinding (§4.4), with disjoint nonce
+/// encodings ([`crate::tree::mac::nonce`]).
+///
+/// Check verifies the leaf counters up to the root counter (or a cached verified
+/// counter), then the block's tag, then decrypts. Update verifies the path, moves the
+/// run's counter to `max(old + 1, session floor)`, re-MACs the path and writes. Truncation
+/// keeps the counters (`m >= n`, so an Append never reuses a nonce); re-extension marks
+/// the kept counters as holes.
+pub struct MacTree;
+
+struct Io<'a> {
+    tx: &'a mut Tx,
+    leaves: &'a str,
+    upper: &'a str,
+}
+
+impl MacIo for Io<'_> {
+    fn read(&mut self, obj: Obj, off: u64, buf: &mut [u8]) -> Result<()> {
+        let name = match obj {
+            Obj::Leaves => self.leaves,
+            Obj::Upper => self.upper,
+        };
+        self.tx.read_at(name, off, buf).map(|_| ())
+    }
+    fn write(&mut self, obj: Obj, off: u64, data: &[u8]) -> Result<()> {
+        let name = match obj {
+            Obj::Leaves => self.leaves,
+            Obj::Upper => self.upper,
+        };
+        self.tx.write_at(name, off, data)
+    }
+}
+
+impl MacTree {
+    fn state(f: &FileState) -> Result<MacTreeState> {
+        MacTreeState::decode(&f.tree.root)
+            .ok_or_else(|| f.tampered_file("malformed mac-tree trusted state"))
+    }
+
+    fn tree<'a>(env: &'a Env, f: &'a FileState) -> Tree<'a> {
+        Tree {
+            file: f.id,
+            mac: &f.keys.mac,
+            cache: Some(env.cache),
+        }
+    }
+
+    fn err(f: &FileState, e: MacTreeError) -> Error {
+        match e {
+            MacTreeError::Mismatch { level, node, leaf } => f.tampered(
+                leaf,
+                format!(
+                    "counter node {node} at level {level} fails its Poly1305-AES MAC under its \
+                     trusted parent counter"
+                ),
+            ),
+            MacTreeError::Exhausted => Error::Invalid(
+                "write-counter reservation exhausted; close and reopen the volume".into(),
+            ),
+            MacTreeError::BadState(s) => f.tampered_file(format!("mac-tree state: {s}")),
+            MacTreeError::Io(e) => e,
+        }
+    }
+
+    /// CTR keystream of block `i` at counter `ctr`: `AES(<i, k, ctr>_e)` for k = 0, 1, ...
+    fn xor(f: &FileState, i: u64, ctr: u64, blk: &mut [u8]) {
+        timed(Phase::Encrypt, || {
+            f.keys.ctr.xor(nonce(NONCE_ENC, i, 0, ctr), blk)
+        })
+    }
+}
+
+impl Scheme for MacTree {
+    fn read_blocks(
+        &self,
+        env: &Env,
+        f: &mut FileState,
+        tx: &mut Tx,
+        first: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let bs = env.bs;
+        let count = (out.len() / bs) as u64;
+        let ts = Self::state(f)?;
+        let tree = Self::tree(env, f);
+        let leaves = {
+            let mut io = Io {
+                tx,
+                leaves: &f.names.meta,
+                upper: &f.names.ctrs,
+            };
+            tree.read_leaves(&ts, &mut io, first, count)
+                .map_err(|e| Self::err(f, e))?
+        };
+        tx.read_at(&f.names.data, first * bs as u64, out)?;
+        for (k, blk) in out.chunks_exact_mut(bs).enumerate() {
+            let i = first + k as u64;
+            let (ctr, tag) = leaves[k];
+            if ctr == 0 || ctr & HOLE != 0 {
+                blk.fill(0);
+                continue;
+            }
+            let want = tree.block_tag(i, ctr, blk);
+            if !crate::crypto::ct_eq(&want, &tag) {
+                out.fill(0);
+                return Err(f.tampered(i, "block MAC (Poly1305-AES) does not verify"));
+            }
+            Self::xor(f, i, ctr, blk);
+        }
+        Ok(())
+    }
+
+    fn write_blocks(
+        &self,
+        env: &Env,
+        f: &mut FileState,
+        tx: &mut Tx,
+        first: u64,
+        data: &mut [u8],
+    ) -> Result<()> {
+        let bs = env.bs;
+        let count = (data.len() / bs) as u64;
+        let n = f.tree.leaves;
+        if first > n {
+            return Err(Error::Invalid(format!(
+                "write at block {first} past the end ({n}); resize first"
+            )));
+        }
+        check_limit(first + count)?;
+        let ts = Self::state(f)?;
+        let tree = Self::tree(env, f);
+        let ctr = Cell::new(0u64);
+        let (floor, limit, hw) = (env.ctr_floor, env.ctr_limit, f.ctr_hw);
+        let new_ts = {
+            let mut io = Io {
+                tx,
+                leaves: &f.names.meta,
+                upper: &f.names.ctrs,
+            };
+            let fs: &FileState = f;
+            tree.update(
+                &ts,
+                &mut io,
+                first,
+                first + count,
+                floor,
+                limit,
+                &mut |old| {
+                    // The counter rule: above every counter the run had (hole marks
+                    // stripped), the session floor and any deleted block's counter.
+                    let max = old.iter().map(|c| c & !HOLE).max().unwrap_or(0);
+                    let c = (max + 1).max(floor).max(hw + 1);
+                    if c >= limit || c & HOLE != 0 {
+                        return Err(MacTreeError::Exhausted);
+                    }
+                    ctr.set(c);
+                    Ok(())
+                },
+                &mut |i, _old| {
+                    let c = ctr.get();
+                    let k = (i - first) as usize;
+                    let blk = &mut data[k * bs..(k + 1) * bs];
+                    Self::xor(fs, i, c, blk);
+                    (c, Some(tree.block_tag(i, c, blk)))
+                },
+            )
+            .map_err(|e| Self::err(f, e))?
+        };
+        tx.write_at(&f.names.data, first * bs as u64, data)?;
+        f.tree.root = new_ts.encode();
+        f.tree.leaves = n.max(first + count);
+        Ok(())
+    }
+
+    /// Truncation keeps the leaf counters (Yun et al.: Delete never resets a counter, so
+    /// `m >= n`); extension over kept counters marks them as holes; past `m` nothing is
+    /// stored (counter 0).
+    fn resize(&self, env: &Env, f: &mut FileState, tx: &mut Tx, blocks: u64) -> Result<()> {
+        check_limit(blocks)?;
+        let n = f.tree.leaves;
+        if blocks < n {
+            tx.set_len(&f.names.data, blocks * env.bs as u64)?;
+        } else if blocks > n {
+            let ts = Self::state(f)?;
+            let end = blocks.min(ts.m);
+            if n < end {
+                let tree = Self::tree(env, f);
+                let mut io = Io {
+                    tx,
+                    leaves: &f.names.meta,
+                    upper: &f.names.ctrs,
+                };
+                let new_ts = tree
+                    .update(
+                        &ts,
+                        &mut io,
+                        n,
+                        end,
+                        env.ctr_floor,
+                        env.ctr_limit,
+                        &mut |_| Ok(()),
+                        &mut |_, old| (if old == 0 { 0 } else { old | HOLE }, None),
+                    )
+                    .map_err(|e| Self::err(f, e))?;
+                f.tree.root = new_ts.encode();
+            }
+        }
+        f.tree.leaves = blocks;
+        Ok(())
+    }
+
+    fn empty(&self, _env: &Env, _id: &FileId) -> TreeState {
+        TreeState {
+            leaves: 0,
+            root: MacTreeState::empty(DEFAULT_ARITY_LOG2).encode(),
+        }
+    }
+}
