@@ -955,6 +955,17 @@ fn attacks_through_mount_aead() {
 }
 
 #[test]
+fn attacks_through_mount_mac_tree() {
+    attacks_through_mount("mac-tree", &[]);
+}
+
+#[test]
+fn attacks_through_mount_none() {
+    // Encryption only: what it misses is recorded, like the library-level attack test.
+    attacks_through_mount("none", &[1, 2, 3, 4, 5, 7, 8, 9, 12]);
+}
+
+#[test]
 fn tampered_block_read_is_eio_and_logged_with_path_and_block() {
     let v = attack_fixture("mt-eint");
     let a = v.file_id("/a");
@@ -978,4 +989,110 @@ fn tampered_block_read_is_eio_and_logged_with_path_and_block() {
         s["mount"]["integrity_failures"].as_u64().unwrap() >= 1,
         "{out}"
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// fsx (the file-system exerciser) against the mount, for every scheme.
+
+/// Every scheme's name, as `intact init --scheme` takes it.
+const SCHEMES: &[&str] = &["aead", "mt-eint", "mt-eint-cbc", "none", "mac-tree"];
+
+fn fsx_binary() -> Option<PathBuf> {
+    let mut candidates: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join("fsx")).collect())
+        .unwrap_or_default();
+    if let Some(home) = std::env::var_os("CARGO_HOME") {
+        candidates.push(PathBuf::from(home).join("bin/fsx"));
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        candidates.push(PathBuf::from(home).join(".cargo/bin/fsx"));
+    }
+    candidates.into_iter().find(|p| p.is_file())
+}
+
+/// fsx's configuration: every operation it has that a FUSE file system serves (reads and
+/// writes through pread/pwrite and mmap, truncation both ways, fallocate, close/reopen,
+/// page-cache invalidation) on a file of up to 1 MiB, and, when `seal` is set, msync after
+/// mapped writes and fsync/fdatasync, each of which seals the volume.
+fn fsx_config(dir: &Path, seal: bool) -> PathBuf {
+    let p = dir.join(if seal { "fsx-seal.toml" } else { "fsx.toml" });
+    let (nomsync, fsync) = if seal { ("false", 1) } else { ("true", 0) };
+    fs::write(
+        &p,
+        format!(
+            "flen = 1048576\nnomsyncafterwrite = {nomsync}\n[opsize]\nmax = 65536\n\
+             [weights]\nclose_open = 1\nread = 10\nwrite = 10\nmapread = 10\nmapwrite = 10\n\
+             invalidate = 1\ntruncate = 2\nfsync = {fsync}\nfdatasync = {fsync}\n\
+             posix_fallocate = 1\n"
+        ),
+    )
+    .unwrap();
+    p
+}
+
+fn run_fsx(fsx: &Path, m: &Mount, config: &Path, ops: u64, seed: u64, name: &str) {
+    let out = Command::new(fsx)
+        .arg("-f")
+        .arg(config)
+        .arg("-N")
+        .arg(ops.to_string())
+        .arg("-S")
+        .arg(seed.to_string())
+        .arg("-P")
+        .arg(m.mnt.parent().unwrap())
+        .arg(m.p(name))
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && text.contains("All operations completed A-OK"),
+        "fsx -N {ops} -S {seed} failed:\n{}",
+        &text[text.len().saturating_sub(4000)..]
+    );
+}
+
+/// `INTACT_FSX_OPS` operations per scheme (default 100,000) with the page cache doing the
+/// flushing, then a tenth of that with msync and fsync sealing the volume all along; the
+/// volume must then remount and fsck clean. `scripts/fsx.sh` runs longer.
+#[test]
+fn fsx_every_scheme() {
+    let Some(fsx) = fsx_binary() else {
+        assert!(
+            std::env::var_os("INTACT_REQUIRE_FSX").is_none(),
+            "fsx is required (cargo install fsx)"
+        );
+        eprintln!("fsx not installed (cargo install fsx): skipped; CI requires it");
+        return;
+    };
+    let ops: u64 = std::env::var("INTACT_FSX_OPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100_000);
+    for (k, scheme) in SCHEMES.iter().enumerate() {
+        let v = Vol::new(scheme);
+        let plain = fsx_config(&v.root, false);
+        let sealing = fsx_config(&v.root, true);
+        let m = v.mount();
+        let t = Instant::now();
+        run_fsx(&fsx, &m, &plain, ops, 1 + k as u64, "fsx.a");
+        run_fsx(
+            &fsx,
+            &m,
+            &sealing,
+            (ops / 10).max(1),
+            100 + k as u64,
+            "fsx.b",
+        );
+        eprintln!(
+            "fsx {scheme}: {ops} + {} ops in {:?}",
+            ops / 10,
+            t.elapsed()
+        );
+        m.unmount();
+        v.fsck_clean();
+    }
 }
