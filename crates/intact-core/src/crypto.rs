@@ -37,6 +37,10 @@ pub mod label {
     pub const ANCHOR: &str = "intact v1 trusted anchor MAC";
     /// Key of the digest of the commit journal.
     pub const JOURNAL: &str = "intact v1 journal digest";
+    /// Per-file HCTR2-AES-256 key (rand-eint), info = label || file id.
+    pub const FILE_WIDE: &str = "intact v1 file HCTR2 key";
+    /// Per-file key of the HCTR2 tweak hash h(i || ctr) (rand-eint), info = label || file id.
+    pub const FILE_TWEAK: &str = "intact v1 file HCTR2 tweak hash";
 }
 
 /// The volume master key: never stored in clear; wrapped under the password key.
@@ -299,6 +303,10 @@ pub struct FileKeys {
     pub cbc: Cbc,
     /// IV PRF key for CBC mode.
     pub iv: SubKey,
+    /// Wide-block tweakable cipher (rand-eint).
+    pub wide: crate::wide::Hctr2,
+    /// Key of the HCTR2 tweak hash (rand-eint).
+    pub tweak: SubKey,
 }
 
 impl FileKeys {
@@ -309,7 +317,17 @@ impl FileKeys {
             gcm: Gcm::new(&data),
             cbc: Cbc::new(&data),
             iv: master.derive(label::FILE_IV, file),
+            wide: crate::wide::Hctr2::new(master.derive(label::FILE_WIDE, file).expose_secret()),
+            tweak: master.derive(label::FILE_TWEAK, file),
         }
+    }
+
+    /// The HCTR2 tweak of block `index` at counter `ctr` (RAND-EINT §5.2: "the hash of the
+    /// block number concatenated with the block write counter"): keyed BLAKE3 over
+    /// "tweak" || i (u64 LE) || ctr (u64 LE), 32 bytes.
+    pub fn tweak(&self, index: u64, ctr: u64) -> Hash {
+        self.tweak
+            .mac(&[b"tweak", &index.to_le_bytes(), &ctr.to_le_bytes()])
     }
 
     /// The deterministic GCM nonce of block `index` at write counter `ctr`:

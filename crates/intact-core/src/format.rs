@@ -52,6 +52,12 @@ pub enum SchemeId {
     MtEintGcm,
     /// MT-EINT with length-preserving CBC, IV = PRF(i || ctr) (paper §4.1, Fig. 3).
     MtEintCbc,
+    /// RAND-EINT (paper §5.2): HCTR2, a tree only over random-looking blocks.
+    RandEint,
+    /// COMP-EINT (paper §5.3) with DEFLATE (zlib): the hash inside compressible blocks.
+    CompEint,
+    /// COMP-EINT with Zstandard.
+    CompEintZstd,
 }
 
 impl SchemeId {
@@ -61,6 +67,9 @@ impl SchemeId {
             SchemeId::Aead => 1,
             SchemeId::MtEintGcm => 2,
             SchemeId::MtEintCbc => 3,
+            SchemeId::RandEint => 5,
+            SchemeId::CompEint => 6,
+            SchemeId::CompEintZstd => 7,
         }
     }
     /// Parses a stored byte.
@@ -69,6 +78,9 @@ impl SchemeId {
             1 => SchemeId::Aead,
             2 => SchemeId::MtEintGcm,
             3 => SchemeId::MtEintCbc,
+            5 => SchemeId::RandEint,
+            6 => SchemeId::CompEint,
+            7 => SchemeId::CompEintZstd,
             _ => return None,
         })
     }
@@ -78,6 +90,9 @@ impl SchemeId {
             SchemeId::Aead => "aead",
             SchemeId::MtEintGcm => "mt-eint",
             SchemeId::MtEintCbc => "mt-eint-cbc",
+            SchemeId::RandEint => "rand-eint",
+            SchemeId::CompEint => "comp-eint",
+            SchemeId::CompEintZstd => "comp-eint-zstd",
         }
     }
     /// Parses a user-supplied name.
@@ -86,9 +101,12 @@ impl SchemeId {
             "aead" => SchemeId::Aead,
             "mt-eint" | "mt-eint-gcm" => SchemeId::MtEintGcm,
             "mt-eint-cbc" => SchemeId::MtEintCbc,
+            "rand-eint" => SchemeId::RandEint,
+            "comp-eint" => SchemeId::CompEint,
+            "comp-eint-zstd" => SchemeId::CompEintZstd,
             _ => {
                 return Err(Error::Invalid(format!(
-                    "unknown scheme {s:?} (known: aead, mt-eint, mt-eint-cbc)"
+                    "unknown scheme {s:?} (known: aead, mt-eint, mt-eint-cbc, rand-eint, comp-eint, comp-eint-zstd)"
                 )))
             }
         })
@@ -97,8 +115,24 @@ impl SchemeId {
     pub fn fresh(self) -> bool {
         !matches!(self, SchemeId::Aead)
     }
+    /// Whether the scheme's Merkle tree (RTree, §5.2–5.3) covers only some of the file's
+    /// blocks: then the record's leaf count is the tree's, and the file's block count is the
+    /// counter intervals'.
+    pub fn partial_tree(self) -> bool {
+        matches!(
+            self,
+            SchemeId::RandEint | SchemeId::CompEint | SchemeId::CompEintZstd
+        )
+    }
     /// All schemes.
-    pub const ALL: [SchemeId; 3] = [SchemeId::Aead, SchemeId::MtEintGcm, SchemeId::MtEintCbc];
+    pub const ALL: [SchemeId; 6] = [
+        SchemeId::Aead,
+        SchemeId::MtEintGcm,
+        SchemeId::MtEintCbc,
+        SchemeId::RandEint,
+        SchemeId::CompEint,
+        SchemeId::CompEintZstd,
+    ];
 }
 
 /// One inode record: a file's attributes and its trusted state TS_F.

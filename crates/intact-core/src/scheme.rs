@@ -14,6 +14,14 @@ use crate::tree::{
 };
 use crate::tx::Tx;
 
+mod comp_eint;
+mod rand_eint;
+mod rtree;
+
+pub use comp_eint::{l_c, CompEint, Compression};
+pub use rand_eint::RandEint;
+pub use rtree::{leaf_value, RArr, RTreeIndex};
+
 /// Volume-wide context a scheme needs.
 pub struct Env<'a> {
     /// Block size in bytes.
@@ -46,12 +54,19 @@ pub struct FileState {
     pub ctrs: CounterIntervals,
     /// Highest counter of any deleted block.
     pub ctr_hw: u64,
+    /// RAND-EINT / COMP-EINT: the in-memory index of RTree's leaves (RArr and its sorted
+    /// copy); `None` for schemes whose tree covers every block.
+    pub rtree: Option<RTreeIndex>,
 }
 
 impl FileState {
-    /// Number of blocks the scheme holds.
+    /// Number of blocks the scheme holds. Under RAND-EINT / COMP-EINT the tree covers only
+    /// some blocks; the file's block count is then the trusted counter intervals'.
     pub fn blocks(&self) -> u64 {
-        self.tree.leaves
+        match self.rtree {
+            Some(_) => self.ctrs.blocks(),
+            None => self.tree.leaves,
+        }
     }
 
     fn tampered(&self, block: u64, what: impl Into<String>) -> Error {
@@ -94,6 +109,13 @@ pub fn scheme(id: SchemeId) -> &'static dyn Scheme {
         SchemeId::Aead => &Aead,
         SchemeId::MtEintGcm => &MtEint { cbc: false },
         SchemeId::MtEintCbc => &MtEint { cbc: true },
+        SchemeId::RandEint => &RandEint,
+        SchemeId::CompEint => &CompEint {
+            codec: Compression::Deflate,
+        },
+        SchemeId::CompEintZstd => &CompEint {
+            codec: Compression::Zstd,
+        },
     }
 }
 
