@@ -38,8 +38,12 @@ fn ext_in(p: &Path, exts: &[&str]) -> bool {
 }
 
 fn bounds() {
-    println!("bs     chosen t  log2 bound   largest t (1/16 steps) with bound <= 2^-{SECURITY_BITS}");
-    for bs in [128usize, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536] {
+    println!(
+        "bs     chosen t  log2 bound   largest t (1/16 steps) with bound <= 2^-{SECURITY_BITS}"
+    );
+    for bs in [
+        128usize, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536,
+    ] {
         let mut t = 0.0;
         while t < 8.0 && forgery_log2_bound(bs, t + 0.0625) <= -SECURITY_BITS {
             t += 0.0625;
@@ -58,18 +62,27 @@ fn classes(max_bytes: usize) {
         .output()
         .ok()
         .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim().to_string()));
-    let mut text_dirs = vec![PathBuf::from("/usr/include"), PathBuf::from("/usr/share/doc")];
+    let mut text_dirs = vec![
+        PathBuf::from("/usr/include"),
+        PathBuf::from("/usr/share/doc"),
+    ];
     if let Some(r) = &rust_src {
         text_dirs.push(r.join("lib/rustlib/src"));
     }
     let text = |p: &Path| {
-        ext_in(p, &[".txt", ".h", ".c", ".rs", ".md", ".html", ".py", ".hpp", ".cc", ".tex"])
+        ext_in(
+            p,
+            &[
+                ".txt", ".h", ".c", ".rs", ".md", ".html", ".py", ".hpp", ".cc", ".tex",
+            ],
+        )
     };
     let objs = |p: &Path| ext_in(p, &[".so", ".a", ".o", ".rlib"]) || p.starts_with("/usr/bin");
     let comp = |p: &Path| ext_in(p, &[".gz", ".xz", ".zst", ".bz2", ".zip", ".crate", ".tgz"]);
     let imgs = |p: &Path| ext_in(p, &[".jpg", ".jpeg", ".png", ".webp"]);
     let home = std::env::var("HOME").unwrap_or_default();
-    let sets: Vec<(&str, Vec<PathBuf>, &dyn Fn(&Path) -> bool)> = vec![
+    type Class<'a> = (&'a str, Vec<PathBuf>, &'a dyn Fn(&Path) -> bool);
+    let sets: Vec<Class> = vec![
         ("text/source", text_dirs, &text),
         (
             "object/exec",
@@ -87,7 +100,11 @@ fn classes(max_bytes: usize) {
         ),
         (
             "images",
-            vec![PathBuf::from("/usr/share"), PathBuf::from("/usr/lib"), PathBuf::from(&home)],
+            vec![
+                PathBuf::from("/usr/share"),
+                PathBuf::from("/usr/lib"),
+                PathBuf::from(&home),
+            ],
             &imgs,
         ),
     ];
@@ -112,7 +129,9 @@ fn classes(max_bytes: usize) {
             if used >= max_bytes {
                 break;
             }
-            let Ok(data) = std::fs::read(&f) else { continue };
+            let Ok(data) = std::fs::read(&f) else {
+                continue;
+            };
             let data = &data[..data.len().min(max_bytes - used).min(8 << 20)];
             if data.is_empty() {
                 continue;

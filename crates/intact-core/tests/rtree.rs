@@ -13,7 +13,11 @@ use intact_core::Volume;
 use proptest::prelude::*;
 use std::sync::Arc;
 
-const NEW: [SchemeId; 3] = [SchemeId::RandEint, SchemeId::CompEint, SchemeId::CompEintZstd];
+const NEW: [SchemeId; 3] = [
+    SchemeId::RandEint,
+    SchemeId::CompEint,
+    SchemeId::CompEintZstd,
+];
 
 /// Whether a block (plaintext, full) gets an RTree leaf under `scheme`.
 fn leafed(scheme: SchemeId, blk: &[u8]) -> bool {
@@ -37,7 +41,10 @@ fn block_of(kind: u8, seed: u8, bs: usize) -> Vec<u8> {
 /// The RTree leaf count, from the Merkle object's length ((2m − 1) · 32 bytes).
 fn rtree_leaves(store: &MemStore, vol: &Volume, path: &str) -> u64 {
     let n = names(vol, path);
-    let len = store.read_all(&n.meta).unwrap().map_or(0, |b| b.len() as u64);
+    let len = store
+        .read_all(&n.meta)
+        .unwrap()
+        .map_or(0, |b| b.len() as u64);
     if len == 0 {
         0
     } else {
@@ -64,11 +71,21 @@ fn check(store: &MemStore, v: &Volume, scheme: SchemeId, bs: usize, model: &[Vec
 #[derive(Debug, Clone)]
 enum Op {
     /// Write one whole block (at most one past the end: no holes).
-    Write { block: usize, kind: u8, seed: u8 },
+    Write {
+        block: usize,
+        kind: u8,
+        seed: u8,
+    },
     /// Truncate to whole blocks.
-    Truncate { blocks: usize },
+    Truncate {
+        blocks: usize,
+    },
     /// A run of blocks of alternating kinds.
-    Run { block: usize, count: usize, kind: u8 },
+    Run {
+        block: usize,
+        count: usize,
+        kind: u8,
+    },
     Reopen,
 }
 
@@ -109,7 +126,8 @@ fn run(scheme: SchemeId, bs: usize, ops: Vec<Op>) {
                 let blocks: Vec<Vec<u8>> = (0..count)
                     .map(|k| block_of(kind.wrapping_add(k as u8), n as u8 ^ k as u8, bs))
                     .collect();
-                vol.write_path("/f", (b * bs) as u64, &blocks.concat()).unwrap();
+                vol.write_path("/f", (b * bs) as u64, &blocks.concat())
+                    .unwrap();
                 for (k, d) in blocks.into_iter().enumerate() {
                     if b + k < model.len() {
                         model[b + k] = d;
@@ -155,7 +173,11 @@ fn high_low_and_mixed_files() {
         let store = Arc::new(MemStore::new());
         let trusted = MemTrusted::new();
         let vol = create(store.clone(), &trusted, scheme, BS as u32);
-        let files = [("/high", noise(1, 64 * BS)), ("/low", text(2, 64 * BS)), ("/mixed", mixed(3, 64 * BS))];
+        let files = [
+            ("/high", noise(1, 64 * BS)),
+            ("/low", text(2, 64 * BS)),
+            ("/mixed", mixed(3, 64 * BS)),
+        ];
         for (p, d) in &files {
             vol.create_file(p, None).unwrap();
             vol.write_path(p, 0, d).unwrap();
@@ -168,8 +190,10 @@ fn high_low_and_mixed_files() {
             assert_eq!(rtree_leaves(&store, &vol, p), want, "{scheme:?} {p} leaves");
         }
         // Flip the high file's middle to text and the low file's to noise, and back.
-        vol.write_path("/high", 10 * BS as u64, &text(7, 20 * BS)).unwrap();
-        vol.write_path("/low", 10 * BS as u64, &noise(7, 20 * BS)).unwrap();
+        vol.write_path("/high", 10 * BS as u64, &text(7, 20 * BS))
+            .unwrap();
+        vol.write_path("/low", 10 * BS as u64, &noise(7, 20 * BS))
+            .unwrap();
         vol.sync().unwrap();
         assert_eq!(rtree_leaves(&store, &vol, "/high"), 44);
         assert_eq!(rtree_leaves(&store, &vol, "/low"), 20);
@@ -213,7 +237,9 @@ fn zero_ciphertext_and_holes() {
     let got = read_all(&vol, "/t").unwrap();
     assert!(got[2 * BS..5 * BS].iter().all(|&b| b == 0));
     drop(vol);
-    store.with_object(&n.data, |o| o[BS..2 * BS].fill(0)).unwrap();
+    store
+        .with_object(&n.data, |o| o[BS..2 * BS].fill(0))
+        .unwrap();
     let vol = open(store.clone(), &trusted).unwrap();
     match read_all(&vol, "/t") {
         Err(intact_core::Error::Tampered { block, .. }) => assert_eq!(block, Some(1)),

@@ -147,7 +147,9 @@ impl CompEint {
         // Authentic from here on; a malformed payload would be our own bug.
         let end = blk[..lc].iter().rposition(|&b| b != 0);
         let Some(len) = end.filter(|&e| blk[e] == 0x80) else {
-            return Err(Error::Invalid(format!("block {i}: bad padding after authentication")));
+            return Err(Error::Invalid(format!(
+                "block {i}: bad padding after authentication"
+            )));
         };
         scratch[..len].copy_from_slice(&blk[..len]);
         if !self.codec.decompress(&scratch[..len], blk) {

@@ -114,7 +114,10 @@ impl RArr {
         let j = self.pos.remove(&i)?;
         let last = self.items.pop().expect("a listed block");
         if last == i {
-            return Some(DelOffset { pos: j, moved: None });
+            return Some(DelOffset {
+                pos: j,
+                moved: None,
+            });
         }
         self.items[j as usize] = last;
         self.pos.insert(last, j);
@@ -352,7 +355,7 @@ fn read_leaves(f: &FileState, tx: &mut Tx, ts: &TreeState) -> Result<Vec<Hash>> 
         let b = &mut buf[..(k * 32) as usize];
         tx.read_at(&f.names.meta, at * 32, b)?;
         for (j, node) in b.chunks_exact(32).enumerate() {
-            if (at + j as u64) % 2 == 0 {
+            if (at + j as u64).is_multiple_of(2) {
                 leaves.push(node.try_into().expect("32 bytes"));
             }
         }
@@ -453,7 +456,12 @@ pub(super) fn resize(env: &Env, f: &mut FileState, tx: &mut Tx, blocks: u64) -> 
     if blocks < n {
         let arr = verified(env, f, tx)?.clone();
         let mut plan = Plan::new(&arr);
-        let gone: Vec<u64> = arr.items().iter().copied().filter(|&i| i >= blocks).collect();
+        let gone: Vec<u64> = arr
+            .items()
+            .iter()
+            .copied()
+            .filter(|&i| i >= blocks)
+            .collect();
         for i in gone {
             plan.remove(i);
         }
@@ -496,7 +504,13 @@ mod tests {
             })
         );
         assert_eq!(a.items(), &[3, 9]);
-        assert_eq!(a.del_offset(9), Some(DelOffset { pos: 1, moved: None }));
+        assert_eq!(
+            a.del_offset(9),
+            Some(DelOffset {
+                pos: 1,
+                moved: None
+            })
+        );
         assert_eq!(a.items(), &[3]);
         assert_eq!(a.del_offset(5), None);
         assert!(RArr::from_items(vec![1, 2, 1]).is_none());

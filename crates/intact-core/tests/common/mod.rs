@@ -81,7 +81,16 @@ pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
 
 /// Low-entropy, compressible text (seeded).
 pub fn text(seed: u8, len: usize) -> Vec<u8> {
-    let words = ["integrity ", "of ", "the ", "block ", "counter ", "tree ", "fresh ", "data "];
+    let words = [
+        "integrity ",
+        "of ",
+        "the ",
+        "block ",
+        "counter ",
+        "tree ",
+        "fresh ",
+        "data ",
+    ];
     let mut out = Vec::with_capacity(len + 16);
     let mut x = u32::from(seed).wrapping_mul(2654435761).wrapping_add(1);
     while out.len() < len {
@@ -109,6 +118,12 @@ pub fn noise(seed: u8, len: usize) -> Vec<u8> {
 pub fn mixed(seed: u8, len: usize) -> Vec<u8> {
     let (n, t) = (noise(seed, len), text(seed, len));
     (0..len)
-        .map(|i| if (i / 4096 + seed as usize) % 2 == 0 { n[i] } else { t[i] })
+        .map(|i| {
+            if (i / 4096 + seed as usize) % 2 == 0 {
+                n[i]
+            } else {
+                t[i]
+            }
+        })
         .collect()
 }
