@@ -23,7 +23,7 @@ type Model = BTreeMap<String, Vec<u8>>;
 /// and text (even seeds), so that RAND-EINT / COMP-EINT blocks move in and out of RTree as
 /// the workload overwrites them.
 fn flip(seed: u8, len: usize) -> Vec<u8> {
-    if seed % 2 == 1 {
+    if !seed.is_multiple_of(2) {
         noise(seed, len)
     } else {
         text(seed, len)

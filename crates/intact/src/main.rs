@@ -55,7 +55,7 @@ enum Cmd {
     /// Create a new volume in DIR (created if missing; must be empty).
     Init {
         dir: PathBuf,
-        /// Default scheme of new files: mt-eint (freshness, default), mt-eint-cbc, aead (no freshness).
+        /// Default scheme of new files: mt-eint (freshness, default), mt-eint-cbc, rand-eint, comp-eint, comp-eint-zstd, aead (no freshness).
         #[arg(long, default_value = "mt-eint")]
         scheme: String,
         /// Block size in bytes (power of two, 128..=65536).

@@ -119,7 +119,7 @@ pub fn mixed(seed: u8, len: usize) -> Vec<u8> {
     let (n, t) = (noise(seed, len), text(seed, len));
     (0..len)
         .map(|i| {
-            if (i / 4096 + seed as usize) % 2 == 0 {
+            if (i / 4096 + seed as usize).is_multiple_of(2) {
                 n[i]
             } else {
                 t[i]
