@@ -45,6 +45,10 @@ pub mod label {
     /// Per-file Poly1305 key `r` (first 16 bytes; clamped by Poly1305) of `mac-tree`,
     /// info = label || file id.
     pub const MAC_TREE_POLY: &str = "intact v1 mac-tree Poly1305 r";
+    /// Per-file HCTR2-AES-256 key (rand-eint), info = label || file id.
+    pub const FILE_WIDE: &str = "intact v1 file HCTR2 key";
+    /// Per-file key of the HCTR2 tweak hash h(i || ctr) (rand-eint), info = label || file id.
+    pub const FILE_TWEAK: &str = "intact v1 file HCTR2 tweak hash";
 }
 
 /// The volume master key: never stored in clear; wrapped under the password key.
@@ -396,6 +400,10 @@ pub struct FileKeys {
     pub mac: PolyAes<aes::Aes256>,
     /// `mac-tree`: AES-256-CTR under the same AES key as `mac` (Yun et al. §4.4).
     pub ctr: Ctr,
+    /// Wide-block tweakable cipher (rand-eint).
+    pub wide: crate::wide::Hctr2,
+    /// Key of the HCTR2 tweak hash (rand-eint).
+    pub tweak: SubKey,
 }
 
 impl FileKeys {
@@ -421,7 +429,17 @@ impl FileKeys {
             iv: master.derive(label::FILE_IV, file),
             mac,
             ctr,
+            wide: crate::wide::Hctr2::new(master.derive(label::FILE_WIDE, file).expose_secret()),
+            tweak: master.derive(label::FILE_TWEAK, file),
         }
+    }
+
+    /// The HCTR2 tweak of block `index` at counter `ctr` (RAND-EINT §5.2: "the hash of the
+    /// block number concatenated with the block write counter"): keyed BLAKE3 over
+    /// "tweak" || i (u64 LE) || ctr (u64 LE), 32 bytes.
+    pub fn tweak(&self, index: u64, ctr: u64) -> Hash {
+        self.tweak
+            .mac(&[b"tweak", &index.to_le_bytes(), &ctr.to_le_bytes()])
     }
 
     /// The deterministic GCM nonce of block `index` at write counter `ctr`:

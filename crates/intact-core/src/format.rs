@@ -61,6 +61,12 @@ pub enum SchemeId {
     /// Yun–Shi–Kim's counter MAC tree (§4, Fig. 2–3): AES-CTR blocks with Poly1305-AES
     /// tags, leaf counters authenticated by an n-ary tree of Poly1305-AES MACs.
     MacTree,
+    /// RAND-EINT (paper §5.2): HCTR2, a tree only over random-looking blocks.
+    RandEint,
+    /// COMP-EINT (paper §5.3) with DEFLATE (zlib): the hash inside compressible blocks.
+    CompEint,
+    /// COMP-EINT with Zstandard.
+    CompEintZstd,
 }
 
 impl SchemeId {
@@ -72,6 +78,9 @@ impl SchemeId {
             SchemeId::MtEintCbc => 3,
             SchemeId::None => 4,
             SchemeId::MacTree => 8,
+            SchemeId::RandEint => 5,
+            SchemeId::CompEint => 6,
+            SchemeId::CompEintZstd => 7,
         }
     }
     /// Parses a stored byte.
@@ -82,6 +91,9 @@ impl SchemeId {
             3 => SchemeId::MtEintCbc,
             4 => SchemeId::None,
             8 => SchemeId::MacTree,
+            5 => SchemeId::RandEint,
+            6 => SchemeId::CompEint,
+            7 => SchemeId::CompEintZstd,
             _ => return None,
         })
     }
@@ -93,6 +105,9 @@ impl SchemeId {
             SchemeId::MtEintCbc => "mt-eint-cbc",
             SchemeId::None => "none",
             SchemeId::MacTree => "mac-tree",
+            SchemeId::RandEint => "rand-eint",
+            SchemeId::CompEint => "comp-eint",
+            SchemeId::CompEintZstd => "comp-eint-zstd",
         }
     }
     /// Parses a user-supplied name.
@@ -103,9 +118,12 @@ impl SchemeId {
             "mt-eint-cbc" => SchemeId::MtEintCbc,
             "none" => SchemeId::None,
             "mac-tree" => SchemeId::MacTree,
+            "rand-eint" => SchemeId::RandEint,
+            "comp-eint" => SchemeId::CompEint,
+            "comp-eint-zstd" => SchemeId::CompEintZstd,
             _ => {
                 return Err(Error::Invalid(format!(
-                    "unknown scheme {s:?} (known: aead, mt-eint, mt-eint-cbc, none, mac-tree)"
+                    "unknown scheme {s:?} (known: aead, mt-eint, mt-eint-cbc, none, mac-tree, rand-eint, comp-eint, comp-eint-zstd)"
                 )))
             }
         })
@@ -124,13 +142,25 @@ impl SchemeId {
     pub fn uses_counter_intervals(self) -> bool {
         !matches!(self, SchemeId::Aead | SchemeId::MacTree)
     }
+    /// Whether the scheme's Merkle tree (RTree, §5.2–5.3) covers only some of the file's
+    /// blocks: then the record's leaf count is the tree's, and the file's block count is the
+    /// counter intervals'.
+    pub fn partial_tree(self) -> bool {
+        matches!(
+            self,
+            SchemeId::RandEint | SchemeId::CompEint | SchemeId::CompEintZstd
+        )
+    }
     /// All schemes.
-    pub const ALL: [SchemeId; 5] = [
+    pub const ALL: [SchemeId; 8] = [
         SchemeId::Aead,
         SchemeId::MtEintGcm,
         SchemeId::MtEintCbc,
         SchemeId::None,
         SchemeId::MacTree,
+        SchemeId::RandEint,
+        SchemeId::CompEint,
+        SchemeId::CompEintZstd,
     ];
 }
 

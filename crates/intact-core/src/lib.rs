@@ -5,6 +5,7 @@
 #![deny(missing_docs)]
 
 pub mod crypto;
+pub mod entropy;
 pub mod error;
 pub mod format;
 pub mod metrics;
@@ -13,6 +14,7 @@ pub mod store;
 pub mod tree;
 pub mod tx;
 pub mod volume;
+pub mod wide;
 
 pub use error::{Error, FsErrorKind, Result, Subject};
 pub use volume::{CreateOptions, Options, Volume};

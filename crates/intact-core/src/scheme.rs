@@ -19,6 +19,13 @@ mod mac_tree;
 mod none;
 pub use mac_tree::{MacTree, MacTreeState, DEFAULT_ARITY_LOG2};
 pub use none::NoIntegrity;
+mod comp_eint;
+mod rand_eint;
+mod rtree;
+
+pub use comp_eint::{l_c, CompEint, Compression};
+pub use rand_eint::RandEint;
+pub use rtree::{leaf_value, RArr, RTreeIndex};
 
 /// Volume-wide context a scheme needs.
 pub struct Env<'a> {
@@ -54,12 +61,19 @@ pub struct FileState {
     pub ctrs: CounterIntervals,
     /// Highest counter of any deleted block.
     pub ctr_hw: u64,
+    /// RAND-EINT / COMP-EINT: the in-memory index of RTree's leaves (RArr and its sorted
+    /// copy); `None` for schemes whose tree covers every block.
+    pub rtree: Option<RTreeIndex>,
 }
 
 impl FileState {
-    /// Number of blocks the scheme holds.
+    /// Number of blocks the scheme holds. Under RAND-EINT / COMP-EINT the tree covers only
+    /// some blocks; the file's block count is then the trusted counter intervals'.
     pub fn blocks(&self) -> u64 {
-        self.tree.leaves
+        match self.rtree {
+            Some(_) => self.ctrs.blocks(),
+            None => self.tree.leaves,
+        }
     }
 
     fn tampered(&self, block: u64, what: impl Into<String>) -> Error {
@@ -109,6 +123,13 @@ pub fn scheme(id: SchemeId) -> &'static dyn Scheme {
         SchemeId::MtEintCbc => &Metered(MtEint { cbc: true }),
         SchemeId::None => &Metered(NoIntegrity),
         SchemeId::MacTree => &Metered(MacTree),
+        SchemeId::RandEint => &Metered(RandEint),
+        SchemeId::CompEint => &Metered(CompEint {
+            codec: Compression::Deflate,
+        }),
+        SchemeId::CompEintZstd => &Metered(CompEint {
+            codec: Compression::Zstd,
+        }),
     }
 }
 

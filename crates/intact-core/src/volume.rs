@@ -1267,7 +1267,11 @@ impl OpenFile {
         let ctrs = check_ctr(&inode.counters, spilled.as_deref(), &ctr_hash)
             .map_err(|e| Error::tampered(subject.clone(), None, format!("write counters: {e}")))?;
         let fresh = inode.scheme.uses_counter_intervals();
-        if fresh && ctrs.blocks() != inode.tree.leaves {
+        let covered = match inode.scheme.partial_tree() {
+            true => inode.tree.leaves <= ctrs.blocks(),
+            false => inode.tree.leaves == ctrs.blocks(),
+        };
+        if fresh && !covered {
             return Err(Error::tampered(
                 subject,
                 None,
@@ -1282,6 +1286,7 @@ impl OpenFile {
             tree: inode.tree,
             ctrs,
             ctr_hw: inode.ctr_hw,
+            rtree: crate::scheme::RTreeIndex::for_scheme(inode.scheme),
         };
         Ok(OpenFile {
             inode,

@@ -21,10 +21,21 @@ struct Fx {
     store: Arc<MemStore>,
     trusted: MemTrusted,
     scheme: SchemeId,
+    content: Content,
 }
+
+/// How file contents are made: `pattern` (a uniform byte histogram, so random-looking to
+/// IsRand, yet compressible), `text` (low entropy, compressible) or `noise` (random-looking
+/// and incompressible). RAND-EINT and COMP-EINT take different paths for each.
+type Content = fn(u8, usize) -> Vec<u8>;
 
 impl Fx {
     fn new(scheme: SchemeId) -> Fx {
+        Fx::with(scheme, pattern)
+    }
+
+    fn with(scheme: SchemeId, content: Content) -> Fx {
+        let pattern = content;
         let store = Arc::new(MemStore::new());
         let trusted = MemTrusted::new();
         let vol = create(store.clone(), &trusted, scheme, BS as u32);
@@ -46,6 +57,7 @@ impl Fx {
             store,
             trusted,
             scheme,
+            content,
         }
     }
 
@@ -162,7 +174,7 @@ fn replay_block(fx: &Fx) -> Outcome {
     let old = fx.snapshot();
     {
         let v = fx.vol().unwrap();
-        v.write_path("/a", BS as u64, &pattern(9, BS)).unwrap();
+        v.write_path("/a", BS as u64, &(fx.content)(9, BS)).unwrap();
         v.sync().unwrap();
     }
     fx.settle();
@@ -181,7 +193,7 @@ fn rollback_file(fx: &Fx) -> Outcome {
     let old = fx.snapshot();
     {
         let v = fx.vol().unwrap();
-        v.write_path("/a", 0, &pattern(10, 4 * BS)).unwrap();
+        v.write_path("/a", 0, &(fx.content)(10, 4 * BS)).unwrap();
         v.sync().unwrap();
     }
     fx.settle();
@@ -193,7 +205,7 @@ fn rollback_volume(fx: &Fx) -> Outcome {
     let old = fx.snapshot();
     {
         let v = fx.vol().unwrap();
-        v.write_path("/a", 0, &pattern(11, 4 * BS)).unwrap();
+        v.write_path("/a", 0, &(fx.content)(11, 4 * BS)).unwrap();
         v.sync().unwrap();
     }
     fx.store.restore(old);
@@ -343,10 +355,14 @@ fn expected_block(scheme: SchemeId, attack: usize, table: Option<u64>) -> Option
 }
 
 fn run_all(scheme: SchemeId) {
+    run_all_with(scheme, pattern)
+}
+
+fn run_all_with(scheme: SchemeId, content: Content) {
     let mut report = Vec::new();
     for (k, (name, attack, path, block)) in ATTACKS.iter().enumerate() {
         let number = k + 1;
-        let fx = Fx::new(scheme);
+        let fx = Fx::with(scheme, content);
         let outcome = attack(&fx);
         let expect_undetected = undetected_by(scheme).contains(&number);
         match (&outcome, expect_undetected) {
@@ -423,6 +439,38 @@ fn attacks_mac_tree_all_detected() {
 #[test]
 fn attacks_none_only_structure_detected() {
     run_all(SchemeId::None);
+}
+
+/// RAND-EINT on random-looking blocks (every block has an RTree leaf).
+#[test]
+fn attacks_rand_eint_random_looking_all_detected() {
+    run_all_with(SchemeId::RandEint, pattern);
+}
+
+/// RAND-EINT on text (no block has a leaf: the entropy test alone authenticates).
+#[test]
+fn attacks_rand_eint_low_entropy_all_detected() {
+    run_all_with(SchemeId::RandEint, text);
+}
+
+/// RAND-EINT on a mix: blocks with and without leaves in one file.
+#[test]
+fn attacks_rand_eint_mixed_all_detected() {
+    run_all_with(SchemeId::RandEint, mixed);
+}
+
+/// COMP-EINT on compressible blocks (hash inside every block, no leaves).
+#[test]
+fn attacks_comp_eint_compressible_all_detected() {
+    run_all_with(SchemeId::CompEint, text);
+    run_all_with(SchemeId::CompEintZstd, pattern);
+}
+
+/// COMP-EINT on incompressible blocks (every block has an RTree leaf).
+#[test]
+fn attacks_comp_eint_incompressible_all_detected() {
+    run_all_with(SchemeId::CompEint, noise);
+    run_all_with(SchemeId::CompEintZstd, mixed);
 }
 
 /// A rollback of the anchor itself is outside the model (it is trusted), but a *stale*

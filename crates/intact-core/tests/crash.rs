@@ -20,7 +20,24 @@ type Model = BTreeMap<String, Vec<u8>>;
 /// The workload: operations interleaved with sync points. `model` tracks the expected
 /// state; `points` gets a copy of the model before each sync and `done` the number of
 /// syncs that returned.
-fn workload(vol: &Volume, bs: usize, points: &mut Vec<Model>, done: &mut usize) -> Result<()> {
+/// Content that alternates by seed between random-looking, incompressible bytes (odd seeds)
+/// and text (even seeds), so that RAND-EINT / COMP-EINT blocks move in and out of RTree as
+/// the workload overwrites them.
+fn flip(seed: u8, len: usize) -> Vec<u8> {
+    if !seed.is_multiple_of(2) {
+        noise(seed, len)
+    } else {
+        text(seed, len)
+    }
+}
+
+fn workload_with(
+    vol: &Volume,
+    bs: usize,
+    points: &mut Vec<Model>,
+    done: &mut usize,
+    pattern: fn(u8, usize) -> Vec<u8>,
+) -> Result<()> {
     let mut m: Model = BTreeMap::new();
     let sync = |m: &Model, points: &mut Vec<Model>, done: &mut usize| -> Result<()> {
         points.push(m.clone());
@@ -223,6 +240,10 @@ fn check_recovered(
 }
 
 fn crash_everywhere(scheme: SchemeId, bs: usize) {
+    crash_everywhere_with(scheme, bs, pattern)
+}
+
+fn crash_everywhere_with(scheme: SchemeId, bs: usize, content: fn(u8, usize) -> Vec<u8>) {
     // Count the writes of a clean run.
     let total = {
         let store = Arc::new(FaultStore::new_mem());
@@ -230,7 +251,7 @@ fn crash_everywhere(scheme: SchemeId, bs: usize) {
         let vol = create(store.clone(), &trusted, scheme, bs as u32);
         store.reset_counters();
         let (mut points, mut done) = (vec![], 0);
-        workload(&vol, bs, &mut points, &mut done).unwrap();
+        workload_with(&vol, bs, &mut points, &mut done, content).unwrap();
         drop(vol);
         store.writes()
     };
@@ -247,7 +268,7 @@ fn crash_everywhere(scheme: SchemeId, bs: usize) {
         // The sync point 0 is the freshly created, empty volume.
         let mut points = vec![BTreeMap::new()];
         let mut done = 1;
-        let r = workload(&vol, bs, &mut points, &mut done);
+        let r = workload_with(&vol, bs, &mut points, &mut done, content);
         if n < total {
             let e = r.expect_err("the crash must surface as an error");
             assert!(!e.is_tampered(), "crash surfaced as a tamper error: {e}");
@@ -297,6 +318,21 @@ fn crash_at_every_write_mac_tree() {
 #[test]
 fn crash_at_every_write_none() {
     crash_everywhere(SchemeId::None, 4096);
+}
+
+#[test]
+fn crash_at_every_write_rand_eint() {
+    crash_everywhere_with(SchemeId::RandEint, 128, flip);
+}
+
+#[test]
+fn crash_at_every_write_comp_eint() {
+    crash_everywhere_with(SchemeId::CompEint, 256, flip);
+}
+
+#[test]
+fn crash_at_every_write_comp_eint_zstd() {
+    crash_everywhere_with(SchemeId::CompEintZstd, 4096, flip);
 }
 
 /// An I/O error in the middle of a commit leaves the volume refusing further writes

@@ -575,3 +575,153 @@ const MAC_TREE_TS: &str = "41000000000000006300000000000000020600000000000000000
 const MAC_TREE_TS3: &str = "0300000000000000010000000000000002010000000000000000000000000000";
 const MAC_TREE_M3: &str = "05000000000000000500000000000000139d12cd340115a065d285fa9d408304101010101010101010101010101010101111111111111111111111111111111105000000000000000000000000000000de54284a33329f7c933820951bb53c1c12121212121212121212121212121212";
 const MAC_TREE_C3: &str = "01000000000000000100000000000000e1f1a2dd28960499cd40b6f1c7255578";
+
+// rand-eint and comp-eint (schemes 5, 6, 7)
+
+/// A file state and environment with the fixed keys, 128-byte blocks, counter floor 9.
+fn fixed_file(
+    scheme: SchemeId,
+) -> (
+    intact_core::scheme::FileState,
+    NodeHasher,
+    intact_core::crypto::SubKey,
+) {
+    let m = master();
+    let hasher = NodeHasher::new(*m.derive(label::NODE, &[]).expose_secret());
+    let leaf = m.derive(label::LEAF, &[]);
+    let f = intact_core::scheme::FileState {
+        subject: intact_core::Subject::Inode(2),
+        id: FILE,
+        names: ObjectNames::of(&FILE),
+        keys: FileKeys::derive(&m, &FILE),
+        tree: TreeState::empty(&hasher, &FILE),
+        ctrs: CounterIntervals::new(),
+        ctr_hw: 0,
+        rtree: intact_core::scheme::RTreeIndex::for_scheme(scheme),
+    };
+    (f, hasher, leaf)
+}
+
+/// rand-eint: the HKDF keys, the tweak of block 5 at counter 9, and the exact stored bytes
+/// of a two-block file (block 0 = text, not random-looking: no leaf; block 1 = the bytes
+/// 0..=127, entropy 7 bits > 5.6875: random-looking, one RTree leaf) written at counter 9.
+#[test]
+fn rand_eint_vectors() {
+    use intact_core::scheme::{scheme, Env};
+    use intact_core::tree::NodeCache;
+    let m = master();
+    let (mut f, hasher, leaf) = fixed_file(SchemeId::RandEint);
+    let cache = NodeCache::new(0);
+    let metrics = intact_core::metrics::Metrics::new();
+    let env = Env {
+        bs: 128,
+        hasher: &hasher,
+        leaf_key: &leaf,
+        cache: &cache,
+        ctr_floor: 9,
+        ctr_limit: 1 << 40,
+        metrics: &metrics,
+    };
+    let store = Arc::new(MemStore::new());
+    let mut tx = Tx::new(store.clone());
+    let mut text =
+        b"The trusted state of a file is its record; its blocks live on untrusted storage. "
+            .repeat(2);
+    text.truncate(128);
+    let plain: Vec<u8> = text.iter().copied().chain(0..128u8).collect();
+    let mut data = plain.clone();
+    let sch = scheme(SchemeId::RandEint);
+    sch.write_blocks(&env, &mut f, &mut tx, 0, &mut data)
+        .unwrap();
+    let mut d = vec![0u8; 256];
+    tx.read_at(&f.names.data, 0, &mut d).unwrap();
+    let mut node = vec![0u8; 32];
+    tx.read_at(&f.names.meta, 0, &mut node).unwrap();
+    let mut back = vec![0u8; 256];
+    sch.read_blocks(&env, &mut f, &mut tx, 0, &mut back)
+        .unwrap();
+    assert_eq!(back, plain);
+    assert_eq!(f.tree.leaves, 1);
+    assert_eq!(f.blocks(), 2);
+    check(&[
+        (
+            "FILE_WIDE",
+            hx(m.derive(label::FILE_WIDE, &FILE).expose_secret()),
+            RAND_WIDE_KEY,
+        ),
+        (
+            "FILE_TWEAK",
+            hx(m.derive(label::FILE_TWEAK, &FILE).expose_secret()),
+            RAND_TWEAK_KEY,
+        ),
+        ("tweak(5, 9)", hx(f.keys.tweak(5, 9)), RAND_TWEAK_5_9),
+        ("rand-eint .d (2 blocks of 128)", hx(&d), RAND_D),
+        ("rand-eint .m (leaf of block 1)", hx(&node), RAND_M),
+        ("rand-eint root (1 leaf)", hx(f.tree.root), RAND_ROOT),
+    ]);
+}
+
+const RAND_WIDE_KEY: &str = "ba653333d2932886175b3b4c640e3ad8c8af4227da497da4ac57e59f6e864651";
+const RAND_TWEAK_KEY: &str = "3d737a66a53f554fe85ff797365dc8e94a7dec23a1a787a36fd93565d0bfa7be";
+const RAND_TWEAK_5_9: &str = "53af41401e19ff86898f0a644983f6ef373a786fe2f1d35c1dec873958f74b26";
+const RAND_D: &str =
+    "b6284a09795d23ccdf71f1d15498cb2f42f2cff0ebcfff032476304f7e72c9f2bfb2941b382c2dd16b2b38b20a411f7f2f57ad7bf7cd69e05515156fa4bd4b717495eea2d679f924dfce526a5312446409a1e3851f0a7829b62306718a4146f52a54d1cf59b3cc7f8d2dca1cfb631ce9439b762d9f00cfed59ff3c7b4c734aa5e53c0cf4b611cffd6ab2ee9daabe9bc13e80809e7dce7d17a3df5a0e0f85654498f5471d2d41a796634db08a2a6bed61e79c894824b9a9e38a69ae3d92684b13ff68dcdcafc91141c766ab49fb5661d63f867da7aecf81b8e34f347174c9ac4261d8a07f4418384b6cd728f2fd68db4618c84ae3e26b6b318225304cb3d5491d";
+const RAND_M: &str = "8a8c88ec4c15c00429f8130ad63f884e1e301dfbbca5cdf46e807c7601000000";
+const RAND_ROOT: &str = "81b4c8f3613bc60e89ed4822e4fd8b4abe7c1caece22fc44b02b00c0a830d4e8";
+
+/// comp-eint: a frozen stored block decodes (the compressor's exact output may change with
+/// its version, so the frozen direction is decoding): block 0 at counter 9 holding 128
+/// bytes of 0x41, as CBC(pad(DEFLATE)) || tag.
+#[test]
+fn comp_eint_vectors() {
+    use intact_core::scheme::{scheme, Env};
+    use intact_core::tree::NodeCache;
+    for (id, frozen) in [
+        (SchemeId::CompEint, COMP_D),
+        (SchemeId::CompEintZstd, COMP_ZSTD_D),
+    ] {
+        let (mut f, hasher, leaf) = fixed_file(id);
+        let cache = NodeCache::new(0);
+        let metrics = intact_core::metrics::Metrics::new();
+        let env = Env {
+            bs: 128,
+            hasher: &hasher,
+            leaf_key: &leaf,
+            cache: &cache,
+            ctr_floor: 9,
+            ctr_limit: 1 << 40,
+            metrics: &metrics,
+        };
+        let store = Arc::new(MemStore::new());
+        let mut tx = Tx::new(store.clone());
+        let sch = scheme(id);
+        let mut data = vec![0x41u8; 128];
+        sch.write_blocks(&env, &mut f, &mut tx, 0, &mut data)
+            .unwrap();
+        let mut d = vec![0u8; 128];
+        tx.read_at(&f.names.data, 0, &mut d).unwrap();
+        assert_ne!(d, vec![0x41u8; 128]);
+        // Decode the frozen bytes (not what this build's compressor wrote).
+        let frozen = hex::decode(frozen).unwrap();
+        tx.write_at(&f.names.data, 0, &frozen).unwrap();
+        let mut back = vec![0u8; 128];
+        sch.read_blocks(&env, &mut f, &mut tx, 0, &mut back)
+            .unwrap();
+        assert_eq!(back, vec![0x41u8; 128], "{id:?}");
+        assert_eq!(f.tree.leaves, 0);
+        // The layout: tag = keyed BLAKE3(LEAF, "ctag" || id || i || ctr || first 96 bytes).
+        let tag = leaf.mac(&[
+            b"ctag",
+            &FILE,
+            &0u64.to_le_bytes(),
+            &9u64.to_le_bytes(),
+            &frozen[..96],
+        ]);
+        assert_eq!(&frozen[96..], &tag);
+    }
+}
+
+const COMP_D: &str =
+    "2f50fe7073ea1cfe490ae1df7ccea1f07b310d257dd95bac3b104811327b67a3ed38ea27ce28024e79158cc036a2bb62181e3bd023a34e1b5ef3920a05fb7ea98f02017df0d259e8354569f3693f60e143c2a956f1338752d37f7e4e6a49fdeb450adc045a5c02535e059b709265ab2496ab38da9ca9d44becd8546b4dba100e";
+const COMP_ZSTD_D: &str =
+    "a933bccc04afdffbaf16c054c9fdc47ce66c23bed8a6beae6d1c676015ffbe5e9656a94bcf6de0e1127e4c64dcab22b89da2ed51575f4e2165c222a75c68053de8fed41f4a646d1da010faf3ef514d0b1e76c400624e69bd3c3af4efb754aa3481ad678a6e2a0de9f56fcfd035385073b92296bbbbdac8a3a4c750e7a96f01f5";

@@ -64,6 +64,17 @@ fn scale(x: u32, bs: usize) -> usize {
     blocks * bs + part
 }
 
+/// File contents of three kinds, so that RAND-EINT and COMP-EINT blocks move between
+/// having an RTree leaf and not: `pattern` (random-looking but compressible), `text` (low
+/// entropy) and `noise` (random-looking, incompressible).
+fn content(seed: u8, len: usize) -> Vec<u8> {
+    match seed % 3 {
+        0 => pattern(seed, len),
+        1 => text(seed, len),
+        _ => noise(seed, len),
+    }
+}
+
 fn run(scheme: SchemeId, bs: usize, ops: Vec<Op>) {
     let store = Arc::new(MemStore::new());
     let trusted = MemTrusted::new();
@@ -86,7 +97,7 @@ fn run(scheme: SchemeId, bs: usize, ops: Vec<Op>) {
                     v.create_file(path, None).unwrap();
                     model.insert(path, vec![]);
                 }
-                let data = pattern(seed, len);
+                let data = content(seed, len);
                 v.write_path(path, off as u64, &data).unwrap();
                 if len > 0 {
                     let f = model.get_mut(path).unwrap();
@@ -197,3 +208,12 @@ model_test!(model_none_65536, SchemeId::None, 65536);
 model_test!(model_mac_tree_128, SchemeId::MacTree, 128);
 model_test!(model_mac_tree_4096, SchemeId::MacTree, 4096);
 model_test!(model_mac_tree_65536, SchemeId::MacTree, 65536);
+model_test!(model_rand_eint_128, SchemeId::RandEint, 128);
+model_test!(model_rand_eint_4096, SchemeId::RandEint, 4096);
+model_test!(model_rand_eint_65536, SchemeId::RandEint, 65536);
+model_test!(model_comp_eint_128, SchemeId::CompEint, 128);
+model_test!(model_comp_eint_4096, SchemeId::CompEint, 4096);
+model_test!(model_comp_eint_65536, SchemeId::CompEint, 65536);
+model_test!(model_comp_eint_zstd_128, SchemeId::CompEintZstd, 128);
+model_test!(model_comp_eint_zstd_4096, SchemeId::CompEintZstd, 4096);
+model_test!(model_comp_eint_zstd_65536, SchemeId::CompEintZstd, 65536);

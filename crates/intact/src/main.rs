@@ -59,8 +59,9 @@ enum Cmd {
     Init {
         dir: PathBuf,
         /// Default scheme of new files: mt-eint (freshness, default), mt-eint-cbc, mac-tree
-        /// (freshness; Poly1305-AES counter tree), aead (no freshness), none (NO integrity:
-        /// a measurement baseline only).
+        /// (freshness; Poly1305-AES counter tree), rand-eint (HCTR2; a tree over
+        /// random-looking blocks only), comp-eint / comp-eint-zstd (hash inside compressible
+        /// blocks), aead (no freshness), none (NO integrity: a measurement baseline only).
         #[arg(long, default_value = "mt-eint")]
         scheme: String,
         /// Block size in bytes (power of two, 128..=65536).

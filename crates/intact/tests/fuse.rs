@@ -960,6 +960,16 @@ fn attacks_through_mount_mac_tree() {
 }
 
 #[test]
+fn attacks_through_mount_rand_eint() {
+    attacks_through_mount("rand-eint", &[]);
+}
+
+#[test]
+fn attacks_through_mount_comp_eint() {
+    attacks_through_mount("comp-eint", &[]);
+}
+
+#[test]
 fn attacks_through_mount_none() {
     // Encryption only: what it misses is recorded, like the library-level attack test.
     attacks_through_mount("none", &[1, 2, 3, 4, 5, 7, 8, 9, 12]);
@@ -995,7 +1005,16 @@ fn tampered_block_read_is_eio_and_logged_with_path_and_block() {
 // fsx (the file-system exerciser) against the mount, for every scheme.
 
 /// Every scheme's name, as `intact init --scheme` takes it.
-const SCHEMES: &[&str] = &["aead", "mt-eint", "mt-eint-cbc", "none", "mac-tree"];
+const SCHEMES: &[&str] = &[
+    "aead",
+    "mt-eint",
+    "mt-eint-cbc",
+    "none",
+    "mac-tree",
+    "rand-eint",
+    "comp-eint",
+    "comp-eint-zstd",
+];
 
 fn fsx_binary() -> Option<PathBuf> {
     let mut candidates: Vec<PathBuf> = std::env::var_os("PATH")
