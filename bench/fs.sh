@@ -23,13 +23,14 @@
 #   seq read    the same file after remount + drop_caches, 1 MiB reads (contents checked)
 #   rand write  fio psync 4 KiB random writes over a 128 MiB file, RAND_SECS, end_fsync=1
 #   rand read   fio psync 4 KiB random reads of it, after remount + drop_caches, RAND_SECS
-#   create      2,000 files of 16 KiB (one process), then syncfs of the mount and of the
-#               backing file system — files/s
+#   create      2,000 files of 16 KiB (one process), then sync (below) — files/s
 #   read back   list + read them after remount + drop_caches (contents checked) — files/s
 #   tar -x      untar a ~60 MB source tree (/usr/include, then cargo registry sources),
-#               then `sync -f` of the mount and of the backing file system — MB/s of tarball
-#   (syncfs on a FUSE mount only flushes the kernel's dirty pages and timestamps to the
-#   daemon; it sends no fsync, so the backing file system is synced explicitly.)
+#               then sync (below) — MB/s of tarball
+#   "sync" after create and tar -x = syncfs of the mount (the kernel's dirty pages and
+#   timestamps go to the daemon; FUSE sends no fsync for it), fsync of the directory through
+#   the mount (FSYNCDIR: intact seals the whole volume, cryfs/gocryptfs sync what they
+#   hold), then syncfs of the backing file system (the daemons that write through).
 # The files stay in place until the end (no unlinks between workloads); then, untimed, they
 # are removed through the mount and synced, and intact's mount log is checked for errors.
 #   tar -c      tar -c of that tree to a pipe after remount + drop_caches (tree diffed
@@ -336,14 +337,17 @@ wl_readback() {
     R=$(awk -v n="$NFILES" -v s="$s" 'BEGIN { printf "%.3f", n / s }')
 }
 
+settle() { # DIR under the mount: see "sync" in the header
+    T sync -f "$1" && T sync "$1" && T sync -f "$D/cipher"
+}
+
 wl_untar() {
     mkdir "$W/tree" || return 1
     drop_caches
     local t0 t1
     t0=$(now)
     T tar -xf "$TREE_TAR" -C "$W/tree" --no-same-owner || return 1
-    T sync -f "$W/tree" || return 1
-    T sync -f "$D/cipher" || return 1
+    settle "$W/tree" || return 1
     t1=$(now)
     R=$(rate "$(mb "$TREE_BYTES")" "$t0" "$t1")
 }

@@ -4,8 +4,9 @@ dominate (2,000 `dd`s would cost more than the file system under test).
 
   smallfiles.py create DIR N SIZE SRC [SYNCDIR...]
                                         create N files of SIZE bytes (contents: consecutive
-                                        slices of SRC), then syncfs(DIR) and syncfs of each
-                                        SYNCDIR (the backing file system); prints seconds
+                                        slices of SRC), then syncfs(DIR), fsync(DIR) and
+                                        syncfs of each SYNCDIR (the backing file system);
+                                        prints seconds
   smallfiles.py read DIR N SIZE SRC     list DIR, read every file back and check its
                                         contents against SRC; prints seconds
 
@@ -46,6 +47,8 @@ def main():
                 if libc.syncfs(dfd) != 0:
                     e = ctypes.get_errno()
                     sys.exit("smallfiles: syncfs(%s): %s" % (sd, os.strerror(e)))
+                if sd == d:
+                    os.fsync(dfd)  # FUSE: FSYNCDIR (syncfs sends no fsync to the daemon)
             finally:
                 os.close(dfd)
         print("%.6f" % (time.monotonic() - t0))

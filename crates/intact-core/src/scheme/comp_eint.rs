@@ -4,6 +4,7 @@ use super::rtree::{self, leaf_value, Plan};
 use super::{check_limit, Env, FileState, MtEint, Scheme};
 use crate::crypto::{ct_eq, FileId, Hash};
 use crate::error::{Error, Result};
+use crate::metrics::{timed, Phase};
 use crate::tree::TreeState;
 use crate::tx::Tx;
 
@@ -90,8 +91,10 @@ pub struct CompEint {
 }
 
 fn tag(env: &Env, f: &FileState, i: u64, ctr: u64, stored: &[u8]) -> Hash {
-    env.leaf_key
-        .mac(&[b"ctag", &f.id, &i.to_le_bytes(), &ctr.to_le_bytes(), stored])
+    timed(Phase::HashMac, || {
+        env.leaf_key
+            .mac(&[b"ctag", &f.id, &i.to_le_bytes(), &ctr.to_le_bytes(), stored])
+    })
 }
 
 impl CompEint {
@@ -109,19 +112,21 @@ impl CompEint {
         let lc = l_c(bs, HASH_LEN, CIPHER_BLOCK);
         let iv = f.keys.cbc_iv(i, ctr);
         // Strictly below L_c: the padding needs at least one byte.
-        match self.codec.compress(blk, &mut scratch[..lc - 1]) {
+        match timed(Phase::RandTest, || {
+            self.codec.compress(blk, &mut scratch[..lc - 1])
+        }) {
             Some(len) => {
                 blk.fill(0);
                 blk[..len].copy_from_slice(&scratch[..len]);
                 blk[len] = 0x80;
-                f.keys.cbc.encrypt(iv, &mut blk[..lc]);
+                timed(Phase::Encrypt, || f.keys.cbc.encrypt(iv, &mut blk[..lc]));
                 let t = tag(env, f, i, ctr, &blk[..bs - HASH_LEN]);
                 blk[bs - HASH_LEN..].copy_from_slice(&t);
                 None
             }
             None => {
                 let leaf = leaf_value(env, f, i, ctr, blk);
-                f.keys.cbc.encrypt(iv, blk);
+                timed(Phase::Encrypt, || f.keys.cbc.encrypt(iv, blk));
                 Some(leaf)
             }
         }
@@ -143,7 +148,9 @@ impl CompEint {
         if !ct_eq(&want, &blk[bs - HASH_LEN..]) {
             return Err(f.tampered(i, "compressed block does not match its hash"));
         }
-        f.keys.cbc.decrypt(f.keys.cbc_iv(i, ctr), &mut blk[..lc]);
+        timed(Phase::Encrypt, || {
+            f.keys.cbc.decrypt(f.keys.cbc_iv(i, ctr), &mut blk[..lc])
+        });
         // Authentic from here on; a malformed payload would be our own bug.
         let end = blk[..lc].iter().rposition(|&b| b != 0);
         let Some(len) = end.filter(|&e| blk[e] == 0x80) else {
@@ -152,7 +159,9 @@ impl CompEint {
             )));
         };
         scratch[..len].copy_from_slice(&blk[..len]);
-        if !self.codec.decompress(&scratch[..len], blk) {
+        if !timed(Phase::RandTest, || {
+            self.codec.decompress(&scratch[..len], blk)
+        }) {
             return Err(Error::Invalid(format!(
                 "block {i}: authenticated payload does not decompress"
             )));
@@ -185,7 +194,9 @@ impl Scheme for CompEint {
             }
             match arr.search_offset(i) {
                 Some(j) => {
-                    f.keys.cbc.decrypt(f.keys.cbc_iv(i, ctr), blk);
+                    timed(Phase::Encrypt, || {
+                        f.keys.cbc.decrypt(f.keys.cbc_iv(i, ctr), blk)
+                    });
                     checks.push((j, leaf_value(env, f, i, ctr, blk), i));
                 }
                 None => match self.open_compressed(env, f, i, ctr, blk, &mut scratch) {

@@ -5,6 +5,7 @@ use super::{check_limit, Env, FileState, MtEint, Scheme};
 use crate::crypto::FileId;
 use crate::entropy::is_rand;
 use crate::error::{Error, Result};
+use crate::metrics::{timed, Phase};
 use crate::tree::TreeState;
 use crate::tx::Tx;
 
@@ -51,10 +52,12 @@ impl Scheme for RandEint {
                 blk.fill(0);
                 continue;
             }
-            f.keys.wide.decrypt(&f.keys.tweak(i, ctr), blk);
+            timed(Phase::Encrypt, || {
+                f.keys.wide.decrypt(&f.keys.tweak(i, ctr), blk)
+            });
             match arr.search_offset(i) {
                 Some(j) => checks.push((j, leaf_value(env, f, i, ctr, blk), i)),
-                None if is_rand(blk) => {
+                None if timed(Phase::RandTest, || is_rand(blk)) => {
                     failed = Some((
                         i,
                         "block deciphers to random-looking data and has no RTree leaf",
@@ -93,9 +96,12 @@ impl Scheme for RandEint {
         let mut plan = Plan::new(rtree::verified(env, f, tx)?);
         for (k, blk) in data.chunks_exact_mut(bs).enumerate() {
             let i = first + k as u64;
-            let leaf = is_rand(blk).then(|| leaf_value(env, f, i, ctr, blk));
+            let leaf =
+                timed(Phase::RandTest, || is_rand(blk)).then(|| leaf_value(env, f, i, ctr, blk));
             plan.set(i, leaf);
-            f.keys.wide.encrypt(&f.keys.tweak(i, ctr), blk);
+            timed(Phase::Encrypt, || {
+                f.keys.wide.encrypt(&f.keys.tweak(i, ctr), blk)
+            });
         }
         let ts = f.tree;
         let (ts, arr) = plan.apply(env, f, tx, &ts)?;

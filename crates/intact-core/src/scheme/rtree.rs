@@ -17,6 +17,7 @@ use super::{Env, FileState, MtEint, Nodes};
 use crate::crypto::Hash;
 use crate::error::{Error, Result};
 use crate::format::SchemeId;
+use crate::metrics::{timed, Phase};
 use crate::tree::TreeState;
 use crate::tx::Tx;
 use std::collections::BTreeMap;
@@ -27,13 +28,15 @@ pub const LEAF_MAC_LEN: usize = 28;
 /// An RTree leaf: keyed BLAKE3(LEAF key, "rleaf" || file id || i u64 || ctr u64 || B)
 /// truncated to 28 bytes, then `i` as u32 LE (RArr's entry for this leaf).
 pub fn leaf_value(env: &Env, f: &FileState, index: u64, ctr: u64, plain: &[u8]) -> Hash {
-    let mut h = env.leaf_key.mac(&[
-        b"rleaf",
-        &f.id,
-        &index.to_le_bytes(),
-        &ctr.to_le_bytes(),
-        plain,
-    ]);
+    let mut h = timed(Phase::HashMac, || {
+        env.leaf_key.mac(&[
+            b"rleaf",
+            &f.id,
+            &index.to_le_bytes(),
+            &ctr.to_le_bytes(),
+            plain,
+        ])
+    });
     // Block indices are below MAX_BLOCKS = 2^32 (checked at every write).
     h[LEAF_MAC_LEN..].copy_from_slice(&(index as u32).to_le_bytes());
     h
