@@ -324,14 +324,26 @@ fn locate_at(cli: &Cli, dir: &Path) -> Result<(Arc<dyn UntrustedStore>, LocalSta
 }
 
 fn open(cli: &Cli, read_only: bool) -> Result<Volume> {
-    let (store, state) = locate(cli)?;
-    let trusted: Box<dyn TrustedStore> = Box::new(state);
+    let (mut store, mut state) = locate(cli)?;
     let pw = password(cli, false)?;
     let opts = Options {
         cache_bytes: cli.cache_bytes.unwrap_or(1024),
         read_only,
     };
-    let vol = Volume::open(store, trusted, pw.as_bytes(), &opts)?;
+    // Right after `fusermount3 -u` the mount's daemon may still be sealing: wait for it
+    // (up to 30 s) rather than report the volume as in use.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let vol = loop {
+        let unmounting = mount::unmounting(&state);
+        let trusted: Box<dyn TrustedStore> = Box::new(state);
+        match Volume::open(store, trusted, pw.as_bytes(), &opts) {
+            Err(Error::Locked(_)) if unmounting && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                (store, state) = locate(cli)?;
+            }
+            r => break r?,
+        }
+    };
     // Each command is all-or-nothing: only its final explicit sync seals.
     vol.set_seal_on_drop(false);
     Ok(vol)
@@ -662,6 +674,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             log,
             daemon_child,
         } => {
+            // Absolute paths: the daemon and `intact stat` find the mount by them.
+            let abs = |p: &PathBuf| {
+                p.canonicalize()
+                    .with_context(|| format!("{}: no such directory", p.display()))
+            };
+            let (cipherdir, mountpoint) = (&abs(cipherdir)?, &abs(mountpoint)?);
             return mount::mount(
                 &cli,
                 &mount::MountArgs {

@@ -232,6 +232,21 @@ pub fn read_status(state: &intact_core::store::LocalStateDir) -> Option<serde_js
     serde_json::from_slice(&b).ok()
 }
 
+/// Whether the volume's mount is going away: its daemon is alive but its mount point is
+/// no longer mounted (it is sealing after `fusermount3 -u`).
+pub fn unmounting(state: &intact_core::store::LocalStateDir) -> bool {
+    let Some(st) = read_status(state) else {
+        return false;
+    };
+    let pid = st["pid"].as_u64().unwrap_or(0);
+    let mnt = st["mountpoint"].as_str().unwrap_or("");
+    let mounted = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(mnt));
+    crate::pid_alive(pid) && !mounted
+}
+
 /// Whether `cmd` is a mount (its logging goes to the log file or stderr).
 pub fn is_mount(cmd: &Cmd) -> bool {
     matches!(cmd, Cmd::Mount { .. })
