@@ -52,6 +52,7 @@ fn create(store: Arc<dyn UntrustedStore>, trusted: &MemTrusted, scheme: SchemeId
         &CreateOptions {
             block_size: BS,
             scheme,
+            auto: false,
             kdf: KdfParams::TEST,
         },
         &opts(),

@@ -164,6 +164,23 @@ impl SchemeId {
     ];
 }
 
+/// The `auto` policy: the scheme for a file from what was observed of it, following
+/// Oprea–Reiter's Table 7 (2006, §8): majority high-entropy contents → MT-EINT; majority
+/// low-entropy contents → RAND-EINT when writes dominate, COMP-EINT when reads do.
+/// `random` of `sampled` observed blocks looked random (IsRand); `None` without samples.
+pub fn auto_choice(reads: u64, writes: u64, random: u64, sampled: u64) -> Option<SchemeId> {
+    if sampled == 0 {
+        return None;
+    }
+    Some(if 2 * random > sampled {
+        SchemeId::MtEintGcm
+    } else if writes >= reads {
+        SchemeId::RandEint
+    } else {
+        SchemeId::CompEint
+    })
+}
+
 /// One inode record: a file's attributes and its trusted state TS_F.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inode {
@@ -179,6 +196,9 @@ pub struct Inode {
     pub gid: u32,
     /// Link count: directory entries naming a file (hard links); 2 for directories.
     pub nlink: u32,
+    /// The scheme is chosen by the `auto` policy (paper Table 7), which may re-encrypt the
+    /// file under another scheme as its observed contents and access mix change.
+    pub auto: bool,
     /// Inode of the hidden [`Kind::Xattr`] file holding this inode's extended attributes
     /// (0: none).
     pub xattr: u32,
@@ -214,6 +234,7 @@ impl Inode {
             uid: 0,
             gid: 0,
             nlink: 1,
+            auto: false,
             xattr: 0,
             size: 0,
             mtime_ns: now_ns,
@@ -268,6 +289,7 @@ impl Inode {
         let mut b = [0u8; RECORD_SIZE];
         b[0] = self.kind as u8;
         b[1] = self.scheme.code();
+        b[2] = self.auto as u8;
         b[4..8].copy_from_slice(&self.mode.to_le_bytes());
         b[8..12].copy_from_slice(&self.uid.to_le_bytes());
         b[12..16].copy_from_slice(&self.gid.to_le_bytes());
@@ -312,6 +334,7 @@ impl Inode {
             uid: u32_at(8),
             gid: u32_at(12),
             nlink: u32_at(16),
+            auto: b[2] & 1 != 0,
             xattr: u32_at(20),
             size: u64_at(24),
             mtime_ns: u64_at(32) as i64,

@@ -31,6 +31,12 @@ const FILE_DIRTY_LIMIT: usize = 8 << 20;
 const OVERLAY_LIMIT: usize = 64 << 20;
 /// Longest name in a directory.
 pub const NAME_MAX: usize = 255;
+/// The name of the `auto` policy (`--scheme auto`, config, `user.intact.scheme`).
+pub const AUTO: &str = "auto";
+/// Blocks the `auto` policy observes before it re-encrypts a file that has content.
+const AUTO_MIN_OBSERVED: u64 = 64;
+/// Largest file the `auto` policy re-encrypts on its own (a switch rewrites the file).
+const AUTO_MAX_SIZE: u64 = 256 << 20;
 /// Open-file states kept after a seal.
 const KEEP_OPEN: usize = 1024;
 /// Dirty plaintext held across all files before the engine seals on its own.
@@ -65,6 +71,9 @@ pub struct CreateOptions {
     pub block_size: u32,
     /// Default scheme of new files.
     pub scheme: SchemeId,
+    /// New files follow the `auto` policy ([`crate::format::auto_choice`]), starting
+    /// from `scheme`.
+    pub auto: bool,
     /// Argon2id parameters.
     pub kdf: KdfParams,
 }
@@ -74,6 +83,7 @@ impl Default for CreateOptions {
         CreateOptions {
             block_size: 4096,
             scheme: SchemeId::MtEintGcm,
+            auto: false,
             kdf: KdfParams::DEFAULT,
         }
     }
@@ -96,6 +106,8 @@ pub struct Stat {
     pub ctime_ns: i64,
     /// Integrity scheme of the contents.
     pub scheme: String,
+    /// Whether the `auto` policy chooses (and may change) the scheme.
+    pub auto: bool,
     /// The file's random id (hex): its objects are `f/<2 hex>/<id>.{d,m,c}`.
     pub file_id: String,
     /// Blocks held by the scheme.
@@ -260,6 +272,38 @@ struct OpenFile {
     record_dirty: bool,
     dir: Option<BTreeMap<String, (u64, Kind)>>,
     dir_dirty: bool,
+    /// What the `auto` policy observed this session (files with `inode.auto` only).
+    obs: Observed,
+}
+
+/// Blocks read and written, and how many of the sampled ones looked random (IsRand).
+#[derive(Debug, Clone, Copy, Default)]
+struct Observed {
+    reads: u64,
+    writes: u64,
+    random: u64,
+    sampled: u64,
+}
+
+impl Observed {
+    fn sample(&mut self, block: &[u8]) {
+        self.sampled += 1;
+        self.random += crate::entropy::is_rand(block) as u64;
+    }
+
+    /// Counts blocks read (whole blocks in `run`), sampling every fourth for entropy.
+    fn observe(&mut self, run: &[u8], bs: usize) {
+        for (k, blk) in run.chunks_exact(bs).enumerate() {
+            self.reads += 1;
+            if k % 4 == 0 {
+                self.sample(blk);
+            }
+        }
+    }
+
+    fn total(&self) -> u64 {
+        self.reads + self.writes
+    }
 }
 
 struct Inner {
@@ -269,6 +313,7 @@ struct Inner {
     config: Config,
     bs: usize,
     default_scheme: SchemeId,
+    default_auto: bool,
     keys: Keys,
     cache: NodeCache,
     anchor: Anchor,
@@ -522,7 +567,11 @@ impl Volume {
             format: FORMAT_VERSION,
             volume_id: hex::encode(volume_id),
             block_size: copts.block_size,
-            scheme: copts.scheme.name().to_string(),
+            scheme: if copts.auto {
+                AUTO.to_string()
+            } else {
+                copts.scheme.name().to_string()
+            },
             kdf: copts.kdf,
             salt: hex::encode(salt),
             features: vec![],
@@ -624,7 +673,11 @@ impl Volume {
             trusted,
             _lock: lock,
             bs: config.block_size as usize,
-            default_scheme: SchemeId::parse(&config.scheme)?,
+            default_scheme: match config.scheme.as_str() {
+                AUTO => SchemeId::MtEintGcm,
+                s => SchemeId::parse(s)?,
+            },
+            default_auto: config.scheme == AUTO,
             config,
             keys,
             cache: NodeCache::new(opts.cache_bytes),
@@ -763,7 +816,12 @@ impl Volume {
     pub fn create_file(&self, path: &str, scheme: Option<SchemeId>) -> Result<u64> {
         let mut g = self.lock()?;
         let s = scheme.unwrap_or(g.default_scheme);
-        self.note(g.create_path(path, Kind::File, s))
+        let r = g.create_path(path, Kind::File, s).inspect(|&ino| {
+            if scheme.is_none() && g.default_auto {
+                g.files.get_mut(&ino).expect("created").inode.auto = true;
+            }
+        });
+        self.note(r)
     }
 
     /// Creates a directory.
@@ -1010,6 +1068,9 @@ impl Volume {
                 _ => SchemeId::MtEintGcm,
             };
             let ino = g.create_at(parent, name, kind, s, Some(mode), uid, gid)?;
+            if kind == Kind::File && scheme.is_none() && g.default_auto {
+                g.files.get_mut(&ino).expect("created").inode.auto = true;
+            }
             g.attr(ino)
         })
     }
@@ -1156,7 +1217,14 @@ impl Volume {
     pub fn getxattr(&self, ino: u64, name: &str) -> Result<Vec<u8>> {
         self.with_ino(ino, |g| {
             if name == SCHEME_XATTR && g.open_ino(ino)?.inode.kind == Kind::File {
-                return Ok(g.open_ino(ino)?.inode.scheme.name().as_bytes().to_vec());
+                let i = &g.open_ino(ino)?.inode;
+                let s = i.scheme.name();
+                return Ok(if i.auto {
+                    format!("{AUTO}:{s}")
+                } else {
+                    s.to_string()
+                }
+                .into_bytes());
             }
             xattr_name(name)?;
             g.xattrs(ino)?
@@ -1183,9 +1251,15 @@ impl Volume {
         self.with_ino(ino, |g| {
             g.check_writable()?;
             if name == SCHEME_XATTR && g.open_ino(ino)?.inode.kind == Kind::File {
-                let s = std::str::from_utf8(value)
-                    .map_err(|_| Error::Invalid("scheme name is not UTF-8".into()))
-                    .and_then(|v| SchemeId::parse(v.trim_end_matches(['\n', '\0'])))?;
+                let v = std::str::from_utf8(value)
+                    .map_err(|_| Error::Invalid("scheme name is not UTF-8".into()))?
+                    .trim_end_matches(['\n', '\0']);
+                if v == AUTO || v.starts_with("auto:") {
+                    g.touch_record(ino)?.inode.auto = true;
+                    return Ok(());
+                }
+                let s = SchemeId::parse(v)?;
+                g.touch_record(ino)?.inode.auto = false;
                 return g.set_scheme(ino, s);
             }
             xattr_name(name)?;
@@ -1218,6 +1292,16 @@ impl Volume {
                 return Err(Error::fs(name, FsErrorKind::NoAttribute));
             }
             g.store_xattrs(ino, &map)
+        })
+    }
+
+    /// Puts file `ino` under the `auto` policy (or takes it out, keeping its scheme).
+    pub fn set_auto(&self, ino: u64, on: bool) -> Result<()> {
+        self.with_ino(ino, |g| {
+            g.check_writable()?;
+            g.expect_kind(ino, "", Kind::File)?;
+            g.touch_record(ino)?.inode.auto = on;
+            Ok(())
         })
     }
 
@@ -1295,6 +1379,7 @@ impl OpenFile {
             record_dirty: false,
             dir: None,
             dir_dirty: false,
+            obs: Observed::default(),
         })
     }
 
@@ -1370,6 +1455,9 @@ fn file_read(env: &Env, tx: &mut Tx, of: &mut OpenFile, off: u64, buf: &mut [u8]
         }
         tmp.resize(((e - b + 1) * bs) as usize, 0);
         sch.read_blocks(env, &mut of.state, tx, b, &mut tmp)?;
+        if of.inode.auto {
+            of.obs.observe(&tmp, env.bs);
+        }
         for k in b..=e {
             copy_block_part(
                 bs,
@@ -1427,6 +1515,12 @@ fn file_write(env: &Env, tx: &mut Tx, of: &mut OpenFile, off: u64, data: &[u8]) 
         let s = (b * bs).max(off);
         let e = ((b + 1) * bs).min(end);
         let src = &data[(s - off) as usize..(e - off) as usize];
+        if of.inode.auto {
+            of.obs.writes += 1;
+            if e - s == bs {
+                of.obs.sample(src);
+            }
+        }
         if e - s == bs {
             of.dirty.insert(b, src.to_vec());
             continue;
@@ -1729,6 +1823,7 @@ impl Inner {
             mtime_ns: of.inode.mtime_ns,
             ctime_ns: of.inode.ctime_ns,
             scheme: of.inode.scheme.name().to_string(),
+            auto: of.inode.auto,
             file_id: hex::encode(of.inode.id),
             blocks: of.state.blocks().max(of.inode.size.div_ceil(bs)),
             counter_intervals: intervals,
@@ -2336,7 +2431,39 @@ impl Inner {
         r
     }
 
+    /// The `auto` policy, before a seal: files whose observed contents and access mix call
+    /// for another scheme (paper Table 7, [`crate::format::auto_choice`]) switch. A file
+    /// never stored yet switches at no cost; one with content is re-encrypted, once enough
+    /// of it was observed and if it is not too large to rewrite within a seal.
+    fn apply_auto_policy(&mut self) -> Result<()> {
+        let candidates: Vec<(u64, SchemeId)> = self
+            .files
+            .iter()
+            .filter(|(_, f)| f.inode.auto && f.inode.kind == Kind::File)
+            .filter_map(|(ino, f)| {
+                let o = f.obs;
+                let target = crate::format::auto_choice(o.reads, o.writes, o.random, o.sampled)?;
+                let fresh = f.state.blocks() == 0;
+                let worth = o.total() >= AUTO_MIN_OBSERVED.max(f.state.blocks() / 4)
+                    && f.inode.size <= AUTO_MAX_SIZE;
+                (target != f.inode.scheme && (fresh || worth)).then_some((*ino, target))
+            })
+            .collect();
+        for (ino, target) in candidates {
+            let from = self.files[&ino].inode.scheme;
+            self.set_scheme(ino, target)?;
+            tracing::info!(
+                ino,
+                from = from.name(),
+                to = target.name(),
+                "auto policy switched scheme"
+            );
+        }
+        Ok(())
+    }
+
     fn commit_inner(&mut self) -> Result<()> {
+        self.apply_auto_policy()?;
         // 1. Directory contents, then file data, then records into the inode table.
         let dirty: Vec<u64> = self
             .files
@@ -2550,7 +2677,11 @@ impl Inner {
         }
         Ok(Info {
             volume_id: self.config.volume_id.clone(),
-            scheme: self.default_scheme.name().to_string(),
+            scheme: if self.default_auto {
+                AUTO.to_string()
+            } else {
+                self.default_scheme.name().to_string()
+            },
             block_size: self.bs as u32,
             files,
             directories: dirs,

@@ -380,6 +380,7 @@ fn crash_during_create_never_looks_like_tampering() {
             &intact_core::CreateOptions {
                 block_size: 4096,
                 scheme: SchemeId::MtEintGcm,
+                auto: false,
                 kdf: intact_core::crypto::KdfParams::TEST,
             },
             &intact_core::Options::default(),

@@ -266,6 +266,7 @@ fn example_inode() -> Inode {
         uid: 1000,
         gid: 100,
         nlink: 1,
+        auto: false,
         xattr: 9,
         size: 10_000,
         mtime_ns: 1_700_000_000_123_456_789,

@@ -29,6 +29,8 @@ pub struct MountOptions {
     pub allow_other: bool,
     /// Scheme of new files (`None`: the volume's default).
     pub scheme: Option<SchemeId>,
+    /// New files follow the `auto` policy (overrides `scheme`).
+    pub auto: bool,
     /// Threads serving kernel requests.
     pub threads: usize,
     /// Seal what was written at least this often (like ext4's commit interval); `None`
@@ -52,6 +54,7 @@ impl Default for MountOptions {
         MountOptions {
             allow_other: false,
             scheme: None,
+            auto: false,
             threads: 2,
             commit_interval: Some(Duration::from_secs(5)),
             backing_dir: None,
@@ -413,15 +416,24 @@ impl Filesystem for IntactFs {
             // Devices, FIFOs and sockets are not stored (documented in docs/design.md).
             return reply.error(Errno::EPERM);
         }
-        let r = self.vol.create_at(
-            parent.0,
-            name,
-            Kind::File,
-            mode & 0o7777,
-            req.uid(),
-            req.gid(),
-            self.opts.scheme,
-        );
+        let r = self
+            .vol
+            .create_at(
+                parent.0,
+                name,
+                Kind::File,
+                mode & 0o7777,
+                req.uid(),
+                req.gid(),
+                self.opts.scheme,
+            )
+            .and_then(|a| match self.opts.auto {
+                true => self
+                    .vol
+                    .set_auto(a.ino, true)
+                    .and_then(|()| self.vol.attr(a.ino)),
+                false => Ok(a),
+            });
         self.entry(r, reply, "mknod");
     }
 
@@ -820,7 +832,12 @@ impl Filesystem for IntactFs {
                 req.gid(),
                 self.opts.scheme,
             )
-            .and_then(|a| self.vol.open_handle(a.ino).map(|()| a));
+            .and_then(|a| {
+                if self.opts.auto {
+                    self.vol.set_auto(a.ino, true)?;
+                }
+                self.vol.open_handle(a.ino).map(|()| a)
+            });
         match r {
             Ok(a) => reply.created(
                 &self.opts.attr_ttl,

@@ -457,7 +457,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             kdf_memory,
             kdf_passes,
         } => {
-            let scheme = SchemeId::parse(scheme)?;
+            let auto = scheme == intact_core::volume::AUTO;
+            let scheme = if auto {
+                SchemeId::MtEintGcm
+            } else {
+                SchemeId::parse(scheme)?
+            };
             warn_unprotected(scheme);
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             check_state_outside(&state_dir(&cli), dir)?;
@@ -466,6 +471,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let copts = CreateOptions {
                 block_size: *block_size,
                 scheme,
+                auto,
                 kdf: intact_core::crypto::KdfParams {
                     m_kib: *kdf_memory,
                     t: *kdf_passes,
@@ -491,7 +497,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Cmd::Put { src, path, scheme } => {
-            let scheme = scheme.as_deref().map(SchemeId::parse).transpose()?;
+            // `--scheme auto`: the policy picks (and may later change) the scheme.
+            let want_auto = scheme.as_deref() == Some(intact_core::volume::AUTO);
+            let scheme = scheme
+                .as_deref()
+                .filter(|_| !want_auto)
+                .map(SchemeId::parse)
+                .transpose()?;
             if let Some(s) = scheme {
                 warn_unprotected(s);
             }
@@ -507,10 +519,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 (Box::new(f), meta.len())
             };
             let vol = open(&cli, false)?;
-            // A replaced file keeps its scheme unless --scheme says otherwise.
+            // A replaced file keeps its scheme (or auto policy) unless --scheme says otherwise.
+            let mut auto = want_auto;
             let scheme = match (scheme, vol.stat(path)) {
                 (Some(s), _) => Some(s),
-                (None, Ok(st)) if st.kind == Kind::File => Some(SchemeId::parse(&st.scheme)?),
+                (None, Ok(st)) if st.kind == Kind::File => {
+                    auto |= st.auto;
+                    Some(SchemeId::parse(&st.scheme)?)
+                }
                 (None, Ok(st)) if st.kind == Kind::Dir => bail!("{path}: is a directory"),
                 (None, Ok(_)) => bail!("{path} exists and is not a regular file"),
                 (None, Err(_)) => None,
@@ -527,7 +543,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 "{dir}/.{base}.intact-put-{:016x}",
                 u64::from_le_bytes(nonce)
             );
-            vol.create_file(&tmp, scheme)?;
+            let ino = vol.create_file(&tmp, scheme)?;
+            if auto {
+                vol.set_auto(ino, true)?;
+            }
             let pb = bar(total, "put");
             let mut buf = vec![0u8; 1 << 20];
             let mut off = 0u64;
@@ -776,7 +795,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 println!("  size: {}", st.size);
                 println!("  mode: {:04o}", st.mode);
                 println!(" inode: {}", st.ino);
-                println!("scheme: {}", st.scheme);
+                println!(
+                    "scheme: {}{}",
+                    st.scheme,
+                    if st.auto {
+                        " (chosen by the auto policy)"
+                    } else {
+                        ""
+                    }
+                );
                 if st.scheme == SchemeId::None.name() {
                     println!("        (NO integrity: tampering with this file goes undetected)");
                 }

@@ -44,7 +44,12 @@ pub fn mount(cli: &Cli, a: &MountArgs) -> Result<ExitCode> {
     if !a.mountpoint.is_dir() {
         bail!("mount point {}: not a directory", a.mountpoint.display());
     }
-    let scheme = a.scheme.map(SchemeId::parse).transpose()?;
+    let auto = a.scheme == Some(intact_core::volume::AUTO);
+    let scheme = a
+        .scheme
+        .filter(|_| !auto)
+        .map(SchemeId::parse)
+        .transpose()?;
     if a.daemon_child {
         return child(cli, a, scheme);
     }
@@ -206,6 +211,7 @@ fn serve(
     let opts = intact_fuse::MountOptions {
         allow_other: a.allow_other,
         scheme,
+        auto: a.scheme == Some(intact_core::volume::AUTO),
         threads: a.threads.max(1),
         commit_interval: (a.commit_interval > 0).then(|| Duration::from_secs(a.commit_interval)),
         backing_dir: Some(a.cipherdir.to_path_buf()),

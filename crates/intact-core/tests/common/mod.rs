@@ -23,6 +23,7 @@ pub fn create(
         &CreateOptions {
             block_size: bs,
             scheme,
+            auto: false,
             kdf: KdfParams::TEST,
         },
         &Options {
