@@ -39,6 +39,8 @@ const AUTO_MIN_OBSERVED: u64 = 64;
 const AUTO_MAX_SIZE: u64 = 256 << 20;
 /// Open-file states kept after a seal.
 const KEEP_OPEN: usize = 1024;
+/// Known (parent, name) pairs kept after a seal, for naming files in errors.
+const KEEP_NAMES: usize = 1 << 20;
 /// Dirty plaintext held across all files before the engine seals on its own.
 const TOTAL_DIRTY_LIMIT: usize = 128 << 20;
 /// Longest extended-attribute value.
@@ -2520,6 +2522,10 @@ impl Inner {
         self.store.write_at(ANCHOR_COPY_NAME, 0, &bytes)?;
         if self.files.len() > KEEP_OPEN {
             self.files.retain(|_, f| f.inode.kind == Kind::Dir);
+        }
+        if self.names.len() > KEEP_NAMES {
+            // Only error messages use them; lookups repopulate what is in use.
+            self.names.clear();
         }
         Ok(())
     }
