@@ -331,6 +331,14 @@ struct Inner {
     names: HashMap<u64, (u64, String)>,
     /// Approximate dirty plaintext across files since the last seal.
     dirty_bytes: usize,
+    /// Inode numbers freed in this session that a front end may still hold (the kernel
+    /// keeps an unlinked inode until it forgets it): requests on them are ENOENT, and the
+    /// numbers are not reused until [`Volume::forget`].
+    stale: std::collections::HashSet<u64>,
+    /// The front end reports when it stops referring to inodes ([`Volume::forget`]): a file
+    /// losing its last name is kept (on the unlinked list) until then, as a kernel keeps an
+    /// inode until its last reference goes.
+    track_references: bool,
     read_only: bool,
     poisoned: Option<String>,
     /// Reused buffer of [`flush_data`].
@@ -697,6 +705,8 @@ impl Volume {
             handles: HashMap::new(),
             names: HashMap::new(),
             dirty_bytes: 0,
+            stale: Default::default(),
+            track_references: false,
             read_only: opts.read_only,
             poisoned: None,
             scratch: Vec::new(),
@@ -1206,7 +1216,7 @@ impl Volume {
             });
             if n == Some(0) {
                 g.handles.remove(&ino);
-                if !g.read_only && g.open_ino(ino)?.inode.nlink == 0 {
+                if !g.read_only && !g.track_references && g.open_ino(ino)?.inode.nlink == 0 {
                     g.free_unlinked(ino)?;
                 }
             }
@@ -1295,6 +1305,63 @@ impl Volume {
             }
             g.store_xattrs(ino, &map)
         })
+    }
+
+    /// Makes a file that loses its last name live on until [`Volume::forget`] (the FUSE
+    /// adapter's mode; see [`Volume::unlink_at`]).
+    pub fn track_references(&self) {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .track_references = true;
+    }
+
+    /// The front end no longer refers to `ino` (FUSE `FORGET`): an unlinked file with no
+    /// open handle is freed, and a freed number may be reused.
+    pub fn forget(&self, ino: u64) -> Result<()> {
+        self.with_ino(ino, |g| {
+            if g.stale.remove(&ino) || g.read_only || g.handles.contains_key(&ino) {
+                return Ok(());
+            }
+            let unlinked = match g.files.get(&ino) {
+                Some(of) => of.inode.kind == Kind::File && of.inode.nlink == 0,
+                None => {
+                    ino < g.header.count && {
+                        let r = g.read_record(ino)?;
+                        r.kind == Kind::File && r.nlink == 0
+                    }
+                }
+            };
+            if unlinked {
+                g.free_unlinked(ino)?;
+                g.stale.remove(&ino);
+            }
+            Ok(())
+        })
+    }
+
+    /// Frees every unlinked file that no handle holds (the front end is going away, so no
+    /// reference remains).
+    pub fn forget_all(&self) -> Result<()> {
+        let mut g = self.lock()?;
+        if g.read_only {
+            return Ok(());
+        }
+        let mut u = g.header.unlinked_head;
+        let mut gone = Vec::new();
+        for _ in 0..=g.header.count {
+            if u == 0 {
+                break;
+            }
+            if !g.handles.contains_key(&u) {
+                gone.push(u);
+            }
+            u = g.open_ino(u)?.inode.link;
+        }
+        for ino in gone {
+            g.free_unlinked(ino)?;
+        }
+        Ok(())
     }
 
     /// Puts file `ino` under the `auto` policy (or takes it out, keeping its scheme).
@@ -1744,6 +1811,9 @@ impl Inner {
         if self.files.contains_key(&ino) {
             return Ok(());
         }
+        if self.stale.contains(&ino) {
+            return Err(Error::fs("", FsErrorKind::NotFound));
+        }
         if ino == 0 || ino >= self.header.count {
             return Err(Error::tampered(
                 Subject::Inode(ino),
@@ -1881,7 +1951,7 @@ impl Inner {
     }
 
     fn alloc_ino(&mut self) -> Result<u64> {
-        let ino = if self.header.free_head != 0 {
+        let ino = if self.header.free_head != 0 && !self.stale.contains(&self.header.free_head) {
             let ino = self.header.free_head;
             let rec = self.read_record(ino)?;
             if rec.kind != Kind::Free {
@@ -1928,6 +1998,9 @@ impl Inner {
         }
         self.cache.remove_file(&of.inode.id);
         self.names.remove(&ino);
+        if of.inode.kind != Kind::Xattr {
+            self.stale.insert(ino);
+        }
         let rec = Inode::free(self.header.free_head);
         self.write_record(ino, &rec)?;
         self.header.free_head = ino;
@@ -2078,7 +2151,7 @@ impl Inner {
     /// it was the last name and no handle is open; otherwise keeps it (docs/file-format.md
     /// §4.2, the unlinked list).
     fn drop_link(&mut self, ino: u64) -> Result<()> {
-        let open = self.handles.get(&ino).copied().unwrap_or(0) > 0;
+        let open = self.track_references || self.handles.get(&ino).copied().unwrap_or(0) > 0;
         let unlinked_head = self.header.unlinked_head;
         let of = self.touch_record(ino)?;
         if of.inode.kind == Kind::File && of.inode.nlink > 1 {

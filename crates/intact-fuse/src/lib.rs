@@ -193,6 +193,8 @@ impl Sealer {
 impl IntactFs {
     /// An adapter over `vol`.
     pub fn new(vol: Arc<Volume>, opts: MountOptions) -> IntactFs {
+        // Unlinked files live until the kernel forgets them (it may still send requests).
+        vol.track_references();
         IntactFs {
             vol,
             opts,
@@ -338,6 +340,10 @@ impl Filesystem for IntactFs {
         if let Some(mut s) = self.sealer.take() {
             s.stop();
         }
+        // The kernel holds no inode any more (it may not have sent every FORGET).
+        if let Err(e) = self.vol.forget_all() {
+            tracing::error!(error = %e, "freeing unlinked files failed");
+        }
         if !self.vol.is_read_only() {
             match self.vol.sync() {
                 Ok(()) => tracing::info!("unmounted; everything sealed"),
@@ -353,6 +359,14 @@ impl Filesystem for IntactFs {
             return reply.error(Errno::ENAMETOOLONG);
         }
         self.entry(self.vol.lookup(parent.0, name), reply, "lookup");
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
+        // The kernel forgets an inode all at once (its whole lookup count), when it evicts
+        // it: an unlinked file can go, and the number may be reused.
+        if let Err(e) = self.vol.forget(ino.0) {
+            self.fail("forget", e);
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {

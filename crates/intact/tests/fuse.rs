@@ -442,6 +442,38 @@ fn open_files_survive_unlink_and_rename() {
     v.fsck_clean();
 }
 
+/// After an unlink the kernel still holds the inode (until it forgets it) and may send
+/// requests for it, e.g. timestamps cached by the writeback cache at the next syncfs: they
+/// get ENOENT, never an integrity failure, and the number is not reused meanwhile.
+#[test]
+fn requests_on_unlinked_inodes_are_not_integrity_failures() {
+    let v = Vol::new("mt-eint");
+    let m = v.mount();
+    for round in 0..3 {
+        for k in 0..50 {
+            let p = m.p(&format!("f{k}"));
+            fs::write(&p, pattern(k, 5000)).unwrap();
+            let f = OpenOptions::new().write(true).open(&p).unwrap();
+            f.set_modified(std::time::SystemTime::now()).unwrap();
+            drop(f);
+        }
+        for k in 0..50 {
+            fs::remove_file(m.p(&format!("f{k}"))).unwrap();
+        }
+        sh(Command::new("sync").arg("-f").arg(&m.mnt));
+        fs::write(m.p(&format!("keep{round}")), b"kept").unwrap();
+    }
+    sh(Command::new("sync").arg("-f").arg(&m.mnt));
+    let (code, out, err) = v.cli(&["--json", "stat"]);
+    assert_eq!(code, 0, "{err}");
+    let s: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(s["mount"]["integrity_failures"], 0, "{out}");
+    m.unmount();
+    v.fsck_clean();
+    let (_, out, _) = v.cli(&["ls", "/"]);
+    assert_eq!(out.lines().count(), 3, "{out}");
+}
+
 #[test]
 fn unlinked_open_file_is_reclaimed_after_a_crash() {
     let v = Vol::new("mt-eint");

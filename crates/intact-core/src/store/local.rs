@@ -41,7 +41,14 @@ pub struct LocalDirStore {
     /// Directories whose entries were created or removed since they were last fsynced.
     dirty_dirs: Mutex<HashSet<PathBuf>>,
     tmp_seq: AtomicU64,
+    /// The root, open since the store was: `syncfs` on it reports every writeback error of
+    /// the file system since then (errors are sampled per open file description).
+    root_fd: File,
 }
+
+/// Objects per `sync` beyond which one `syncfs` replaces per-object `fdatasync`s (a seal
+/// after creating thousands of files would otherwise issue thousands of them).
+const SYNCFS_THRESHOLD: usize = 8;
 
 impl LocalDirStore {
     /// Opens a store rooted at an existing directory.
@@ -63,11 +70,13 @@ impl LocalDirStore {
             }
             Err(e) => return Err(Error::io(root.display().to_string(), e)),
         }
+        let root_fd = File::open(&root).map_err(|e| Error::io(root.display().to_string(), e))?;
         Ok(LocalDirStore {
             root,
             handles: Mutex::new(HashMap::new()),
             dirty_dirs: Mutex::new(HashSet::new()),
             tmp_seq: AtomicU64::new(0),
+            root_fd,
         })
     }
 
@@ -310,6 +319,12 @@ impl UntrustedStore for LocalDirStore {
     }
 
     fn sync(&self, names: &[String]) -> Result<()> {
+        if names.len() > SYNCFS_THRESHOLD {
+            for name in names {
+                Self::check(name)?;
+            }
+            return self.sync_all();
+        }
         for name in names {
             Self::check(name)?;
             if let Some(file) = self.handle(name, false, false)? {
@@ -322,12 +337,10 @@ impl UntrustedStore for LocalDirStore {
     }
 
     fn sync_all(&self) -> Result<()> {
-        let root =
-            File::open(&self.root).map_err(|e| Error::io(self.root.display().to_string(), e))?;
         let taken = std::mem::take(&mut *self.dirty_dirs.lock().unwrap());
-        // SAFETY: `root` is an open file owned by this frame, so its fd is valid for the
+        // SAFETY: `root_fd` is an open file owned by `self`, so its fd is valid for the
         // duration of the call; syncfs only reads the descriptor and touches no memory of ours.
-        let rc = unsafe { libc::syncfs(root.as_raw_fd()) };
+        let rc = unsafe { libc::syncfs(self.root_fd.as_raw_fd()) };
         if rc != 0 {
             self.dirty_dirs.lock().unwrap().extend(taken);
             return Err(Error::io(
