@@ -41,6 +41,8 @@ pub struct LocalDirStore {
     /// Directories whose entries were created or removed since they were last fsynced.
     dirty_dirs: Mutex<HashSet<PathBuf>>,
     tmp_seq: AtomicU64,
+    /// Directories known to exist (so creating objects does not retry `mkdir` on them).
+    known_dirs: Mutex<HashSet<PathBuf>>,
     /// The root, open since the store was: `syncfs` on it reports every writeback error of
     /// the file system since then (errors are sampled per open file description).
     root_fd: File,
@@ -76,6 +78,7 @@ impl LocalDirStore {
             handles: Mutex::new(HashMap::new()),
             dirty_dirs: Mutex::new(HashSet::new()),
             tmp_seq: AtomicU64::new(0),
+            known_dirs: Mutex::new(HashSet::new()),
             root_fd,
         })
     }
@@ -117,10 +120,13 @@ impl LocalDirStore {
         let comps: Vec<&str> = name.split('/').collect();
         for comp in &comps[..comps.len() - 1] {
             let child = dir.join(comp);
-            match fs::create_dir(&child) {
-                Ok(()) => self.mark_dirty(dir),
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(Error::io(name, e)),
+            if !self.known_dirs.lock().unwrap().contains(&child) {
+                match fs::create_dir(&child) {
+                    Ok(()) => self.mark_dirty(dir),
+                    Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(Error::io(name, e)),
+                }
+                self.known_dirs.lock().unwrap().insert(child.clone());
             }
             dir = child;
         }
