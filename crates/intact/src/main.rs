@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
+mod bench;
 mod mount;
 
 /// Exit codes (documented in the README).
@@ -175,6 +176,11 @@ enum Cmd {
         /// command cannot be detected.
         #[arg(long)]
         i_accept_rollback_risk: bool,
+    },
+    /// Benchmarks on throwaway volumes (see docs/performance.md).
+    Bench {
+        #[command(subcommand)]
+        what: bench::BenchCmd,
     },
 }
 
@@ -909,6 +915,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 return Ok(ExitCode::from(code::INTEGRITY));
             }
         }
+        Cmd::Bench {
+            what: bench::BenchCmd::Schemes(a),
+        } => bench::schemes(a, cli.cache_bytes.unwrap_or(1024), cli.json)?,
         Cmd::RecoverAnchor {
             i_accept_rollback_risk,
         } => {
