@@ -370,6 +370,7 @@ fn run_scheme(
     let copts = CreateOptions {
         block_size: a.block_size,
         scheme,
+        auto: false,
         kdf: KdfParams::TEST,
     };
     let store: Arc<dyn UntrustedStore> = Arc::new(LocalDirStore::open(&cipher)?);
