@@ -2468,6 +2468,9 @@ impl Inner {
             }
         }
         file_truncate(&env, &mut self.tx, &mut new, size)?;
+        // The copy is not the workload: the `auto` policy starts observing afresh (otherwise
+        // the copy's writes would call for another switch at the next seal).
+        new.obs = Observed::default();
         new.inode.mtime_ns = old.inode.mtime_ns;
         new.inode.ctime_ns = now_ns();
         new.record_dirty = true;

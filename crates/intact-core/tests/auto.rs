@@ -82,6 +82,17 @@ fn a_file_read_more_than_written_moves_to_comp_eint_and_back() {
     vol.sync().unwrap();
     assert_eq!(vol.stat("/f").unwrap().scheme, "comp-eint");
     assert!(vol.orphans().unwrap().is_empty(), "old objects deleted");
+    // The switch itself (a rewrite) is not taken for a write-heavy workload.
+    let id = vol.stat("/f").unwrap().file_id;
+    vol.create_file("/g", None).unwrap();
+    vol.write_path("/g", 0, b"another seal").unwrap();
+    vol.sync().unwrap();
+    assert_eq!(vol.stat("/f").unwrap().scheme, "comp-eint");
+    assert_eq!(vol.stat("/f").unwrap().file_id, id, "not rewritten again");
+    drop(vol);
+    let vol = open(store.clone(), &trusted).unwrap();
+    assert_eq!(vol.stat("/f").unwrap().scheme, "comp-eint");
+    assert_eq!(vol.stat("/f").unwrap().file_id, id, "nor at close");
     drop(vol);
     // Then rewritten with incompressible data: high entropy → MT-EINT.
     let vol = open(store.clone(), &trusted).unwrap();
