@@ -164,6 +164,10 @@ impl SchemeId {
     ];
 }
 
+/// The name of the `auto` policy (`--scheme auto`, the config's default scheme,
+/// `user.intact.scheme`).
+pub const AUTO: &str = "auto";
+
 /// The `auto` policy: the scheme for a file from what was observed of it, following
 /// Oprea–Reiter's Table 7 (2006, §8): majority high-entropy contents → MT-EINT; majority
 /// low-entropy contents → RAND-EINT when writes dominate, COMP-EINT when reads do.
@@ -512,7 +516,9 @@ impl Config {
             )));
         }
         check_block_size(c.block_size)?;
-        SchemeId::parse(&c.scheme)?;
+        if c.scheme != AUTO {
+            SchemeId::parse(&c.scheme)?;
+        }
         c.kdf.validate()?;
         if c.volume_id.len() != 32 || hex::decode(&c.volume_id).is_err() {
             return Err(Error::Config("bad volume id".into()));

@@ -31,8 +31,7 @@ const FILE_DIRTY_LIMIT: usize = 8 << 20;
 const OVERLAY_LIMIT: usize = 64 << 20;
 /// Longest name in a directory.
 pub const NAME_MAX: usize = 255;
-/// The name of the `auto` policy (`--scheme auto`, config, `user.intact.scheme`).
-pub const AUTO: &str = "auto";
+pub use crate::format::AUTO;
 /// Blocks the `auto` policy observes before it re-encrypts a file that has content.
 const AUTO_MIN_OBSERVED: u64 = 64;
 /// Largest file the `auto` policy re-encrypts on its own (a switch rewrites the file).

@@ -106,6 +106,44 @@ fn a_file_read_more_than_written_moves_to_comp_eint_and_back() {
     assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
 }
 
+/// A volume whose default is `auto` (its config says so) reopens, and new files follow the
+/// policy.
+#[test]
+fn a_volume_whose_default_is_auto() {
+    let store = Arc::new(MemStore::new());
+    let trusted = MemTrusted::new();
+    let copts = intact_core::CreateOptions {
+        block_size: 4096,
+        scheme: SchemeId::MtEintGcm,
+        auto: true,
+        kdf: intact_core::crypto::KdfParams::TEST,
+    };
+    let t = trusted.clone();
+    let vol = intact_core::Volume::create(
+        store.clone(),
+        move |_| Ok(Box::new(t) as Box<dyn intact_core::store::TrustedStore>),
+        PW,
+        &copts,
+        &intact_core::Options::default(),
+    )
+    .unwrap();
+    assert_eq!(vol.info().unwrap().scheme, "auto");
+    drop(vol);
+    let vol = open(store.clone(), &trusted).unwrap();
+    vol.create_file("/t", None).unwrap();
+    vol.write_path("/t", 0, &text(4, 100_000)).unwrap();
+    vol.create_file("/fixed", Some(SchemeId::MacTree)).unwrap();
+    vol.write_path("/fixed", 0, &text(4, 100_000)).unwrap();
+    vol.sync().unwrap();
+    assert!(vol.stat("/t").unwrap().auto);
+    assert_eq!(vol.stat("/t").unwrap().scheme, "rand-eint");
+    assert!(!vol.stat("/fixed").unwrap().auto);
+    assert_eq!(vol.stat("/fixed").unwrap().scheme, "mac-tree");
+    drop(vol);
+    let vol = open(store, &trusted).unwrap();
+    assert_eq!(read_all(&vol, "/t").unwrap(), text(4, 100_000));
+}
+
 #[test]
 fn a_small_sample_does_not_rewrite_a_stored_file() {
     let (store, trusted, vol) = auto_volume();

@@ -43,7 +43,7 @@ pub struct SchemesArgs {
     /// At most this many MiB per data set.
     #[arg(long, default_value_t = 64)]
     mb: u64,
-    /// Comma-separated schemes to run [default: all eight].
+    /// Comma-separated schemes to run (`auto`: the policy) [default: all eight, then auto].
     #[arg(long, value_delimiter = ',')]
     schemes: Vec<String>,
     /// Where the temporary volumes go (must be on disk, not tmpfs, for the store wait to mean
@@ -352,14 +352,16 @@ fn drop_caches() -> bool {
     std::fs::write("/proc/sys/vm/drop_caches", b"3\n").is_ok()
 }
 
+/// `scheme`: `None` runs the `auto` policy (a volume whose default is `auto`).
 fn run_scheme(
     set: &DataSet,
-    scheme: SchemeId,
+    scheme: Option<SchemeId>,
     a: &SchemesArgs,
     cache_bytes: usize,
     drop_cache: bool,
 ) -> Result<(SchemeResult, bool)> {
-    let tmp = TempDir::new(&a.workdir, scheme.name())?;
+    let name = scheme.map_or(intact_core::volume::AUTO, |s| s.name());
+    let tmp = TempDir::new(&a.workdir, name)?;
     let cipher = tmp.0.join("cipher");
     let state = tmp.0.join("state");
     std::fs::create_dir_all(&cipher)?;
@@ -369,8 +371,8 @@ fn run_scheme(
     };
     let copts = CreateOptions {
         block_size: a.block_size,
-        scheme,
-        auto: false,
+        scheme: scheme.unwrap_or(SchemeId::MtEintGcm),
+        auto: scheme.is_none(),
         kdf: KdfParams::TEST,
     };
     let store: Arc<dyn UntrustedStore> = Arc::new(LocalDirStore::open(&cipher)?);
@@ -392,7 +394,7 @@ fn run_scheme(
     let t = Instant::now();
     for (k, f) in set.files.iter().enumerate() {
         let p = vpath(k).1;
-        vol.create_file(&p, Some(scheme))?;
+        vol.create_file(&p, scheme)?;
         for (c, chunk) in f.data.chunks(CHUNK).enumerate() {
             vol.write_path(&p, (c * CHUNK) as u64, chunk)?;
         }
@@ -401,7 +403,7 @@ fn run_scheme(
     let write_secs = t.elapsed().as_secs_f64();
     let wm = since(&vol.metrics(), &m0);
     let mut r = SchemeResult {
-        scheme: scheme.name().to_string(),
+        scheme: name.to_string(),
         files: set.files.len(),
         bytes,
         write_secs,
@@ -466,7 +468,7 @@ fn run_scheme(
             if off + n > f.data.len() || buf[..n] != f.data[off..off + n] {
                 bail!(
                     "{}: {} returned wrong bytes at offset {off} (of {})",
-                    scheme.name(),
+                    name,
                     f.path.display(),
                     f.data.len()
                 );
@@ -476,7 +478,7 @@ fn run_scheme(
         if off != f.data.len() {
             bail!(
                 "{}: {} read back {off} bytes of {}",
-                scheme.name(),
+                name,
                 f.path.display(),
                 f.data.len()
             );
@@ -546,13 +548,19 @@ fn machine() -> String {
     format!("{cpu}, {cores} cores, Linux {kernel}")
 }
 
-fn parse_schemes(names: &[String]) -> Result<Vec<SchemeId>> {
+/// The schemes to run; `None` is the `auto` policy.
+fn parse_schemes(names: &[String]) -> Result<Vec<Option<SchemeId>>> {
     if names.is_empty() {
-        return Ok(SchemeId::ALL.to_vec());
+        let mut all: Vec<Option<SchemeId>> = SchemeId::ALL.iter().map(|&s| Some(s)).collect();
+        all.push(None);
+        return Ok(all);
     }
     let mut out = Vec::new();
     for n in names {
-        let s = SchemeId::parse(n.trim())?;
+        let s = match n.trim() {
+            intact_core::volume::AUTO => None,
+            n => Some(SchemeId::parse(n)?),
+        };
         if !out.contains(&s) {
             out.push(s);
         }
