@@ -172,6 +172,19 @@ impl<S: Scheme> Scheme for Metered<S> {
     }
 }
 
+/// The precondition of [`Scheme::write_blocks`]: the run starts at or before the file's end
+/// and stays within [`MAX_BLOCKS`]. Returns the file's block count and the run's length.
+fn check_write(f: &FileState, bs: usize, first: u64, len: usize) -> Result<(u64, u64)> {
+    let (n, count) = (f.blocks(), (len / bs) as u64);
+    if first > n {
+        return Err(Error::Invalid(format!(
+            "write at block {first} past the end ({n}); resize first"
+        )));
+    }
+    check_limit(first + count)?;
+    Ok((n, count))
+}
+
 fn check_limit(blocks: u64) -> Result<()> {
     if blocks > MAX_BLOCKS {
         return Err(Error::fs("", crate::FsErrorKind::TooLarge));
@@ -548,14 +561,7 @@ impl Scheme for MtEint {
         data: &mut [u8],
     ) -> Result<()> {
         let bs = env.bs;
-        let count = (data.len() / bs) as u64;
-        let n = f.tree.leaves;
-        if first > n {
-            return Err(Error::Invalid(format!(
-                "write at block {first} past the end ({n}); resize first"
-            )));
-        }
-        check_limit(first + count)?;
+        let (n, count) = check_write(f, bs, first, data.len())?;
         let ctr = Self::next_ctr(env, f, first, count)?;
         let leaves = self.seal(env, f, first, ctr, data);
         let over = (n - first).min(count) as usize;

@@ -1,7 +1,7 @@
 //! COMP-EINT (Oprea–Reiter §5.3, Fig. 10).
 
 use super::rtree::{self, leaf_value, Plan};
-use super::{check_limit, Env, FileState, MtEint, Scheme};
+use super::{check_write, Env, FileState, MtEint, Scheme};
 use crate::crypto::{ct_eq, FileId, Hash};
 use crate::error::{Error, Result};
 use crate::metrics::{timed, Phase};
@@ -228,14 +228,7 @@ impl Scheme for CompEint {
         data: &mut [u8],
     ) -> Result<()> {
         let bs = env.bs;
-        let count = (data.len() / bs) as u64;
-        let n = f.blocks();
-        if first > n {
-            return Err(Error::Invalid(format!(
-                "write at block {first} past the end ({n}); resize first"
-            )));
-        }
-        check_limit(first + count)?;
+        let (_, count) = check_write(f, bs, first, data.len())?;
         let ctr = MtEint::next_ctr(env, f, first, count)?;
         let mut plan = Plan::new(rtree::verified(env, f, tx)?);
         let mut scratch = vec![0u8; bs];

@@ -1,6 +1,6 @@
 //! `mac-tree`: Yun, Shi and Kim (2009), §4.1–4.2, Fig. 2–3.
 
-use super::{check_limit, Env, FileState, Scheme};
+use super::{check_limit, check_write, Env, FileState, Scheme};
 use crate::crypto::FileId;
 use crate::error::{Error, Result};
 use crate::metrics::{timed, Phase};
@@ -139,14 +139,7 @@ impl Scheme for MacTree {
         data: &mut [u8],
     ) -> Result<()> {
         let bs = env.bs;
-        let count = (data.len() / bs) as u64;
-        let n = f.tree.leaves;
-        if first > n {
-            return Err(Error::Invalid(format!(
-                "write at block {first} past the end ({n}); resize first"
-            )));
-        }
-        check_limit(first + count)?;
+        let (n, count) = check_write(f, bs, first, data.len())?;
         let ts = Self::state(f)?;
         let tree = Self::tree(env, f);
         let ctr = Cell::new(0u64);

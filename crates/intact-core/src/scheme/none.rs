@@ -1,9 +1,9 @@
 //! `none`: encryption without integrity, the measurement baseline (Oprea–Reiter 2006, §6:
 //! "AES – no integrity").
 
-use super::{check_limit, Env, FileState, MtEint, Scheme};
+use super::{check_limit, check_write, Env, FileState, MtEint, Scheme};
 use crate::crypto::FileId;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::metrics::{timed, Phase};
 use crate::tree::TreeState;
 use crate::tx::Tx;
@@ -56,14 +56,7 @@ impl Scheme for NoIntegrity {
         data: &mut [u8],
     ) -> Result<()> {
         let bs = env.bs;
-        let count = (data.len() / bs) as u64;
-        let n = f.tree.leaves;
-        if first > n {
-            return Err(Error::Invalid(format!(
-                "write at block {first} past the end ({n}); resize first"
-            )));
-        }
-        check_limit(first + count)?;
+        let (n, count) = check_write(f, bs, first, data.len())?;
         let ctr = MtEint::next_ctr(env, f, first, count)?;
         for (k, blk) in data.chunks_exact_mut(bs).enumerate() {
             let i = first + k as u64;

@@ -1,10 +1,10 @@
 //! RAND-EINT (Oprea–Reiter §3.3, §5.2, Fig. 8–9).
 
 use super::rtree::{self, leaf_value, Plan};
-use super::{check_limit, Env, FileState, MtEint, Scheme};
+use super::{check_write, Env, FileState, MtEint, Scheme};
 use crate::crypto::FileId;
 use crate::entropy::is_rand;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::metrics::{timed, Phase};
 use crate::tree::TreeState;
 use crate::tx::Tx;
@@ -84,14 +84,7 @@ impl Scheme for RandEint {
         data: &mut [u8],
     ) -> Result<()> {
         let bs = env.bs;
-        let count = (data.len() / bs) as u64;
-        let n = f.blocks();
-        if first > n {
-            return Err(Error::Invalid(format!(
-                "write at block {first} past the end ({n}); resize first"
-            )));
-        }
-        check_limit(first + count)?;
+        let (_, count) = check_write(f, bs, first, data.len())?;
         let ctr = MtEint::next_ctr(env, f, first, count)?;
         let mut plan = Plan::new(rtree::verified(env, f, tx)?);
         for (k, blk) in data.chunks_exact_mut(bs).enumerate() {
