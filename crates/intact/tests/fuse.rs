@@ -171,6 +171,16 @@ impl Vol {
             .join(format!("{id}.{ext}"))
     }
 
+    /// Runs `check` on the mount, remounts, runs it again, unmounts, and fscks.
+    fn check_across_remount(&self, m: Mount, check: impl Fn(&Mount)) {
+        check(&m);
+        m.unmount();
+        let m = self.mount();
+        check(&m);
+        m.unmount();
+        self.fsck_clean();
+    }
+
     fn fsck_clean(&self) {
         let (code, out, err) = self.cli(&["fsck"]);
         assert_eq!(code, 0, "fsck: {out}{err}");
@@ -392,12 +402,7 @@ fn concurrent_writers() {
             }
         }
     };
-    check(&m);
-    m.unmount();
-    let m = v.mount();
-    check(&m);
-    m.unmount();
-    v.fsck_clean();
+    v.check_across_remount(m, check);
 }
 
 #[test]
@@ -557,12 +562,7 @@ fn append_truncate_and_sparse() {
         s.read_exact_at(&mut e, 3 << 20).unwrap();
         assert_eq!(&e, b"mid");
     };
-    check(&m);
-    m.unmount();
-    let m = v.mount();
-    check(&m);
-    m.unmount();
-    v.fsck_clean();
+    v.check_across_remount(m, check);
 }
 
 #[test]
