@@ -1322,15 +1322,12 @@ impl Volume {
             if g.stale.remove(&ino) || g.read_only || g.handles.contains_key(&ino) {
                 return Ok(());
             }
-            let unlinked = match g.files.get(&ino) {
-                Some(of) => of.inode.kind == Kind::File && of.inode.nlink == 0,
-                None => {
-                    ino < g.header.count && {
-                        let r = g.read_record(ino)?;
-                        r.kind == Kind::File && r.nlink == 0
-                    }
-                }
-            };
+            // An unlinked file stays open in the engine until freed (commit keeps it), so a
+            // file not open here is not unlinked: no record read per FORGET.
+            let unlinked = g
+                .files
+                .get(&ino)
+                .is_some_and(|of| of.inode.kind == Kind::File && of.inode.nlink == 0);
             if unlinked {
                 g.free_unlinked(ino)?;
                 g.stale.remove(&ino);
@@ -2596,7 +2593,10 @@ impl Inner {
         // synced: it never protects anything, and a lost or torn copy fails its MAC.
         self.store.write_at(ANCHOR_COPY_NAME, 0, &bytes)?;
         if self.files.len() > KEEP_OPEN {
-            self.files.retain(|_, f| f.inode.kind == Kind::Dir);
+            // Directories, and files unlinked while referenced (`forget` finds them here
+            // without reading their record).
+            self.files
+                .retain(|_, f| f.inode.kind == Kind::Dir || f.inode.nlink == 0);
         }
         if self.names.len() > KEEP_NAMES {
             // Only error messages use them; lookups repopulate what is in use.

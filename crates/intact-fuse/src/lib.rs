@@ -143,6 +143,8 @@ pub struct IntactFs {
     next_fh: AtomicU64,
     sealer: Option<Sealer>,
     last_failure: Mutex<Option<String>>,
+    /// The volume's block size (fixed; read once instead of locking the engine per reply).
+    bs: u32,
 }
 
 /// The periodic seal: a thread that calls [`Volume::sync`] every `commit_interval`.
@@ -196,6 +198,7 @@ impl IntactFs {
         // Unlinked files live until the kernel forgets them (it may still send requests).
         vol.track_references();
         IntactFs {
+            bs: vol.block_size(),
             vol,
             opts,
             dirs: Mutex::new(HashMap::new()),
@@ -222,7 +225,7 @@ impl IntactFs {
             uid: a.uid,
             gid: a.gid,
             rdev: 0,
-            blksize: self.vol.block_size().max(4096),
+            blksize: self.bs.max(4096),
             flags: 0,
         }
     }
@@ -740,7 +743,7 @@ impl Filesystem for IntactFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let bs = self.vol.block_size() as u64;
+        let bs = self.bs as u64;
         let (blocks, bfree, bavail) = match &self.opts.backing_dir {
             Some(dir) => match nix::sys::statvfs::statvfs(dir) {
                 Ok(s) => {
