@@ -40,6 +40,7 @@ fn opts() -> Options {
     Options {
         cache_bytes: 1024,
         read_only: false,
+        ..Options::default()
     }
 }
 

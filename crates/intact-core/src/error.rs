@@ -130,6 +130,8 @@ pub enum FsErrorKind {
     ValueTooLarge,
     /// The operation is not supported (e.g. an attribute namespace other than `user.`).
     NotSupported,
+    /// ENOSPC: a per-inode limit is reached (the extended attributes' total size).
+    NoSpace,
 }
 
 impl fmt::Display for FsErrorKind {
@@ -149,6 +151,7 @@ impl fmt::Display for FsErrorKind {
             FsErrorKind::NotPermitted => "operation not permitted",
             FsErrorKind::ValueTooLarge => "value too large",
             FsErrorKind::NotSupported => "operation not supported",
+            FsErrorKind::NoSpace => "no space left for this inode",
         })
     }
 }

@@ -203,6 +203,10 @@ pub struct Inode {
     /// The scheme is chosen by the `auto` policy (paper Table 7), which may re-encrypt the
     /// file under another scheme as its observed contents and access mix change.
     pub auto: bool,
+    /// The scheme (or `auto`) was chosen for this file through the `user.intact.scheme`
+    /// extended attribute: only then does listxattr name it, and removing it returns the
+    /// file to the volume's default.
+    pub scheme_set: bool,
     /// Inode of the hidden [`Kind::Xattr`] file holding this inode's extended attributes
     /// (0: none).
     pub xattr: u32,
@@ -239,6 +243,7 @@ impl Inode {
             gid: 0,
             nlink: 1,
             auto: false,
+            scheme_set: false,
             xattr: 0,
             size: 0,
             mtime_ns: now_ns,
@@ -293,7 +298,7 @@ impl Inode {
         let mut b = [0u8; RECORD_SIZE];
         b[0] = self.kind as u8;
         b[1] = self.scheme.code();
-        b[2] = self.auto as u8;
+        b[2] = self.auto as u8 | (self.scheme_set as u8) << 1;
         b[4..8].copy_from_slice(&self.mode.to_le_bytes());
         b[8..12].copy_from_slice(&self.uid.to_le_bytes());
         b[12..16].copy_from_slice(&self.gid.to_le_bytes());
@@ -339,6 +344,7 @@ impl Inode {
             gid: u32_at(12),
             nlink: u32_at(16),
             auto: b[2] & 1 != 0,
+            scheme_set: b[2] & 2 != 0,
             xattr: u32_at(20),
             size: u64_at(24),
             mtime_ns: u64_at(32) as i64,

@@ -44,6 +44,13 @@ const KEEP_NAMES: usize = 1 << 20;
 const TOTAL_DIRTY_LIMIT: usize = 128 << 20;
 /// Longest extended-attribute value.
 pub const XATTR_VALUE_MAX: usize = 64 << 10;
+/// Default largest total of extended-attribute names and values per inode
+/// ([`Options::xattr_bytes_max`]): one attribute of the largest size with the longest name
+/// fits (ext4 without `ea_inode` stops near 4 KiB; `--xattr-max-bytes 4096` behaves so).
+pub const XATTR_BYTES_MAX: usize = XATTR_VALUE_MAX + NAME_MAX;
+/// Largest total of extended-attribute names (each with its NUL) per inode: the kernel's
+/// listxattr limit (XATTR_LIST_MAX), so that every name set can also be listed.
+pub const XATTR_NAMES_MAX: usize = 64 << 10;
 /// The extended attribute that names a file's scheme (virtual: never stored).
 pub const SCHEME_XATTR: &str = "user.intact.scheme";
 
@@ -54,6 +61,8 @@ pub struct Options {
     pub cache_bytes: usize,
     /// Open without writing anything (no lock for writing, no journal replay on disk).
     pub read_only: bool,
+    /// Largest total of extended-attribute names and values per inode (ENOSPC past it).
+    pub xattr_bytes_max: usize,
 }
 
 impl Default for Options {
@@ -61,6 +70,7 @@ impl Default for Options {
         Options {
             cache_bytes: 1024,
             read_only: false,
+            xattr_bytes_max: XATTR_BYTES_MAX,
         }
     }
 }
@@ -273,6 +283,11 @@ struct OpenFile {
     record_dirty: bool,
     dir: Option<BTreeMap<String, (u64, Kind)>>,
     dir_dirty: bool,
+    /// The decoded attribute set of a hidden [`Kind::Xattr`] inode (loaded on first use,
+    /// written back whole at the seal when `xattrs_dirty`): a get, set or remove costs one
+    /// map operation.
+    xattrs: Option<XattrSet>,
+    xattrs_dirty: bool,
     /// What the `auto` policy observed this session (files with `inode.auto` only).
     obs: Observed,
 }
@@ -304,6 +319,49 @@ impl Observed {
 
     fn total(&self) -> u64 {
         self.reads + self.writes
+    }
+}
+
+/// One inode's extended attributes, with running totals for the limits.
+#[derive(Default)]
+struct XattrSet {
+    map: BTreeMap<String, Vec<u8>>,
+    /// Sum of name and value lengths.
+    bytes: usize,
+    /// Sum of name lengths plus one NUL each (what listxattr returns).
+    names: usize,
+}
+
+impl XattrSet {
+    fn new(map: BTreeMap<String, Vec<u8>>) -> XattrSet {
+        let bytes = map.iter().map(|(k, v)| k.len() + v.len()).sum();
+        let names = map.keys().map(|k| k.len() + 1).sum();
+        XattrSet { map, bytes, names }
+    }
+
+    /// Sets `name`, refusing (ENOSPC) a set that would pass the limits.
+    fn set(&mut self, name: &str, value: &[u8], bytes_max: usize) -> Result<()> {
+        let old = self.map.get(name).map(|v| v.len());
+        let bytes = self.bytes - old.map_or(0, |l| name.len() + l) + name.len() + value.len();
+        let names = self.names + if old.is_some() { 0 } else { name.len() + 1 };
+        if bytes > bytes_max || names > XATTR_NAMES_MAX {
+            return Err(Error::fs(name, FsErrorKind::NoSpace));
+        }
+        self.map.insert(name.to_string(), value.to_vec());
+        self.bytes = bytes;
+        self.names = names;
+        Ok(())
+    }
+
+    fn remove(&mut self, name: &str) -> bool {
+        match self.map.remove(name) {
+            Some(v) => {
+                self.bytes -= name.len() + v.len();
+                self.names -= name.len() + 1;
+                true
+            }
+            None => false,
+        }
     }
 }
 
@@ -339,6 +397,8 @@ struct Inner {
     /// inode until its last reference goes.
     track_references: bool,
     read_only: bool,
+    /// [`Options::xattr_bytes_max`].
+    xattr_bytes_max: usize,
     poisoned: Option<String>,
     /// Reused buffer of [`flush_data`].
     scratch: Vec<u8>,
@@ -707,6 +767,7 @@ impl Volume {
             stale: Default::default(),
             track_references: false,
             read_only: opts.read_only,
+            xattr_bytes_max: opts.xattr_bytes_max,
             poisoned: None,
             scratch: Vec::new(),
             metrics: Arc::new(Metrics::new()),
@@ -1050,6 +1111,20 @@ impl Volume {
         })
     }
 
+    /// The entry `name` of directory `parent` as it is now (`None`: no such name), without
+    /// opening the inode it names.
+    pub fn entry_at(&self, parent: u64, name: &str) -> Result<Option<DirEntry>> {
+        self.with_ino(parent, |g| {
+            Ok(g.dir_entries(parent, "")?
+                .get(name)
+                .map(|&(ino, kind)| DirEntry {
+                    name: name.to_string(),
+                    ino,
+                    kind,
+                }))
+        })
+    }
+
     /// Changes attributes (a size truncates or extends the file) and returns the result.
     pub fn setattr(&self, ino: u64, set: &SetAttr) -> Result<Attr> {
         self.with_ino(ino, |g| {
@@ -1196,6 +1271,43 @@ impl Volume {
         })
     }
 
+    /// Makes `[off, off + len)` of file `ino` read as zeros (fallocate's PUNCH_HOLE and
+    /// ZERO_RANGE). Without `keep_size` the file grows to cover the range. A range that
+    /// reaches the end of the file is stored as a hole (the file is cut at `off` and
+    /// extended again, which stores no data); a range inside the file is written as
+    /// encrypted zeros.
+    pub fn zero_range(&self, ino: u64, off: u64, len: u64, keep_size: bool) -> Result<()> {
+        const CHUNK: u64 = 1 << 20;
+        let end = off
+            .checked_add(len)
+            .ok_or_else(|| Error::fs("", FsErrorKind::TooLarge))?;
+        self.with_ino(ino, |g| {
+            g.check_writable()?;
+            g.expect_kind(ino, "", Kind::File)?;
+            let size = g.open_ino(ino)?.inode.size;
+            let new_size = if keep_size { size } else { size.max(end) };
+            if len == 0 {
+                return Ok(());
+            }
+            if off >= size {
+                // Nothing stored there: only the size may change.
+                return g.truncate_ino(ino, new_size);
+            }
+            if end >= size {
+                g.truncate_ino(ino, off)?;
+                return g.truncate_ino(ino, new_size);
+            }
+            let zeros = vec![0u8; CHUNK.min(len) as usize];
+            let mut at = off;
+            while at < end {
+                let n = (end - at).min(CHUNK) as usize;
+                g.write_ino(ino, at, &zeros[..n])?;
+                at += n as u64;
+            }
+            Ok(())
+        })
+    }
+
     /// Notes an open handle on `ino` (see [`Volume::unlink_at`]).
     pub fn open_handle(&self, ino: u64) -> Result<()> {
         self.with_ino(ino, |g| {
@@ -1224,7 +1336,7 @@ impl Volume {
     }
 
     /// The value of extended attribute `name` of `ino`. `user.intact.scheme` names the
-    /// file's scheme.
+    /// file's scheme (whether or not it was set on the file).
     pub fn getxattr(&self, ino: u64, name: &str) -> Result<Vec<u8>> {
         self.with_ino(ino, |g| {
             if name == SCHEME_XATTR && g.open_ino(ino)?.inode.kind == Kind::File {
@@ -1238,17 +1350,22 @@ impl Volume {
                 .into_bytes());
             }
             xattr_name(name)?;
-            g.xattrs(ino)?
-                .remove(name)
+            g.xattr_set(ino, false)?
+                .and_then(|x| x.map.get(name).cloned())
                 .ok_or_else(|| Error::fs(name, FsErrorKind::NoAttribute))
         })
     }
 
-    /// Names of the extended attributes of `ino` (`user.intact.scheme` included for files).
+    /// Names of the extended attributes of `ino`; `user.intact.scheme` only when it was
+    /// set on this file (so copies off the volume carry no attribute the user never set).
     pub fn listxattr(&self, ino: u64) -> Result<Vec<String>> {
         self.with_ino(ino, |g| {
-            let mut names: Vec<String> = g.xattrs(ino)?.into_keys().collect();
-            if g.open_ino(ino)?.inode.kind == Kind::File {
+            let mut names: Vec<String> = g
+                .xattr_set(ino, false)?
+                .map(|x| x.map.keys().cloned().collect())
+                .unwrap_or_default();
+            let i = &g.open_ino(ino)?.inode;
+            if i.kind == Kind::File && i.scheme_set {
                 names.push(SCHEME_XATTR.to_string());
             }
             Ok(names)
@@ -1257,7 +1374,9 @@ impl Volume {
 
     /// Sets extended attribute `name` of `ino`. Setting `user.intact.scheme` on a file
     /// chooses its scheme (an empty file switches at once; a file with content is
-    /// re-encrypted under the new scheme).
+    /// re-encrypted under the new scheme). Names are at most 255 bytes, values at most
+    /// 64 KiB, and an inode's names and values at most [`Options::xattr_bytes_max`] in all
+    /// (ENOSPC past it, as ext4 does when an inode's attribute space is full).
     pub fn setxattr(&self, ino: u64, name: &str, value: &[u8], mode: XattrMode) -> Result<()> {
         self.with_ino(ino, |g| {
             g.check_writable()?;
@@ -1266,43 +1385,67 @@ impl Volume {
                     .map_err(|_| Error::Invalid("scheme name is not UTF-8".into()))?
                     .trim_end_matches(['\n', '\0']);
                 if v == AUTO || v.starts_with("auto:") {
-                    g.touch_record(ino)?.inode.auto = true;
+                    let of = g.touch_record(ino)?;
+                    of.inode.auto = true;
+                    of.inode.scheme_set = true;
                     return Ok(());
                 }
                 let s = SchemeId::parse(v)?;
-                g.touch_record(ino)?.inode.auto = false;
-                return g.set_scheme(ino, s);
+                g.set_scheme(ino, s)?;
+                let of = g.touch_record(ino)?;
+                of.inode.auto = false;
+                of.inode.scheme_set = true;
+                return Ok(());
             }
             xattr_name(name)?;
             if value.len() > XATTR_VALUE_MAX {
                 return Err(Error::fs(name, FsErrorKind::ValueTooLarge));
             }
-            let mut map = g.xattrs(ino)?;
-            match (mode, map.contains_key(name)) {
+            let exists = g
+                .xattr_set(ino, false)?
+                .is_some_and(|x| x.map.contains_key(name));
+            match (mode, exists) {
                 (XattrMode::Create, true) => return Err(Error::fs(name, FsErrorKind::Exists)),
                 (XattrMode::Replace, false) => {
                     return Err(Error::fs(name, FsErrorKind::NoAttribute))
                 }
                 _ => {}
             }
-            map.insert(name.to_string(), value.to_vec());
-            g.store_xattrs(ino, &map)
+            let max = g.xattr_bytes_max;
+            let set = g.xattr_set(ino, true)?.expect("created");
+            if let Err(e) = set.set(name, value, max) {
+                if set.map.is_empty() {
+                    // Made for this call: free it again.
+                    g.touch_xattrs(ino)?;
+                }
+                return Err(e);
+            }
+            g.touch_xattrs(ino)
         })
     }
 
-    /// Removes extended attribute `name` of `ino`.
+    /// Removes extended attribute `name` of `ino`. Removing `user.intact.scheme` returns the
+    /// file to the volume's default scheme (re-encrypting it if that differs).
     pub fn removexattr(&self, ino: u64, name: &str) -> Result<()> {
         self.with_ino(ino, |g| {
             g.check_writable()?;
-            if name == SCHEME_XATTR {
-                return Err(Error::fs(name, FsErrorKind::NotPermitted));
+            if name == SCHEME_XATTR && g.open_ino(ino)?.inode.kind == Kind::File {
+                if !g.open_ino(ino)?.inode.scheme_set {
+                    return Err(Error::fs(name, FsErrorKind::NoAttribute));
+                }
+                let (s, auto) = (g.default_scheme, g.default_auto);
+                g.set_scheme(ino, s)?;
+                let of = g.touch_record(ino)?;
+                of.inode.auto = auto;
+                of.inode.scheme_set = false;
+                return Ok(());
             }
             xattr_name(name)?;
-            let mut map = g.xattrs(ino)?;
-            if map.remove(name).is_none() {
+            let removed = g.xattr_set(ino, false)?.is_some_and(|x| x.remove(name));
+            if !removed {
                 return Err(Error::fs(name, FsErrorKind::NoAttribute));
             }
-            g.store_xattrs(ino, &map)
+            g.touch_xattrs(ino)
         })
     }
 
@@ -1444,12 +1587,14 @@ impl OpenFile {
             record_dirty: false,
             dir: None,
             dir_dirty: false,
+            xattrs: None,
+            xattrs_dirty: false,
             obs: Observed::default(),
         })
     }
 
     fn is_dirty(&self) -> bool {
-        !self.dirty.is_empty() || self.record_dirty || self.dir_dirty
+        !self.dirty.is_empty() || self.record_dirty || self.dir_dirty || self.xattrs_dirty
     }
 }
 
@@ -2357,12 +2502,34 @@ impl Inner {
         Ok(())
     }
 
-    fn xattrs(&mut self, ino: u64) -> Result<BTreeMap<String, Vec<u8>>> {
-        let x = self.open_ino(ino)?.inode.xattr as u64;
+    /// The extended attributes of `ino`, decoded once and kept with the hidden attribute
+    /// inode; `None` when it has none. With `create`, an empty set is made when there is
+    /// none.
+    fn xattr_set(&mut self, ino: u64, create: bool) -> Result<Option<&mut XattrSet>> {
+        let mut x = self.open_ino(ino)?.inode.xattr as u64;
         if x == 0 {
-            return Ok(BTreeMap::new());
+            if !create {
+                return Ok(None);
+            }
+            let (uid, gid) = {
+                let i = &self.open_ino(ino)?.inode;
+                (i.uid, i.gid)
+            };
+            x = self.new_inode(Kind::Xattr, SchemeId::MtEintGcm, Some(0o600), uid, gid)?;
+            match u32::try_from(x) {
+                Ok(x32) => self.touch_record(ino)?.inode.xattr = x32,
+                Err(_) => {
+                    self.free_ino(x)?;
+                    return Err(Error::fs("", FsErrorKind::NotSupported));
+                }
+            }
+            let of = self.files.get_mut(&x).expect("created");
+            of.xattrs = Some(XattrSet::default());
+            of.xattrs_dirty = true;
         }
-        let of = self.open_ino(x)?;
+        self.ensure_open(x)?;
+        let env = env!(self);
+        let of = self.files.get_mut(&x).expect("opened");
         if of.inode.kind != Kind::Xattr {
             return Err(Error::tampered(
                 Subject::Inode(ino),
@@ -2370,41 +2537,32 @@ impl Inner {
                 "extended attributes point to an inode of another kind",
             ));
         }
-        let mut buf = vec![0u8; of.inode.size as usize];
-        self.read_ino(x, 0, &mut buf)?;
-        decode_xattrs(&buf).ok_or_else(|| {
-            Error::tampered(Subject::Inode(ino), None, "malformed extended attributes")
-        })
+        if of.xattrs.is_none() {
+            let mut buf = vec![0u8; of.inode.size as usize];
+            file_read(&env, &mut self.tx, of, 0, &mut buf)?;
+            let map = decode_xattrs(&buf).ok_or_else(|| {
+                Error::tampered(Subject::Inode(ino), None, "malformed extended attributes")
+            })?;
+            of.xattrs = Some(XattrSet::new(map));
+        }
+        Ok(of.xattrs.as_mut())
     }
 
-    fn store_xattrs(&mut self, ino: u64, map: &BTreeMap<String, Vec<u8>>) -> Result<()> {
-        let mut x = self.open_ino(ino)?.inode.xattr as u64;
-        if map.is_empty() {
-            if x != 0 {
-                self.free_ino(x)?;
-                self.touch_record(ino)?.inode.xattr = 0;
-            }
-            return Ok(());
+    /// After a change to `ino`'s attribute set: the set is written at the seal, an empty
+    /// one frees its hidden inode, and `ino`'s ctime changes.
+    fn touch_xattrs(&mut self, ino: u64) -> Result<()> {
+        let x = self.open_ino(ino)?.inode.xattr as u64;
+        let empty = {
+            let of = self.files.get_mut(&x).expect("loaded by xattr_set");
+            of.xattrs_dirty = true;
+            of.xattrs.as_ref().is_some_and(|s| s.map.is_empty())
+        };
+        if empty {
+            self.free_ino(x)?;
+            self.touch_record(ino)?.inode.xattr = 0;
+        } else {
+            self.touch_record(ino)?;
         }
-        if x == 0 {
-            let (uid, gid) = {
-                let i = &self.open_ino(ino)?.inode;
-                (i.uid, i.gid)
-            };
-            x = self.new_inode(Kind::Xattr, SchemeId::MtEintGcm, Some(0o600), uid, gid)?;
-            let small = u32::try_from(x).map_err(|_| Error::fs("", FsErrorKind::NotSupported));
-            match small {
-                Ok(x32) => self.touch_record(ino)?.inode.xattr = x32,
-                Err(e) => {
-                    self.free_ino(x)?;
-                    return Err(e);
-                }
-            }
-        }
-        let bytes = encode_xattrs(map);
-        self.write_ino(x, 0, &bytes)?;
-        self.truncate_ino(x, bytes.len() as u64)?;
-        self.touch_record(ino)?;
         Ok(())
     }
 
@@ -2553,6 +2711,12 @@ impl Inner {
                 file_write(&env, &mut self.tx, of, 0, &bytes)?;
                 file_truncate(&env, &mut self.tx, of, bytes.len() as u64)?;
                 of.dir_dirty = false;
+            }
+            if of.xattrs_dirty {
+                let bytes = encode_xattrs(&of.xattrs.as_ref().expect("dirty set is loaded").map);
+                file_write(&env, &mut self.tx, of, 0, &bytes)?;
+                file_truncate(&env, &mut self.tx, of, bytes.len() as u64)?;
+                of.xattrs_dirty = false;
             }
             flush_data(&env, &mut self.tx, of, &mut self.scratch)?;
             finish_record(&self.keys, &mut self.tx, of)?;

@@ -267,6 +267,7 @@ fn example_inode() -> Inode {
         gid: 100,
         nlink: 1,
         auto: false,
+        scheme_set: false,
         xattr: 9,
         size: 10_000,
         mtime_ns: 1_700_000_000_123_456_789,

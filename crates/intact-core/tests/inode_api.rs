@@ -7,7 +7,10 @@ mod common;
 use common::*;
 use intact_core::format::{SchemeId, ROOT_INO};
 use intact_core::store::{MemStore, MemTrusted};
-use intact_core::volume::{Kind, RenameMode, SetAttr, XattrMode, SCHEME_XATTR, XATTR_VALUE_MAX};
+use intact_core::volume::{
+    Kind, RenameMode, SetAttr, XattrMode, SCHEME_XATTR, XATTR_BYTES_MAX, XATTR_NAMES_MAX,
+    XATTR_VALUE_MAX,
+};
 use intact_core::{Error, FsErrorKind};
 use std::sync::Arc;
 
@@ -167,12 +170,134 @@ fn xattr_modes_limits_and_persistence() {
     assert_eq!(vol.getxattr(f.ino, "user.big").unwrap(), big);
     vol.removexattr(f.ino, "user.a").unwrap();
     vol.removexattr(f.ino, "user.big").unwrap();
-    assert_eq!(vol.listxattr(f.ino).unwrap(), [SCHEME_XATTR]);
+    // The scheme attribute is readable but was never set here: not listed.
+    assert!(vol.listxattr(f.ino).unwrap().is_empty());
     // Removing the last attribute frees its hidden file: no orphan, nothing lost.
     vol.remove_orphans().unwrap();
     assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
     vol.unlink("/f").unwrap();
     vol.sync().unwrap();
+    assert!(vol.orphans().unwrap().is_empty());
+}
+
+/// The per-inode limits: the total of names and values ([`XATTR_BYTES_MAX`] by default)
+/// and the names that listxattr can return ([`XATTR_NAMES_MAX`]); a refused set changes
+/// nothing, and a replace within the limit is allowed when a new name would not be.
+#[test]
+fn xattr_totals_are_bounded_with_enospc() {
+    let store = Arc::new(MemStore::new());
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
+    let f = file(&vol, ROOT_INO, "f", b"data");
+    // Values: 4 equal ones with their names fill the default total exactly.
+    let names: Vec<String> = (0..4).map(|k| format!("user.v{k}")).collect();
+    vol.setxattr(f, "user.pa", b"", XattrMode::Set).unwrap();
+    let per = (XATTR_BYTES_MAX - "user.pa".len()) / 4 - names[0].len();
+    assert_eq!(
+        (per + names[0].len()) * 4 + "user.pa".len(),
+        XATTR_BYTES_MAX
+    );
+    for n in &names {
+        vol.setxattr(f, n, &vec![1u8; per], XattrMode::Set).unwrap();
+    }
+    assert_eq!(
+        fs_kind(vol.setxattr(f, "user.more", b"x", XattrMode::Set)),
+        FsErrorKind::NoSpace
+    );
+    assert_eq!(
+        fs_kind(vol.setxattr(f, &names[0], &vec![1u8; per + 1], XattrMode::Set)),
+        FsErrorKind::NoSpace
+    );
+    // Same size replaces fine; a smaller value frees room for a new name.
+    vol.setxattr(f, &names[0], &vec![2u8; per], XattrMode::Replace)
+        .unwrap();
+    vol.setxattr(f, &names[1], &vec![3u8; per - 20], XattrMode::Set)
+        .unwrap();
+    vol.setxattr(f, "user.x", b"12345", XattrMode::Create)
+        .unwrap();
+    assert_eq!(
+        fs_kind(vol.getxattr(f, "user.more")),
+        FsErrorKind::NoAttribute
+    );
+    // Names: many empty attributes stop at the listxattr limit, not at the byte total.
+    let g = file(&vol, ROOT_INO, "g", b"");
+    let mut k = 0;
+    let err = loop {
+        let name = format!("user.{k:0>200}");
+        match vol.setxattr(g, &name, b"", XattrMode::Set) {
+            Ok(()) => k += 1,
+            Err(e) => break e,
+        }
+        assert!(k < 1000, "no limit on names");
+    };
+    assert!(
+        matches!(
+            err,
+            Error::Fs {
+                kind: FsErrorKind::NoSpace,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let listed: usize = vol.listxattr(g).unwrap().iter().map(|n| n.len() + 1).sum();
+    assert!(listed <= XATTR_NAMES_MAX && listed > XATTR_NAMES_MAX - 300);
+    vol.sync().unwrap();
+    drop(vol);
+    let vol = open(store, &trusted).unwrap();
+    assert_eq!(vol.getxattr(f, &names[0]).unwrap(), vec![2u8; per]);
+    assert_eq!(vol.getxattr(f, &names[1]).unwrap(), vec![3u8; per - 20]);
+    assert_eq!(vol.getxattr(f, "user.x").unwrap(), b"12345");
+    assert_eq!(vol.listxattr(g).unwrap().len(), k);
+    // Still bounded after the reopen (the totals are rebuilt from the stored set).
+    assert_eq!(
+        fs_kind(vol.setxattr(f, "user.more", b"xxxxxxxxxxx", XattrMode::Set)),
+        FsErrorKind::NoSpace
+    );
+    assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+}
+
+/// `user.intact.scheme`: readable on every file, listed only once set on that file, and
+/// removable, which returns the file to the volume's default scheme (re-encrypting it).
+#[test]
+fn scheme_attribute_listed_only_when_set_and_removable() {
+    let store = Arc::new(MemStore::new());
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
+    let data = pattern(9, 3 * 4096 + 5);
+    let f = file(&vol, ROOT_INO, "f", &data);
+    vol.setxattr(f, "user.a", b"1", XattrMode::Set).unwrap();
+    assert_eq!(vol.listxattr(f).unwrap(), ["user.a"]);
+    assert_eq!(vol.getxattr(f, SCHEME_XATTR).unwrap(), b"mt-eint");
+    assert_eq!(
+        fs_kind(vol.removexattr(f, SCHEME_XATTR)),
+        FsErrorKind::NoAttribute
+    );
+    vol.setxattr(f, SCHEME_XATTR, b"mac-tree", XattrMode::Set)
+        .unwrap();
+    assert_eq!(vol.listxattr(f).unwrap(), ["user.a", SCHEME_XATTR]);
+    vol.sync().unwrap();
+    drop(vol);
+    let vol = open(store.clone(), &trusted).unwrap();
+    assert_eq!(vol.listxattr(f).unwrap(), ["user.a", SCHEME_XATTR]);
+    assert_eq!(vol.stat("/f").unwrap().scheme, "mac-tree");
+    vol.removexattr(f, SCHEME_XATTR).unwrap();
+    assert_eq!(vol.stat("/f").unwrap().scheme, "mt-eint");
+    assert_eq!(vol.listxattr(f).unwrap(), ["user.a"]);
+    assert_eq!(read_all(&vol, "/f").unwrap(), data);
+    // `auto` set through the attribute is listed too, and removing it ends the policy.
+    vol.setxattr(f, SCHEME_XATTR, b"auto", XattrMode::Set)
+        .unwrap();
+    assert!(vol.stat("/f").unwrap().auto);
+    assert_eq!(vol.listxattr(f).unwrap(), ["user.a", SCHEME_XATTR]);
+    vol.removexattr(f, SCHEME_XATTR).unwrap();
+    assert!(!vol.stat("/f").unwrap().auto);
+    vol.sync().unwrap();
+    drop(vol);
+    let vol = open(store, &trusted).unwrap();
+    assert_eq!(vol.listxattr(f).unwrap(), ["user.a"]);
+    assert_eq!(read_all(&vol, "/f").unwrap(), data);
+    assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
     assert!(vol.orphans().unwrap().is_empty());
 }
 

@@ -89,6 +89,7 @@ pub fn errno(e: &Error) -> Errno {
             FsErrorKind::NotPermitted => Errno::EPERM,
             FsErrorKind::ValueTooLarge => Errno::E2BIG,
             FsErrorKind::NotSupported => Errno::EOPNOTSUPP,
+            FsErrorKind::NoSpace => Errno::ENOSPC,
         },
         Error::Locked(_) => Errno::EBUSY,
         _ => Errno::EINVAL,
@@ -129,10 +130,18 @@ fn name_str(name: &OsStr) -> Result<&str, Errno> {
     name.to_str().ok_or(Errno::EILSEQ)
 }
 
-/// A snapshot of a directory's entries, taken at opendir (POSIX allows a listing not to
-/// reflect changes made after opendir; it must not skip or repeat entries that stay).
+/// The names of a directory, taken at opendir and again at every rewind (offset 0). POSIX
+/// lets a listing that overlaps an unlink or a create show an entry or not, but every entry
+/// returned must be valid when it is returned: each name is looked up again at that moment
+/// (an inode number in the snapshot may have been freed and reused since), and a name
+/// removed since is skipped. Offsets are positions in the snapshot, so entries that stay
+/// are neither skipped nor repeated.
 struct DirSnapshot {
-    entries: Vec<(u64, FileType, String)>,
+    /// The directory's parent (for `..`).
+    parent: u64,
+    names: Vec<String>,
+    /// Taken by opendir and not yet used: the first read at offset 0 needs no new one.
+    unused: bool,
 }
 
 /// The file system served to the kernel.
@@ -140,9 +149,16 @@ pub struct IntactFs {
     vol: Arc<Volume>,
     opts: MountOptions,
     dirs: Mutex<HashMap<u64, DirSnapshot>>,
+    /// The kernel's lookup count per inode (every entry reply adds one, FORGET subtracts its
+    /// count). The engine hears of an inode's FORGET only when the count reaches zero: until
+    /// then the kernel may still send requests for it, so a freed number is not reused.
+    lookups: Mutex<HashMap<u64, u64>>,
     next_fh: AtomicU64,
     sealer: Option<Sealer>,
     last_failure: Mutex<Option<String>>,
+    /// Held while the status file is written: one writer at a time, each writing the
+    /// counts it reads under the lock, so the file always ends with the latest counts.
+    status_lock: Mutex<()>,
     /// The volume's block size (fixed; read once instead of locking the engine per reply).
     bs: u32,
 }
@@ -202,9 +218,11 @@ impl IntactFs {
             vol,
             opts,
             dirs: Mutex::new(HashMap::new()),
+            lookups: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             sealer: None,
             last_failure: Mutex::new(None),
+            status_lock: Mutex::new(()),
         }
     }
 
@@ -230,11 +248,14 @@ impl IntactFs {
         }
     }
 
-    /// Records the mount's state for `intact stat` (best effort: a failure is logged).
+    /// Records the mount's state for `intact stat` (best effort: a failure is logged). One
+    /// writer at a time, through a temporary file renamed over the status file, so a reader
+    /// sees a whole file and the last write holds the latest counts.
     fn write_status(&self, mounted: bool) {
         let Some(path) = &self.opts.status_file else {
             return;
         };
+        let _one = self.status_lock.lock().unwrap_or_else(|p| p.into_inner());
         let last_failure = self
             .last_failure
             .lock()
@@ -251,7 +272,7 @@ impl IntactFs {
                 .map_or(0, |d| d.as_secs()),
         });
         let json = serde_json::to_string_pretty(&status).expect("json") + "\n";
-        let tmp = path.with_extension("tmp");
+        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
         let r = std::fs::write(&tmp, json).and_then(|()| std::fs::rename(&tmp, path));
         if let Err(e) = r {
             tracing::warn!(error = %e, path = %path.display(), "cannot write the status file");
@@ -272,13 +293,49 @@ impl IntactFs {
         errno(&e)
     }
 
+    /// Counts one more kernel reference to `ino` (before the reply that creates it is
+    /// sent, so that a FORGET racing with it cannot see a count that is too low).
+    fn remember(&self, ino: u64) {
+        *self
+            .lookups
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(ino)
+            .or_insert(0) += 1;
+    }
+
+    /// The kernel dropped `nlookup` references to `ino`; at zero the engine may free an
+    /// unlinked file and reuse the number.
+    fn release_lookups(&self, ino: u64, nlookup: u64) {
+        let mut l = self.lookups.lock().unwrap_or_else(|p| p.into_inner());
+        let left = match l.get_mut(&ino) {
+            Some(n) => {
+                *n = n.saturating_sub(nlookup);
+                *n
+            }
+            None => 0,
+        };
+        if left > 0 {
+            return;
+        }
+        l.remove(&ino);
+        // Still under the lock: a lookup that would count a new reference waits, so the
+        // engine never frees a number that a reply is about to hand out.
+        if let Err(e) = self.vol.forget(ino) {
+            self.fail("forget", e);
+        }
+    }
+
     fn entry(&self, r: intact_core::Result<Attr>, reply: ReplyEntry, op: &str) {
         match r {
-            Ok(a) => reply.entry(
-                &self.opts.attr_ttl,
-                &self.fuse_attr(&a),
-                Generation(a.generation),
-            ),
+            Ok(a) => {
+                self.remember(a.ino);
+                reply.entry(
+                    &self.opts.attr_ttl,
+                    &self.fuse_attr(&a),
+                    Generation(a.generation),
+                )
+            }
             Err(e) => reply.error(self.fail(op, e)),
         }
     }
@@ -288,6 +345,44 @@ impl IntactFs {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(self.fail(op, e)),
         }
+    }
+
+    /// The names of directory `ino` now (with `.` and `..`).
+    fn snapshot(&self, ino: u64) -> intact_core::Result<DirSnapshot> {
+        let (parent, list) = self.vol.readdir_ino(ino)?;
+        let mut names = Vec::with_capacity(list.len() + 2);
+        names.push(".".to_string());
+        names.push("..".to_string());
+        names.extend(list.into_iter().map(|e| e.name));
+        Ok(DirSnapshot {
+            parent: parent.max(1),
+            names,
+            unused: true,
+        })
+    }
+
+    /// The snapshot's names from `offset` on; a rewind (offset 0) takes a new snapshot.
+    fn listing(&self, ino: u64, fh: u64, offset: u64) -> Result<(u64, Vec<String>), Errno> {
+        let unused = {
+            let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+            let snap = dirs.get_mut(&fh).ok_or(Errno::EBADF)?;
+            std::mem::replace(&mut snap.unused, false)
+        };
+        if offset == 0 && !unused {
+            let mut snap = self.snapshot(ino).map_err(|e| self.fail("readdir", e))?;
+            snap.unused = false;
+            let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+            *dirs.get_mut(&fh).ok_or(Errno::EBADF)? = snap;
+        }
+        let dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        let snap = dirs.get(&fh).ok_or(Errno::EBADF)?;
+        let names = snap
+            .names
+            .iter()
+            .skip(offset.min(usize::MAX as u64) as usize)
+            .cloned()
+            .collect();
+        Ok((snap.parent, names))
     }
 
     fn new_fh(&self) -> FileHandle {
@@ -364,13 +459,12 @@ impl Filesystem for IntactFs {
         self.entry(self.vol.lookup(parent.0, name), reply, "lookup");
     }
 
-    fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
-        // The kernel forgets an inode all at once (its whole lookup count), when it evicts
-        // it: an unlinked file can go, and the number may be reused.
-        if let Err(e) = self.vol.forget(ino.0) {
-            self.fail("forget", e);
-        }
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.release_lookups(ino.0, nlookup);
     }
+
+    // batch_forget: fuser's default calls `forget` for each node (its ForgetOne type is
+    // not public in 0.18, so it cannot be overridden).
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.vol.attr(ino.0) {
@@ -635,17 +729,13 @@ impl Filesystem for IntactFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.vol.readdir_ino(ino.0) {
-            Ok((parent, list)) => {
-                let mut entries = Vec::with_capacity(list.len() + 2);
-                entries.push((ino.0, FileType::Directory, ".".to_string()));
-                entries.push((parent.max(1), FileType::Directory, "..".to_string()));
-                entries.extend(list.into_iter().map(|e| (e.ino, file_type(e.kind), e.name)));
+        match self.snapshot(ino.0) {
+            Ok(snap) => {
                 let fh = self.new_fh();
                 self.dirs
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .insert(fh.0, DirSnapshot { entries });
+                    .insert(fh.0, snap);
                 reply.opened(fh, FopenFlags::empty());
             }
             Err(e) => reply.error(self.fail("opendir", e)),
@@ -655,17 +745,29 @@ impl Filesystem for IntactFs {
     fn readdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(snap) = dirs.get(&fh.0) else {
-            return reply.error(Errno::EBADF);
+        let (parent, names) = match self.listing(ino.0, fh.0, offset) {
+            Ok(l) => l,
+            Err(e) => return reply.error(e),
         };
-        for (i, (ino, kind, name)) in snap.entries.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(*ino), i as u64 + 1, *kind, name) {
+        for (k, name) in names.iter().enumerate() {
+            let off = offset + k as u64 + 1;
+            let (eino, kind) = match name.as_str() {
+                "." => (ino.0, FileType::Directory),
+                ".." => (parent, FileType::Directory),
+                _ => match self.vol.entry_at(ino.0, name) {
+                    Ok(Some(e)) => (e.ino, file_type(e.kind)),
+                    // Removed since the snapshot (or the directory is gone): skipped.
+                    Ok(None) => continue,
+                    Err(e) if errno(&e) == Errno::ENOENT => continue,
+                    Err(e) => return reply.error(self.fail("readdir", e)),
+                },
+            };
+            if reply.add(INodeNo(eino), off, kind, name) {
                 break;
             }
         }
@@ -675,41 +777,48 @@ impl Filesystem for IntactFs {
     fn readdirplus(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let entries: Vec<(u64, String)> = {
-            let dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
-            let Some(snap) = dirs.get(&fh.0) else {
-                return reply.error(Errno::EBADF);
-            };
-            snap.entries
-                .iter()
-                .skip(offset as usize)
-                .map(|(i, _, n)| (*i, n.clone()))
-                .collect()
+        let (parent, names) = match self.listing(ino.0, fh.0, offset) {
+            Ok(l) => l,
+            Err(e) => return reply.error(e),
         };
-        for (k, (ino, name)) in entries.iter().enumerate() {
-            let a = match self.vol.attr(*ino) {
+        for (k, name) in names.iter().enumerate() {
+            let off = offset + k as u64 + 1;
+            // The kernel takes no reference for `.` and `..` (fuse_direntplus_link skips
+            // them); every other entry it receives counts as a lookup.
+            let dots = name == "." || name == "..";
+            let r = match name.as_str() {
+                "." => self.vol.attr(ino.0),
+                ".." => self.vol.attr(parent),
+                _ => self.vol.lookup(ino.0, name),
+            };
+            let a = match r {
                 Ok(a) => a,
-                // An entry removed since opendir is skipped; a damaged one fails the call.
-                Err(Error::Fs {
-                    kind: FsErrorKind::NotFound,
-                    ..
-                }) => continue,
+                // Removed since the snapshot: skipped. Only stored data that fails its
+                // checks is an error here, never a name that went away.
+                Err(e) if errno(&e) == Errno::ENOENT => continue,
                 Err(e) => return reply.error(self.fail("readdirplus", e)),
             };
-            let off = offset + k as u64 + 1;
+            if !dots {
+                // Counted before the reply is sent (at `reply.ok()` below).
+                self.remember(a.ino);
+            }
             if reply.add(
-                INodeNo(*ino),
+                INodeNo(a.ino),
                 off,
                 name,
                 &self.opts.attr_ttl,
                 &self.fuse_attr(&a),
                 Generation(a.generation),
             ) {
+                if !dots {
+                    // Did not fit: the kernel never sees it.
+                    self.release_lookups(a.ino, 1);
+                }
                 break;
             }
         }
@@ -856,13 +965,16 @@ impl Filesystem for IntactFs {
                 self.vol.open_handle(a.ino).map(|()| a)
             });
         match r {
-            Ok(a) => reply.created(
-                &self.opts.attr_ttl,
-                &self.fuse_attr(&a),
-                Generation(a.generation),
-                self.new_fh(),
-                FopenFlags::FOPEN_KEEP_CACHE,
-            ),
+            Ok(a) => {
+                self.remember(a.ino);
+                reply.created(
+                    &self.opts.attr_ttl,
+                    &self.fuse_attr(&a),
+                    Generation(a.generation),
+                    self.new_fh(),
+                    FopenFlags::FOPEN_KEEP_CACHE,
+                )
+            }
             Err(e) => reply.error(self.fail("create", e)),
         }
     }
@@ -877,25 +989,37 @@ impl Filesystem for IntactFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        // Only mode 0 (allocate, extending the size), and only as cheaply as it comes: the
-        // range reads as zeros but is not reserved on the store (documented).
-        if mode != 0 {
-            return reply.error(Errno::EOPNOTSUPP);
-        }
+        // Space is never reserved on the store (it may be a synced folder or an object
+        // store): allocating only makes the range part of the file, reading as zeros.
+        const KEEP_SIZE: i32 = libc::FALLOC_FL_KEEP_SIZE;
+        const PUNCH_HOLE: i32 = libc::FALLOC_FL_PUNCH_HOLE;
+        const ZERO_RANGE: i32 = libc::FALLOC_FL_ZERO_RANGE;
         let Some(end) = offset.checked_add(length) else {
             return reply.error(Errno::EFBIG);
         };
-        let r = self.vol.attr(ino.0).and_then(|a| {
-            if end > a.size {
+        if length == 0 {
+            return reply.error(Errno::EINVAL);
+        }
+        let keep = mode & KEEP_SIZE != 0;
+        let r = match mode & !KEEP_SIZE {
+            // Allocate: grow the size unless KEEP_SIZE (then nothing changes).
+            0 => self.vol.attr(ino.0).and_then(|a| {
+                if keep || end <= a.size {
+                    return Ok(());
+                }
                 let set = SetAttr {
                     size: Some(end),
                     ..SetAttr::default()
                 };
                 self.vol.setattr(ino.0, &set).map(|_| ())
-            } else {
-                Ok(())
-            }
-        });
+            }),
+            // As on ext4, punching needs KEEP_SIZE; it never changes the size.
+            PUNCH_HOLE if keep => self.vol.zero_range(ino.0, offset, length, true),
+            ZERO_RANGE => self.vol.zero_range(ino.0, offset, length, keep),
+            PUNCH_HOLE => return reply.error(Errno::EINVAL),
+            // COLLAPSE_RANGE, INSERT_RANGE, UNSHARE_RANGE and combinations.
+            _ => return reply.error(Errno::EOPNOTSUPP),
+        };
         self.empty(r, reply, "fallocate");
     }
 }

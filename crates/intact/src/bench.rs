@@ -368,6 +368,7 @@ fn run_scheme(
     let opts = Options {
         cache_bytes,
         read_only: false,
+        ..Options::default()
     };
     let copts = CreateOptions {
         block_size: a.block_size,

@@ -151,6 +151,9 @@ enum Cmd {
         /// Seal what was written at least every N seconds (0: only on fsync and unmount).
         #[arg(long, default_value_t = 5)]
         commit_interval: u64,
+        /// Largest total of extended-attribute names and values per file (ENOSPC past it).
+        #[arg(long, default_value_t = intact_core::volume::XATTR_BYTES_MAX)]
+        xattr_max_bytes: usize,
         /// Log file of the daemon [default: mount.log beside the anchor].
         #[arg(long)]
         log: Option<PathBuf>,
@@ -193,20 +196,85 @@ fn main() -> ExitCode {
     } else {
         "warn,intact_core=off"
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("INTACT_LOG")
-                .unwrap_or_else(|_| default_filter.into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        tracing_subscriber::registry()
+            .with(
+                tracing_subscriber::EnvFilter::try_from_env("INTACT_LOG")
+                    .unwrap_or_else(|_| default_filter.into()),
+            )
+            .with(GoneClients)
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+            )
+            .init();
+    }
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("intact: {e:#}");
             ExitCode::from(exit_code(&e))
         }
+    }
+}
+
+/// fuser logs at ERROR when it cannot send a reply because the client went away (the
+/// kernel answers ENOENT for a request that was interrupted, for example a process killed
+/// mid-request). That is routine, not a failure of the mount: it is logged at debug.
+struct GoneClients;
+
+#[derive(Default)]
+struct LogFields {
+    message: String,
+    target: String,
+}
+
+impl tracing::field::Visit for LogFields {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        match field.name() {
+            "message" => self.message = value.to_string(),
+            "log.target" => self.target = value.to_string(),
+            _ => {}
+        }
+    }
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.message = format!("{value:?}");
+        }
+    }
+}
+
+impl GoneClients {
+    /// Whether a log event is fuser's report of a reply to a client that went away.
+    fn is_gone_client(target: &str, message: &str) -> bool {
+        target.starts_with("fuser")
+            && message.starts_with("Failed to send FUSE reply")
+            && message.contains("os error 2)")
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for GoneClients {
+    fn event_enabled(
+        &self,
+        event: &tracing::Event<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) -> bool {
+        if *event.metadata().level() != tracing::Level::ERROR {
+            return true;
+        }
+        let mut f = LogFields::default();
+        event.record(&mut f);
+        if f.target.is_empty() {
+            f.target = event.metadata().target().to_string();
+        }
+        if Self::is_gone_client(&f.target, &f.message) {
+            tracing::debug!(target: "intact_fuse", "a client went away before its reply: {}", f.message);
+            return false;
+        }
+        true
     }
 }
 
@@ -335,6 +403,7 @@ fn open(cli: &Cli, read_only: bool) -> Result<Volume> {
     let opts = Options {
         cache_bytes: cli.cache_bytes.unwrap_or(1024),
         read_only,
+        ..Options::default()
     };
     // Right after `fusermount3 -u` the mount's daemon may still be sealing: wait for it
     // (up to 30 s) rather than report the volume as in use.
@@ -696,6 +765,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             scheme,
             threads,
             commit_interval,
+            xattr_max_bytes,
             log,
             daemon_child,
         } => {
@@ -716,6 +786,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     scheme: scheme.as_deref(),
                     threads: *threads,
                     commit_interval: *commit_interval,
+                    xattr_max_bytes: *xattr_max_bytes,
                     log: log.as_deref(),
                     daemon_child: *daemon_child,
                 },
@@ -987,4 +1058,23 @@ fn remove_tree(vol: &Volume, path: &str) -> Result<()> {
     }
     vol.rmdir(path)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GoneClients;
+
+    #[test]
+    fn only_replies_to_gone_clients_are_quieted() {
+        let gone = "Failed to send FUSE reply: No such file or directory (os error 2)";
+        assert!(GoneClients::is_gone_client("fuser::reply", gone));
+        // Another send failure (the device failing) stays an error.
+        let other = "Failed to send FUSE reply: Input/output error (os error 5)";
+        assert!(!GoneClients::is_gone_client("fuser::reply", other));
+        assert!(!GoneClients::is_gone_client("intact_fuse", gone));
+        assert!(!GoneClients::is_gone_client(
+            "fuser::reply",
+            "Reply not sent for operation 3"
+        ));
+    }
 }

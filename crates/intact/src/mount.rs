@@ -25,6 +25,7 @@ pub struct MountArgs<'a> {
     pub scheme: Option<&'a str>,
     pub threads: usize,
     pub commit_interval: u64,
+    pub xattr_max_bytes: usize,
     pub log: Option<&'a Path>,
     pub daemon_child: bool,
 }
@@ -64,6 +65,7 @@ pub fn mount(cli: &Cli, a: &MountArgs) -> Result<ExitCode> {
             &Options {
                 cache_bytes: default_cache(cli),
                 read_only: a.ro,
+                xattr_bytes_max: a.xattr_max_bytes,
             },
         )?;
         drop(pw);
@@ -102,6 +104,8 @@ pub fn mount(cli: &Cli, a: &MountArgs) -> Result<ExitCode> {
         .arg(a.threads.to_string())
         .arg("--commit-interval")
         .arg(a.commit_interval.to_string())
+        .arg("--xattr-max-bytes")
+        .arg(a.xattr_max_bytes.to_string())
         .arg("--log")
         .arg(&log);
     if a.allow_other {
@@ -177,6 +181,7 @@ fn child(cli: &Cli, a: &MountArgs, scheme: Option<SchemeId>) -> Result<ExitCode>
             &Options {
                 cache_bytes: default_cache(cli),
                 read_only: a.ro,
+                xattr_bytes_max: a.xattr_max_bytes,
             },
         )?;
         Ok((vol, status))

@@ -1092,6 +1092,7 @@ fn open_lib(v: &Vol, read_only: bool) -> intact_core::Volume {
     let opts = intact_core::Options {
         cache_bytes: 1 << 16,
         read_only,
+        ..intact_core::Options::default()
     };
     intact_core::Volume::open(store, Box::new(trusted), PW.as_bytes(), &opts).unwrap()
 }

@@ -479,6 +479,156 @@ fn requests_on_unlinked_inodes_are_not_integrity_failures() {
     assert_eq!(out.lines().count(), 3, "{out}");
 }
 
+/// One getdents64(2) call with a `buf`-byte buffer: the (d_ino, name) pairs it returned
+/// (empty at the end of the directory).
+type Dents = Vec<(u64, String)>;
+
+fn getdents(fd: i32, buf: usize) -> std::io::Result<Dents> {
+    let mut b = vec![0u8; buf];
+    // SAFETY: `b` is a live buffer of `buf` bytes that the kernel fills; fd is an open
+    // directory descriptor owned by the caller.
+    let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, b.as_mut_ptr(), buf) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while at < n as usize {
+        // struct linux_dirent64 { u64 d_ino; i64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
+        let ino = u64::from_ne_bytes(b[at..at + 8].try_into().unwrap());
+        let reclen = u16::from_ne_bytes(b[at + 16..at + 18].try_into().unwrap()) as usize;
+        let name = &b[at + 19..at + reclen];
+        let end = name.iter().position(|&c| c == 0).unwrap_or(name.len());
+        out.push((ino, String::from_utf8_lossy(&name[..end]).into_owned()));
+        at += reclen;
+    }
+    Ok(out)
+}
+
+fn integrity_failures(v: &Vol) -> u64 {
+    let (code, out, err) = v.cli(&["--json", "stat"]);
+    assert_eq!(code, 0, "{err}");
+    let s: serde_json::Value = serde_json::from_str(&out).unwrap();
+    s["mount"]["integrity_failures"].as_u64().unwrap()
+}
+
+/// Opens `dir`, reads one small batch of entries, runs `between`, then reads to the end:
+/// returns the first batch and the rest.
+fn read_around(dir: &Path, between: impl FnOnce()) -> (Dents, Dents) {
+    let d = File::open(dir).unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&d);
+    let first = getdents(fd, 1024).unwrap();
+    assert!(first.len() > 2 && first.len() < 100, "{}", first.len());
+    between();
+    let mut rest = Vec::new();
+    loop {
+        let batch = getdents(fd, 1024).unwrap_or_else(|e| panic!("readdir after changes: {e}"));
+        if batch.is_empty() {
+            break;
+        }
+        rest.extend(batch);
+    }
+    (first, rest)
+}
+
+/// Regression (issue 14, case 1): a directory read while its entries are unlinked (and the
+/// kernel forgets their inodes) returned EIO and logged "directory entry points to a free
+/// inode" for each.
+#[test]
+fn readdir_while_entries_are_unlinked_is_no_alarm() {
+    let v = Vol::new("mt-eint");
+    let m = v.mount();
+    let dir = m.p("d");
+    fs::create_dir(&dir).unwrap();
+    for k in 0..300 {
+        fs::write(dir.join(format!("old{k:03}")), format!("old {k}")).unwrap();
+    }
+    let mut kept = Vec::new();
+    let (first, rest) = read_around(&dir, || {
+        for k in 0..300 {
+            let n = format!("old{k:03}");
+            if k % 3 == 0 {
+                kept.push(n);
+            } else {
+                fs::remove_file(dir.join(&n)).unwrap();
+            }
+        }
+        // Let the kernel evict the unlinked inodes and send their FORGETs.
+        std::thread::sleep(Duration::from_millis(300));
+    });
+    let listed: std::collections::HashSet<String> =
+        first.iter().chain(&rest).map(|(_, n)| n.clone()).collect();
+    // Entries that stayed are all listed (POSIX: no entry that stays is skipped).
+    for n in &kept {
+        assert!(listed.contains(n), "{n} missing from the listing");
+    }
+    // Nothing removed before it was reached is listed after the removal.
+    let early: std::collections::HashSet<&String> = first.iter().map(|(_, n)| n).collect();
+    for (_, n) in &rest {
+        assert!(
+            early.contains(n) || kept.contains(n),
+            "{n} listed after it was removed"
+        );
+    }
+    assert_eq!(integrity_failures(&v), 0);
+    m.unmount();
+    v.fsck_clean();
+}
+
+/// Regression (issue 14, case 2): after unlinking names and creating new files (whose inode
+/// numbers reuse the freed ones), reading on from an open directory returned the old names
+/// with the new files' inode numbers, and opening an old name gave a new file's content.
+#[test]
+fn readdir_across_unlink_create_and_reuse_returns_no_other_file() {
+    let v = Vol::new("mt-eint");
+    let m = v.mount();
+    let dir = m.p("d");
+    fs::create_dir(&dir).unwrap();
+    for k in 0..300 {
+        fs::write(dir.join(format!("old{k:03}")), format!("old {k}")).unwrap();
+    }
+    let (first, rest) = read_around(&dir, || {
+        for k in 0..300 {
+            fs::remove_file(dir.join(format!("old{k:03}"))).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        for k in 0..300 {
+            fs::write(dir.join(format!("new{k:03}")), format!("new {k}")).unwrap();
+        }
+    });
+    let early: std::collections::HashSet<&String> = first.iter().map(|(_, n)| n).collect();
+    let mut wrong = Vec::new();
+    for (ino, n) in &rest {
+        if n == "." || n == ".." {
+            continue;
+        }
+        if n.starts_with("old") {
+            assert!(early.contains(n), "{n} listed after it was removed");
+        }
+        // Every entry returned is valid when returned: its name opens its own file.
+        match fs::read_to_string(dir.join(n)) {
+            Ok(c) => {
+                let md = fs::metadata(dir.join(n)).unwrap();
+                if !c.starts_with(&n[..3]) || md.ino() != *ino {
+                    wrong.push(format!("{n} (d_ino {ino}, st_ino {}): {c:?}", md.ino()));
+                }
+            }
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{n}: {e}"),
+        }
+    }
+    assert!(wrong.is_empty(), "{} wrong entries: {wrong:?}", wrong.len());
+    for k in 0..300 {
+        assert!(!dir.join(format!("old{k:03}")).exists());
+        assert_eq!(
+            fs::read_to_string(dir.join(format!("new{k:03}"))).unwrap(),
+            format!("new {k}")
+        );
+    }
+    assert_eq!(integrity_failures(&v), 0);
+    m.unmount();
+    v.fsck_clean();
+}
+
 #[test]
 fn unlinked_open_file_is_reclaimed_after_a_crash() {
     let v = Vol::new("mt-eint");
@@ -565,6 +715,133 @@ fn append_truncate_and_sparse() {
     v.check_across_remount(m, check);
 }
 
+/// Copies off the mount (`cp -a`, `rsync -aX`) carry the attributes a user set, and no
+/// `user.intact.scheme` unless it was set on that file; removing it returns the file to the
+/// volume's default.
+#[test]
+fn copies_off_the_mount_carry_no_unset_scheme_attribute() {
+    let v = Vol::new("mt-eint");
+    let m = v.mount();
+    fs::create_dir(m.p("t")).unwrap();
+    fs::write(m.p("t/plain"), b"plain").unwrap();
+    fs::write(m.p("t/chosen"), pattern(1, 9000)).unwrap();
+    xattr::set(m.p("t/plain"), "user.color", b"blue").unwrap();
+    xattr::set(m.p("t/chosen"), "user.intact.scheme", b"mac-tree").unwrap();
+    let out = v.root.join("out");
+    fs::create_dir(&out).unwrap();
+    sh(Command::new("cp")
+        .arg("-a")
+        .arg(m.p("t"))
+        .arg(out.join("cp")));
+    let rsync = which("rsync").expect("rsync is installed (.ci/run installs it)");
+    sh(Command::new(rsync)
+        .arg("-aX")
+        .arg(format!("{}/", m.p("t").display()))
+        .arg(out.join("rsync")));
+    for copy in ["cp", "rsync"] {
+        let d = out.join(copy);
+        let plain = d.join("plain");
+        assert_eq!(xattr::get(&plain, "user.color").unwrap().unwrap(), b"blue");
+        assert!(
+            xattr::get(&plain, "user.intact.scheme").unwrap().is_none(),
+            "{copy} copied an attribute nobody set"
+        );
+        assert_eq!(
+            xattr::get(d.join("chosen"), "user.intact.scheme")
+                .unwrap()
+                .unwrap(),
+            b"mac-tree",
+            "{copy} did not copy the attribute that was set"
+        );
+        assert_eq!(fs::read(d.join("chosen")).unwrap(), pattern(1, 9000));
+    }
+    // Removing the attribute returns the file to the volume's default (re-encrypted).
+    xattr::remove(m.p("t/chosen"), "user.intact.scheme").unwrap();
+    assert_eq!(
+        xattr::get(m.p("t/chosen"), "user.intact.scheme")
+            .unwrap()
+            .unwrap(),
+        b"mt-eint"
+    );
+    assert!(xattr::list(m.p("t/chosen")).unwrap().next().is_none());
+    v.check_across_remount(m, |m| {
+        assert_eq!(fs::read(m.p("t/chosen")).unwrap(), pattern(1, 9000));
+        assert!(xattr::list(m.p("t/chosen")).unwrap().next().is_none());
+    });
+}
+
+fn which(tool: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(tool))
+        .find(|p| p.is_file())
+}
+
+fn fallocate(f: &File, mode: i32, off: u64, len: u64) -> std::io::Result<()> {
+    let fd = std::os::fd::AsRawFd::as_raw_fd(f);
+    // SAFETY: fallocate(2) on an open descriptor; no memory is passed.
+    let r = unsafe { libc::fallocate(fd, mode, off as i64, len as i64) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// fallocate: plain and KEEP_SIZE allocation, PUNCH_HOLE|KEEP_SIZE inside the file and up
+/// to its end (then stored as a hole: the stored blocks shrink), ZERO_RANGE with and
+/// without KEEP_SIZE; the unsupported modes say EOPNOTSUPP. Checked against a model of the
+/// content, across a remount.
+#[test]
+fn fallocate_modes() {
+    use libc::{
+        FALLOC_FL_COLLAPSE_RANGE as COLLAPSE, FALLOC_FL_KEEP_SIZE as KEEP,
+        FALLOC_FL_PUNCH_HOLE as PUNCH, FALLOC_FL_ZERO_RANGE as ZERO,
+    };
+    let v = Vol::new("mt-eint");
+    let m = v.mount();
+    let p = m.p("f");
+    let mut model = pattern(5, 40 * 1024);
+    fs::write(&p, &model).unwrap();
+    let f = OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    // KEEP_SIZE allocation past the end: nothing visible changes.
+    fallocate(&f, KEEP, 40 * 1024, 1 << 20).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 40 * 1024);
+    // Plain allocation grows the file with zeros.
+    fallocate(&f, 0, 0, 44 * 1024).unwrap();
+    model.resize(44 * 1024, 0);
+    // A hole inside the file (crossing block boundaries).
+    fallocate(&f, PUNCH | KEEP, 4096 + 100, 5000).unwrap();
+    model[4096 + 100..4096 + 5100].fill(0);
+    // ZERO_RANGE inside, then past the end without KEEP_SIZE (grows), then with it.
+    fallocate(&f, ZERO, 10_000, 3).unwrap();
+    model[10_000..10_003].fill(0);
+    fallocate(&f, ZERO, 43 * 1024, 4096).unwrap();
+    model[43 * 1024..].fill(0);
+    model.resize(47 * 1024, 0);
+    fallocate(&f, ZERO | KEEP, 46 * 1024, 1 << 20).unwrap();
+    model[46 * 1024..].fill(0);
+    assert_eq!(f.metadata().unwrap().len(), 47 * 1024);
+    let err = fallocate(&f, COLLAPSE, 0, 4096).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EOPNOTSUPP), "{err}");
+    assert_eq!(fs::read(&p).unwrap(), model);
+    f.sync_all().unwrap();
+    let before = f.metadata().unwrap().blocks();
+    // A hole up to the end of the file: stored as a hole (fewer stored blocks).
+    fallocate(&f, PUNCH | KEEP, 8192, 1 << 30).unwrap();
+    model[8192..].fill(0);
+    assert_eq!(fs::read(&p).unwrap(), model);
+    drop(f);
+    v.check_across_remount(m, |m| {
+        assert_eq!(fs::read(m.p("f")).unwrap(), model);
+        let blocks = fs::metadata(m.p("f")).unwrap().blocks();
+        assert!(
+            blocks <= 8192 / 512 && blocks < before,
+            "{blocks} stored 512-byte blocks after punching the tail (before: {before})"
+        );
+    });
+}
+
 #[test]
 fn xattrs_links_modes_and_times() {
     let v = Vol::new("mt-eint");
@@ -579,7 +856,12 @@ fn xattrs_links_modes_and_times() {
         .map(|n| n.to_string_lossy().into_owned())
         .collect();
     names.sort();
-    assert_eq!(names, ["user.color", "user.empty", "user.intact.scheme"]);
+    // The scheme attribute is readable but, never set on this file, not listed.
+    assert_eq!(names, ["user.color", "user.empty"]);
+    assert_eq!(
+        xattr::get(&p, "user.intact.scheme").unwrap().unwrap(),
+        b"mt-eint"
+    );
     xattr::remove(&p, "user.empty").unwrap();
     assert!(xattr::get(&p, "user.empty").unwrap().is_none());
     assert!(xattr::set(&p, "trusted.x", b"1").is_err());

@@ -29,6 +29,7 @@ pub fn create(
         &Options {
             cache_bytes: 1024,
             read_only: false,
+            ..Options::default()
         },
     )
     .expect("create")
@@ -42,6 +43,7 @@ pub fn open(store: Arc<dyn UntrustedStore>, trusted: &MemTrusted) -> intact_core
         &Options {
             cache_bytes: 1024,
             read_only: false,
+            ..Options::default()
         },
     )
 }
@@ -57,6 +59,7 @@ pub fn open_ro(
         &Options {
             cache_bytes: 1024,
             read_only: true,
+            ..Options::default()
         },
     )
 }
