@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The whole test suite (the README's test command; .ci/run calls it after fmt and clippy).
+# Installs what the tests need first: fuse3 (the mount tests), stress-ng and rsync (the
+# stress and copy tests, from apt), fsx (cargo install). Then no test may skip:
+# INTACT_REQUIRE_ALL=1 turns a missing tool into a failure.
+# Usage: scripts/test.sh [cargo test arguments]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+need=()
+command -v fusermount3 >/dev/null || need+=(fuse3)
+command -v stress-ng >/dev/null || need+=(stress-ng)
+command -v rsync >/dev/null || need+=(rsync)
+if [ ${#need[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  echo "installing ${need[*]} (apt)" >&2
+  $sudo apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+if ! command -v fsx >/dev/null && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/fsx" ]; then
+  echo "installing fsx (cargo install)" >&2
+  cargo install --locked fsx --version "=0.3.2" >/dev/null 2>&1 || cargo install fsx
+fi
+export INTACT_REQUIRE_ALL=1
+exec cargo test --workspace "$@"
