@@ -16,6 +16,14 @@
 //! overwritten ranges and final lengths). Two slots alternate so the journal the current
 //! anchor names is never overwritten before the anchor moves on. See docs/design.md,
 //! "Crash safety", for the case-by-case argument.
+//!
+//! A commit is split so that its I/O runs without the engine's lock ([`Tx::begin_commit`],
+//! then [`Commit::write_journal`], the seal, [`Commit::apply`], [`Tx::end_commit`]): at
+//! `begin_commit` the staged state becomes a frozen, read-only [`Commit`], and the
+//! transaction goes on empty *on top of it*. Until `end_commit`, reads of an object the
+//! commit changes see its final image (the commit's ranges over the store below its cut,
+//! which its application never touches), and writes to such an object are staged, never
+//! direct, because the commit's final `SetLen` would cut bytes written past its length.
 
 use crate::crypto::{Hash, SubKey};
 use crate::error::{Error, Result, Subject};
@@ -58,6 +66,9 @@ struct ObjState {
     deleted: bool,
     /// Written directly in this transaction (needs a sync before the commit is sealed).
     direct: bool,
+    /// A commit in flight changes this object: reads below `committed_len` see its final
+    /// image, and writes are staged (see the module docs).
+    on_base: bool,
 }
 
 impl ObjState {
@@ -76,6 +87,128 @@ pub struct Tx {
     overlay_bytes: usize,
     /// Never writes the store: every change stays in the overlay, and it cannot commit.
     read_only: bool,
+    /// The commit in flight under this transaction, if any (see the module docs).
+    base: Option<Arc<Frozen>>,
+}
+
+/// The final image of the objects a commit changes.
+#[derive(Debug, Default)]
+pub struct Frozen {
+    objs: HashMap<String, FrozenObj>,
+}
+
+#[derive(Debug)]
+struct FrozenObj {
+    /// Final length (`None`: deleted).
+    len: Option<u64>,
+    /// Store bytes at or past this are not part of the final image (unless in `ranges`).
+    cut: Option<u64>,
+    ranges: BTreeMap<u64, Vec<u8>>,
+}
+
+impl Frozen {
+    /// Reads the final image of `o` at `off` into `buf` (already zeroed): store bytes below
+    /// the cut, which applying the commit never changes, then the commit's ranges.
+    fn read(
+        store: &dyn UntrustedStore,
+        name: &str,
+        o: &FrozenObj,
+        off: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        let Some(len) = o.len else { return Ok(()) };
+        let end = (off + buf.len() as u64).min(len);
+        if off >= end {
+            return Ok(());
+        }
+        let store_end = o.cut.unwrap_or(u64::MAX).min(end);
+        if off < store_end {
+            let n = (store_end - off) as usize;
+            let mut done = 0;
+            while done < n {
+                let r = crate::metrics::timed(Phase::StoreWait, || {
+                    store.read_at(name, off + done as u64, &mut buf[done..n])
+                })?;
+                if r == 0 {
+                    break;
+                }
+                done += r;
+            }
+        }
+        overlay_ranges(&o.ranges, off, &mut buf[..(end - off) as usize]);
+        Ok(())
+    }
+}
+
+/// Copies the parts of `ranges` that meet `[off, off + buf.len())` into `buf`.
+fn overlay_ranges(ranges: &BTreeMap<u64, Vec<u8>>, off: u64, buf: &mut [u8]) {
+    let end = off + buf.len() as u64;
+    let first = ranges
+        .range(..=off)
+        .next_back()
+        .map(|(k, _)| *k)
+        .unwrap_or(off);
+    for (&s, data) in ranges.range(first..end) {
+        let e = s + data.len() as u64;
+        if e <= off {
+            continue;
+        }
+        let a = s.max(off);
+        let b = e.min(end);
+        buf[(a - off) as usize..(b - off) as usize]
+            .copy_from_slice(&data[(a - s) as usize..(b - s) as usize]);
+    }
+}
+
+/// A commit taken out of a transaction by [`Tx::begin_commit`]: what must become durable,
+/// the journal that makes it atomic, and the operations that apply it in place. Its I/O
+/// needs no lock; the transaction it came from sees its final image meanwhile.
+#[derive(Debug)]
+pub struct Commit {
+    /// Objects written directly: synced before the seal.
+    direct: Vec<String>,
+    /// The journal (slot, length, digest) and its bytes, when anything was staged.
+    journal: Option<(JournalRef, Vec<u8>)>,
+    ops: Vec<Op>,
+    frozen: Arc<Frozen>,
+}
+
+impl Commit {
+    /// What the anchor must record, or `None` when nothing needed journaling.
+    pub fn journal(&self) -> Option<JournalRef> {
+        self.journal.as_ref().map(|(r, _)| *r)
+    }
+
+    /// Whether the commit changes anything in the store.
+    pub fn is_empty(&self) -> bool {
+        self.direct.is_empty() && self.journal.is_none()
+    }
+
+    /// Step 1 (before the seal): makes direct writes durable, then writes and syncs the
+    /// journal into its slot.
+    pub fn write_journal(&self, store: &dyn UntrustedStore) -> Result<()> {
+        if !self.direct.is_empty() {
+            crate::metrics::timed(Phase::StoreWait, || store.sync(&self.direct))?;
+        }
+        if let Some((r, bytes)) = &self.journal {
+            let name = journal_name(r.slot);
+            // In place: the sealed anchor names the other slot, and this slot's previous
+            // journal was applied durably before that anchor was sealed, so nothing refers
+            // to these bytes until the next anchor does (after this sync). One fsync, no
+            // rename.
+            crate::metrics::timed(Phase::StoreWait, || -> Result<()> {
+                store.write_at(&name, 0, bytes)?;
+                store.set_len(&name, bytes.len() as u64)?;
+                store.sync(std::slice::from_ref(&name))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Step 3 (after the anchor is sealed): applies the journal in place and syncs.
+    pub fn apply(&self, store: &dyn UntrustedStore) -> Result<()> {
+        crate::metrics::timed(Phase::StoreWait, || apply_ops(store, &self.ops))
+    }
 }
 
 /// One journal operation (the final image of a range, a length, or a deletion).
@@ -95,14 +228,6 @@ enum Op {
     },
 }
 
-/// A journal ready to be sealed: its bytes are durable in `slot`.
-#[derive(Debug)]
-pub struct Prepared {
-    /// What the anchor must record, or `None` when nothing needed journaling.
-    pub journal: Option<JournalRef>,
-    ops: Vec<Op>,
-}
-
 impl Tx {
     /// A new, empty transaction over `store`.
     pub fn new(store: Arc<dyn UntrustedStore>) -> Self {
@@ -111,6 +236,7 @@ impl Tx {
             objs: HashMap::new(),
             overlay_bytes: 0,
             read_only: false,
+            base: None,
         }
     }
 
@@ -135,15 +261,23 @@ impl Tx {
 
     fn state(&mut self, name: &str) -> Result<&mut ObjState> {
         if !self.objs.contains_key(name) {
-            let len = crate::metrics::timed(Phase::StoreWait, || self.store.len(name))?;
-            self.objs.insert(
-                name.to_string(),
-                ObjState {
-                    committed_len: len,
-                    len,
+            let st = match self.base.as_ref().and_then(|b| b.objs.get(name)) {
+                Some(f) => ObjState {
+                    committed_len: f.len,
+                    len: f.len,
+                    on_base: true,
                     ..Default::default()
                 },
-            );
+                None => {
+                    let len = crate::metrics::timed(Phase::StoreWait, || self.store.len(name))?;
+                    ObjState {
+                        committed_len: len,
+                        len,
+                        ..Default::default()
+                    }
+                }
+            };
+            self.objs.insert(name.to_string(), st);
         }
         Ok(self.objs.get_mut(name).expect("inserted above"))
     }
@@ -165,12 +299,19 @@ impl Tx {
             return Ok(0);
         }
         let inside = ((len - off) as usize).min(buf.len());
-        // Base bytes, up to the cut.
+        // Base bytes, up to the cut: the store's, or the final image of a commit in flight.
         let base_end = st.cut.unwrap_or(u64::MAX).min(len);
         let in_store = st.committed_len.is_some() || st.direct;
         if in_store && off < base_end {
             let n = ((base_end.saturating_sub(off)) as usize).min(inside);
-            if n > 0 {
+            if n > 0 && st.on_base {
+                let base = self.base.as_ref().expect("on_base objects have a base");
+                let f = base
+                    .objs
+                    .get(name)
+                    .expect("on_base objects are in the base");
+                Frozen::read(store.as_ref(), name, f, off, &mut buf[..n])?;
+            } else if n > 0 {
                 let mut done = 0;
                 while done < n {
                     let r = crate::metrics::timed(Phase::StoreWait, || {
@@ -184,23 +325,8 @@ impl Tx {
             }
         }
         // Overlay ranges on top.
-        let end = off + inside as u64;
-        let first = st
-            .ranges
-            .range(..=off)
-            .next_back()
-            .map(|(k, _)| *k)
-            .unwrap_or(off);
-        for (&s, data) in st.ranges.range(first..end) {
-            let e = s + data.len() as u64;
-            if e <= off {
-                continue;
-            }
-            let a = s.max(off);
-            let b = e.min(end);
-            buf[(a - off) as usize..(b - off) as usize]
-                .copy_from_slice(&data[(a - s) as usize..(b - s) as usize]);
-        }
+        let st = self.objs.get(name).expect("present");
+        overlay_ranges(&st.ranges, off, &mut buf[..inside]);
         Ok(inside)
     }
 
@@ -218,7 +344,7 @@ impl Tx {
         }
         let end = off + data.len() as u64;
         let boundary = st.committed_len.unwrap_or(0);
-        let (staged, direct) = if read_only || st.cut.is_some() {
+        let (staged, direct) = if read_only || st.cut.is_some() || st.on_base {
             (data, &data[data.len()..])
         } else if off >= boundary {
             (&data[..0], data)
@@ -274,89 +400,127 @@ impl Tx {
         self.objs.values().any(|s| s.staged() || s.direct)
     }
 
-    /// Step 1 of a commit: makes direct writes durable, then writes and syncs the journal
-    /// into the slot other than `current` (when there is anything to journal).
-    pub fn prepare(&mut self, key: &SubKey, epoch: u64, current: Option<u8>) -> Result<Prepared> {
+    /// Takes everything staged and written directly out of the transaction as a [`Commit`]
+    /// whose journal (when anything was staged) goes to the slot other than `current`. No
+    /// I/O. The transaction goes on, empty, on top of the commit until [`Tx::end_commit`].
+    /// Only one commit may be in flight: call `end_commit` before the next one.
+    pub fn begin_commit(
+        &mut self,
+        key: &SubKey,
+        epoch: u64,
+        current: Option<u8>,
+    ) -> Result<Commit> {
         if self.read_only {
             return Err(Error::Invalid("commit of a read-only transaction".into()));
         }
-        let direct: Vec<String> = self
+        if self.base.is_some() {
+            return Err(Error::Invalid("a commit is already in flight".into()));
+        }
+        let mut direct: Vec<String> = self
             .objs
             .iter()
             .filter(|(_, s)| s.direct)
             .map(|(n, _)| n.clone())
             .collect();
-        if !direct.is_empty() {
-            crate::metrics::timed(Phase::StoreWait, || self.store.sync(&direct))?;
-        }
-        let mut names: Vec<&String> = self
+        direct.sort();
+        let mut names: Vec<String> = self
             .objs
             .iter()
             .filter(|(_, s)| s.staged())
-            .map(|(n, _)| n)
+            .map(|(n, _)| n.clone())
             .collect();
         names.sort();
         let mut ops = Vec::new();
+        let mut frozen = Frozen::default();
         for name in names {
-            let st = &self.objs[name];
+            let st = self.objs.remove(&name).expect("listed");
             if st.deleted {
                 ops.push(Op::Delete { name: name.clone() });
-                continue;
-            }
-            if let Some(cut) = st.cut {
+            } else {
+                if let Some(cut) = st.cut {
+                    ops.push(Op::SetLen {
+                        name: name.clone(),
+                        len: cut,
+                    });
+                }
+                for (&off, data) in &st.ranges {
+                    ops.push(Op::Write {
+                        name: name.clone(),
+                        off,
+                        data: data.clone(),
+                    });
+                }
                 ops.push(Op::SetLen {
                     name: name.clone(),
-                    len: cut,
+                    len: st.len.unwrap_or(0),
                 });
             }
-            for (&off, data) in &st.ranges {
-                ops.push(Op::Write {
-                    name: name.clone(),
-                    off,
-                    data: data.clone(),
-                });
-            }
-            ops.push(Op::SetLen {
-                name: name.clone(),
-                len: st.len.unwrap_or(0),
-            });
+            frozen.objs.insert(
+                name,
+                FrozenObj {
+                    len: st.len,
+                    cut: st.cut,
+                    ranges: st.ranges,
+                },
+            );
         }
-        if ops.is_empty() {
-            return Ok(Prepared { journal: None, ops });
-        }
-        let slot = match current {
-            Some(0) => 1,
-            _ => 0,
-        };
-        let bytes = encode_journal(epoch, &ops);
-        let digest = key.mac(&[&bytes]);
-        let name = journal_name(slot);
-        // In place: the sealed anchor names the other slot, and this slot's previous
-        // journal was applied durably before that anchor was sealed, so nothing refers to
-        // these bytes until the next anchor does (after this sync). One fsync, no rename.
-        crate::metrics::timed(Phase::StoreWait, || -> Result<()> {
-            self.store.write_at(&name, 0, &bytes)?;
-            self.store.set_len(&name, bytes.len() as u64)?;
-            self.store.sync(std::slice::from_ref(&name))
-        })?;
-        Ok(Prepared {
-            journal: Some(JournalRef {
+        // What remains was only read (or written directly and then restored to its
+        // length, which cannot happen: a direct write extends the object): forget it.
+        self.objs.clear();
+        self.overlay_bytes = 0;
+        let journal = if ops.is_empty() {
+            None
+        } else {
+            let slot = match current {
+                Some(0) => 1,
+                _ => 0,
+            };
+            let bytes = encode_journal(epoch, &ops);
+            let digest = key.mac(&[&bytes]);
+            let r = JournalRef {
                 slot,
                 len: bytes.len() as u64,
                 digest,
-            }),
+            };
+            Some((r, bytes))
+        };
+        let frozen = Arc::new(frozen);
+        self.base = Some(frozen.clone());
+        Ok(Commit {
+            direct,
+            journal,
             ops,
+            frozen,
         })
     }
 
-    /// Step 3 of a commit (after the anchor is sealed): applies the journal in place,
-    /// syncs, and starts a fresh transaction.
-    pub fn apply(&mut self, prepared: Prepared) -> Result<()> {
-        crate::metrics::timed(Phase::StoreWait, || {
-            apply_ops(self.store.as_ref(), &prepared.ops)
-        })?;
-        self.objs.clear();
-        self.overlay_bytes = 0;
+    /// The commit `c` is applied in place: the transaction stops reading through it.
+    pub fn end_commit(&mut self, c: &Commit) {
+        if self
+            .base
+            .as_ref()
+            .is_some_and(|b| Arc::ptr_eq(b, &c.frozen))
+        {
+            self.base = None;
+        }
+        for st in self.objs.values_mut() {
+            st.on_base = false;
+        }
+    }
+
+    /// Step 1 of a commit in one call: [`Tx::begin_commit`], then
+    /// [`Commit::write_journal`].
+    pub fn prepare(&mut self, key: &SubKey, epoch: u64, current: Option<u8>) -> Result<Commit> {
+        let c = self.begin_commit(key, epoch, current)?;
+        c.write_journal(self.store.as_ref())?;
+        Ok(c)
+    }
+
+    /// Step 3 of a commit in one call (after the anchor is sealed): [`Commit::apply`],
+    /// then [`Tx::end_commit`].
+    pub fn apply(&mut self, c: Commit) -> Result<()> {
+        c.apply(self.store.as_ref())?;
+        self.end_commit(&c);
         Ok(())
     }
 
@@ -364,6 +528,7 @@ impl Tx {
     pub fn abandon(&mut self) {
         self.objs.clear();
         self.overlay_bytes = 0;
+        self.base = None;
     }
 
     /// Loads a verified journal into the overlay without touching the store (read-only
@@ -607,6 +772,95 @@ mod tests {
         crate::crypto::MasterKey::from_bytes([9; 32]).derive(crate::crypto::label::JOURNAL, &[])
     }
 
+    fn read(tx: &mut Tx, name: &str) -> Option<Vec<u8>> {
+        let len = tx.len(name).unwrap()?;
+        let mut b = vec![0u8; len as usize];
+        tx.read_at(name, 0, &mut b).unwrap();
+        Some(b)
+    }
+
+    /// A transaction going on while a commit is in flight (docs/design.md, "Commits in
+    /// flight"): it reads the commit's final image before, during and after the commit's
+    /// I/O, stages writes to the objects the commit changes (a direct write there would be
+    /// cut by the commit's closing SetLen), writes new objects directly, and its own commit
+    /// lands on top of the first.
+    #[test]
+    fn transaction_on_top_of_a_commit_in_flight() {
+        let store = Arc::new(MemStore::new());
+        store.write_at("a", 0, b"01234567").unwrap();
+        store.write_at("b", 0, b"bbbb").unwrap();
+        store.write_at("t", 0, b"0123456789").unwrap();
+        let mut tx = Tx::new(store.clone());
+        tx.write_at("a", 2, b"XY").unwrap(); // staged overwrite
+        tx.write_at("a", 8, b"zz").unwrap(); // direct append
+        tx.delete("b").unwrap();
+        tx.set_len("t", 3).unwrap(); // cut ...
+        tx.write_at("t", 5, b"Q").unwrap(); // ... then extend past the cut
+        let c = tx.begin_commit(&key(), 1, None).unwrap();
+        assert!(!c.is_empty());
+        let want_a = b"01XY4567zz".to_vec();
+        let want_t = b"012\0\0Q".to_vec();
+        let check = |tx: &mut Tx| {
+            assert_eq!(read(tx, "a").unwrap(), want_a);
+            assert_eq!(read(tx, "b"), None);
+            assert_eq!(read(tx, "t").unwrap(), want_t);
+        };
+        check(&mut tx);
+        // Writes on top: to an object the commit changes (staged), and a new object.
+        tx.write_at("a", 10, b"ww").unwrap();
+        tx.write_at("n", 0, b"new").unwrap();
+        assert_eq!(
+            store.len("a").unwrap(),
+            Some(10),
+            "no direct write past the commit"
+        );
+        assert_eq!(store.read_all("n").unwrap().unwrap(), b"new");
+        assert_eq!(read(&mut tx, "a").unwrap(), b"01XY4567zzww");
+        c.write_journal(store.as_ref()).unwrap();
+        assert_eq!(read(&mut tx, "t").unwrap(), want_t);
+        c.apply(store.as_ref()).unwrap();
+        // Applied, not yet ended: the store and the frozen view agree.
+        assert_eq!(store.read_all("a").unwrap().unwrap(), want_a);
+        assert_eq!(store.read_all("t").unwrap().unwrap(), want_t);
+        assert_eq!(store.len("b").unwrap(), None);
+        assert_eq!(read(&mut tx, "a").unwrap(), b"01XY4567zzww");
+        assert_eq!(read(&mut tx, "t").unwrap(), want_t);
+        tx.end_commit(&c);
+        assert_eq!(read(&mut tx, "a").unwrap(), b"01XY4567zzww");
+        // A second commit while one is in flight is refused.
+        let c2 = tx
+            .begin_commit(&key(), 2, c.journal().map(|j| j.slot))
+            .unwrap();
+        assert!(tx.begin_commit(&key(), 3, None).is_err());
+        assert_eq!(c2.journal().unwrap().slot, 1, "the other slot");
+        c2.write_journal(store.as_ref()).unwrap();
+        c2.apply(store.as_ref()).unwrap();
+        tx.end_commit(&c2);
+        assert_eq!(store.read_all("a").unwrap().unwrap(), b"01XY4567zzww");
+        assert_eq!(store.read_all("n").unwrap().unwrap(), b"new");
+    }
+
+    /// A crash after the first commit's journal (sealed) and before its application, with
+    /// the second transaction's direct writes already in the store: replaying the first
+    /// journal gives its final image, and the direct writes (past its lengths) are inert.
+    #[test]
+    fn replay_of_a_commit_in_flight_ignores_later_direct_writes() {
+        let store = Arc::new(MemStore::new());
+        store.write_at("a", 0, b"01234567").unwrap();
+        let mut tx = Tx::new(store.clone());
+        tx.write_at("a", 0, b"AB").unwrap();
+        tx.write_at("a", 8, b"cd").unwrap();
+        let c = tx.begin_commit(&key(), 1, None).unwrap();
+        tx.write_at("a", 10, b"later").unwrap();
+        tx.write_at("fresh", 0, b"later").unwrap();
+        c.write_journal(store.as_ref()).unwrap();
+        let r = c.journal().unwrap();
+        // Crash here: the anchor names `r`; recovery replays it.
+        let bytes = load_journal(store.as_ref(), &key(), &r).unwrap();
+        replay_journal(store.as_ref(), &bytes).unwrap();
+        assert_eq!(store.read_all("a").unwrap().unwrap(), b"AB234567cd");
+    }
+
     #[test]
     fn ranges_merge_and_truncate() {
         let mut r = BTreeMap::new();
@@ -641,7 +895,7 @@ mod tests {
         assert_eq!(&buf[5..25], &[2; 20]);
         assert_eq!(&buf[25..], &[0; 5]);
         let p = tx.prepare(&key(), 1, None).unwrap();
-        assert!(p.journal.is_some());
+        assert!(p.journal().is_some());
         tx.apply(p).unwrap();
         assert_eq!(&store.read_all("o").unwrap().unwrap()[90..110], &[2u8; 20]);
     }
@@ -674,7 +928,7 @@ mod tests {
         tx.write_at("a", 4, b"four").unwrap();
         tx.delete("b").unwrap();
         let p = tx.prepare(&key(), 7, Some(0)).unwrap();
-        let r = p.journal.unwrap();
+        let r = p.journal().unwrap();
         assert_eq!(r.slot, 1);
         let bytes = load_journal(store.as_ref(), &key(), &r).unwrap();
         replay_journal(store.as_ref(), &bytes).unwrap();

@@ -18,17 +18,17 @@ use crate::metrics::{Account, FileIntegrity, Metrics, MetricsSnapshot, Phase, Vo
 use crate::scheme::{scheme, Env, FileState};
 use crate::store::{LocalStateDir, TrustedLock, TrustedStore, UntrustedStore};
 use crate::tree::{auth_ctr, check_ctr, NodeCache, NodeHasher, TrustedCounters};
-use crate::tx::{load_journal, replay_journal, Tx};
+use crate::tx::{load_journal, replay_journal, Commit, Tx};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// Counters reserved per session (see docs/design.md, "Counters").
 pub const CTR_RESERVATION: u64 = 1 << 32;
 /// Dirty plaintext held per file before it is pushed through its scheme.
 const FILE_DIRTY_LIMIT: usize = 8 << 20;
 /// Staged (journaled) bytes before the engine seals on its own.
-const OVERLAY_LIMIT: usize = 64 << 20;
+const OVERLAY_LIMIT: usize = 32 << 20;
 /// Longest name in a directory.
 pub const NAME_MAX: usize = 255;
 pub use crate::format::AUTO;
@@ -40,8 +40,9 @@ const AUTO_MAX_SIZE: u64 = 256 << 20;
 const KEEP_OPEN: usize = 1024;
 /// Known (parent, name) pairs kept after a seal, for naming files in errors.
 const KEEP_NAMES: usize = 1 << 20;
-/// Dirty plaintext held across all files before the engine seals on its own.
-const TOTAL_DIRTY_LIMIT: usize = 128 << 20;
+/// Dirty plaintext held across all files before the engine seals on its own. The part of a
+/// seal that holds the engine lock (encrypting what is dirty) grows with it.
+const TOTAL_DIRTY_LIMIT: usize = 32 << 20;
 /// Longest extended-attribute value.
 pub const XATTR_VALUE_MAX: usize = 64 << 10;
 /// Default largest total of extended-attribute names and values per inode
@@ -262,6 +263,8 @@ pub struct Info {
 /// An encrypted, authenticated, fresh volume.
 pub struct Volume {
     inner: Mutex<Inner>,
+    /// Signalled when a commit in flight ends (see [`Volume::sync`]).
+    commit_done: Condvar,
     metrics: Arc<Metrics>,
     integrity_failures: AtomicU64,
     seal_on_drop: std::sync::atomic::AtomicBool,
@@ -367,7 +370,7 @@ impl XattrSet {
 
 struct Inner {
     store: Arc<dyn UntrustedStore>,
-    trusted: Box<dyn TrustedStore>,
+    trusted: Arc<dyn TrustedStore>,
     _lock: TrustedLock,
     config: Config,
     bs: usize,
@@ -397,6 +400,15 @@ struct Inner {
     /// inode until its last reference goes.
     track_references: bool,
     read_only: bool,
+    /// A commit is between [`Inner::commit_begin`] and [`Inner::commit_end`].
+    committing: bool,
+    /// Commits begun and ended (numbered from 1): a [`Volume::sync`] waits for one that
+    /// began after it was called.
+    commits_begun: u64,
+    commits_ended: u64,
+    /// The dirty limits were reached: the front end's request that reached them starts a
+    /// commit once it has left the engine's lock (see [`Volume::after_write`]).
+    commit_wanted: bool,
     /// [`Options::xattr_bytes_max`].
     xattr_bytes_max: usize,
     poisoned: Option<String>,
@@ -739,7 +751,7 @@ impl Volume {
         let itable = OpenFile::load(anchor.itable.clone(), &keys, &mut tx, Subject::InodeTable)?;
         let mut inner = Inner {
             store,
-            trusted,
+            trusted: Arc::from(trusted),
             _lock: lock,
             bs: config.block_size as usize,
             default_scheme: match config.scheme.as_str() {
@@ -767,6 +779,10 @@ impl Volume {
             stale: Default::default(),
             track_references: false,
             read_only: opts.read_only,
+            committing: false,
+            commits_begun: 0,
+            commits_ended: 0,
+            commit_wanted: false,
             xattr_bytes_max: opts.xattr_bytes_max,
             poisoned: None,
             scratch: Vec::new(),
@@ -838,6 +854,7 @@ impl Volume {
         Volume {
             metrics: inner.metrics.clone(),
             inner: Mutex::new(inner),
+            commit_done: Condvar::new(),
             integrity_failures: AtomicU64::new(0),
             seal_on_drop: std::sync::atomic::AtomicBool::new(true),
         }
@@ -955,6 +972,7 @@ impl Volume {
             g.expect_kind(ino, path, Kind::File)?;
             g.write_ino(ino, off, data)
         })();
+        let r = r.and_then(|()| self.after_write(g));
         self.note(r.map_err(|e| e.at_path(path)))
     }
 
@@ -966,6 +984,7 @@ impl Volume {
             g.expect_kind(ino, path, Kind::File)?;
             g.truncate_ino(ino, size)
         })();
+        let r = r.and_then(|()| self.after_write(g));
         self.note(r.map_err(|e| e.at_path(path)))
     }
 
@@ -1016,16 +1035,78 @@ impl Volume {
     }
 
     /// Seals everything written so far: after this returns, a crash loses none of it,
-    /// and a rollback of any of it is detected.
+    /// and a rollback of any of it is detected. Concurrent calls share seals (group
+    /// commit), and the seal's I/O runs without the engine's lock, so requests on other
+    /// files go on meanwhile (docs/design.md, "Commits").
     pub fn sync(&self) -> Result<()> {
+        let g = self.lock()?;
+        if g.read_only {
+            return Ok(());
+        }
+        // A commit in flight began before this call and may miss what it must seal.
+        let need = g.commits_begun + 1;
+        self.note(self.commit_until(g, need))
+    }
+
+    /// Runs commits until commit number `need` has ended: waits for one in flight, begins
+    /// the next under the lock, runs its I/O without the lock, and ends it under the lock.
+    fn commit_until(&self, mut g: MutexGuard<'_, Inner>, need: u64) -> Result<()> {
+        loop {
+            if let Some(why) = &g.poisoned {
+                return Err(Error::Poisoned(why.clone()));
+            }
+            if g.commits_ended >= need {
+                return Ok(());
+            }
+            if !g.committing {
+                let Some(f) = g.commit_begin()? else {
+                    return Ok(());
+                };
+                drop(g);
+                let r = f.run();
+                let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+                g.commit_end(&f, &r);
+                drop(g);
+                self.commit_done.notify_all();
+                return r;
+            }
+            g = self.commit_done.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// The engine lock with no commit in flight (for work that reads the store directly,
+    /// or seals synchronously).
+    fn idle(&self) -> Result<MutexGuard<'_, Inner>> {
         let mut g = self.lock()?;
-        let r = g.commit();
-        self.note(r)
+        while g.committing {
+            g = self.commit_done.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+        if let Some(why) = &g.poisoned {
+            return Err(Error::Poisoned(why.clone()));
+        }
+        Ok(g)
+    }
+
+    /// After a request that wrote: past the dirty limits, a commit begins, run by this
+    /// request once it has left the lock (it waits; others go on). Past twice the limits
+    /// with a commit already in flight, this request waits for it: writers are slowed so
+    /// memory stays bounded, never stopped behind the lock.
+    fn after_write(&self, g: MutexGuard<'_, Inner>) -> Result<()> {
+        if !g.commit_wanted || g.read_only {
+            return Ok(());
+        }
+        let over =
+            g.tx.overlay_bytes() >= 2 * OVERLAY_LIMIT || g.dirty_bytes >= 2 * TOTAL_DIRTY_LIMIT;
+        if g.committing && !over {
+            return Ok(());
+        }
+        let need = g.commits_begun + 1;
+        self.commit_until(g, need)
     }
 
     /// Checks every block of every file and directory; returns what failed.
     pub fn fsck(&self, progress: &mut dyn FnMut(u64)) -> Result<Vec<FsckFailure>> {
-        let mut g = self.lock()?;
+        let mut g = self.idle()?;
         let r = g.fsck(progress);
         if let Ok(f) = &r {
             self.integrity_failures
@@ -1037,13 +1118,13 @@ impl Volume {
     /// Objects in the store that no file references: left behind by a transaction that
     /// never sealed (a crash, a full disk). Harmless to integrity; they only take space.
     pub fn orphans(&self) -> Result<Vec<String>> {
-        let mut g = self.lock()?;
+        let mut g = self.idle()?;
         g.orphans()
     }
 
     /// Deletes orphaned objects (see [`Volume::orphans`]); returns how many.
     pub fn remove_orphans(&self) -> Result<usize> {
-        let mut g = self.lock()?;
+        let mut g = self.idle()?;
         g.check_writable()?;
         // Seal first, so that nothing written in this session counts as an orphan.
         g.commit()?;
@@ -1057,7 +1138,7 @@ impl Volume {
 
     /// Total bytes of file contents (for fsck's progress bar).
     pub fn content_bytes(&self) -> Result<u64> {
-        let mut g = self.lock()?;
+        let mut g = self.idle()?;
         Ok(g.records()?
             .iter()
             .filter(|r| r.kind == Kind::File)
@@ -1067,7 +1148,7 @@ impl Volume {
 
     /// Volume facts.
     pub fn info(&self) -> Result<Info> {
-        let mut g = self.lock()?;
+        let mut g = self.idle()?;
         g.info()
     }
 }
@@ -1076,7 +1157,8 @@ impl Volume {
 /// from [`Attr::ino`] and [`DirEntry::ino`]; the root is [`ROOT_INO`]. Integrity failures
 /// name the inode's last known path.
 impl Volume {
-    /// Runs `f` on the engine and reports integrity failures with `ino`'s path.
+    /// Runs `f` on the engine and reports integrity failures with `ino`'s path; then, if
+    /// the dirty limits were reached, seals ([`Volume::after_write`]).
     fn with_ino<T>(&self, ino: u64, f: impl FnOnce(&mut Inner) -> Result<T>) -> Result<T> {
         let mut g = self.lock()?;
         let r = f(&mut g).map_err(|e| match e {
@@ -1095,6 +1177,10 @@ impl Volume {
             },
             other => other,
         });
+        let r = match (r, self.after_write(g)) {
+            (Ok(v), Ok(())) => Ok(v),
+            (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+        };
         self.note(r)
     }
 
@@ -1538,6 +1624,34 @@ impl Drop for Volume {
                 tracing::error!(error = %e, "final seal on close failed");
             }
         }
+    }
+}
+
+/// A commit between its phases (docs/design.md, "Commits"): what its I/O needs, taken
+/// under the engine lock by [`Inner::commit_begin`].
+struct InFlight {
+    /// Its number (see [`Inner::commits_begun`]).
+    n: u64,
+    commit: Commit,
+    anchor_bytes: Vec<u8>,
+    store: Arc<dyn UntrustedStore>,
+    trusted: Arc<dyn TrustedStore>,
+}
+
+impl InFlight {
+    /// Phase B, without the engine lock: direct writes and the journal made durable, the
+    /// anchor sealed, the journal applied in place. The order is the crash-safety argument
+    /// of docs/design.md: nothing the anchor names can be missing when it is sealed, and
+    /// nothing is overwritten in place before the journal holding it is sealed.
+    fn run(&self) -> Result<()> {
+        self.commit.write_journal(self.store.as_ref())?;
+        self.trusted.store(&self.anchor_bytes)?;
+        self.commit.apply(self.store.as_ref())?;
+        // The untrusted copy (for `recover-anchor` only) is written in place and not
+        // synced: it never protects anything, and a lost or torn copy fails its MAC.
+        self.store
+            .write_at(ANCHOR_COPY_NAME, 0, &self.anchor_bytes)?;
+        Ok(())
     }
 }
 
@@ -2084,9 +2198,11 @@ impl Inner {
         self.maybe_commit()
     }
 
+    /// Past the dirty limits, asks for a commit (begun by the front end's request once it
+    /// leaves the lock: [`Volume::after_write`]).
     fn maybe_commit(&mut self) -> Result<()> {
         if self.tx.overlay_bytes() >= OVERLAY_LIMIT || self.dirty_bytes >= TOTAL_DIRTY_LIMIT {
-            self.commit()?;
+            self.commit_wanted = true;
         }
         Ok(())
     }
@@ -2648,19 +2764,68 @@ impl Inner {
         format!("/{}", parts.join("/"))
     }
 
+    /// A whole commit, synchronously, under the lock (opening, closing, and work that
+    /// needs no commit in flight; see [`Volume::idle`]).
     fn commit(&mut self) -> Result<()> {
-        if self.read_only {
-            return Ok(());
+        debug_assert!(!self.committing, "a commit is in flight");
+        match self.commit_begin()? {
+            None => Ok(()),
+            Some(f) => {
+                let r = f.run();
+                self.commit_end(&f, &r);
+                r
+            }
         }
+    }
+
+    /// Phase A of a commit, under the lock: flushes every dirty file through its scheme,
+    /// writes the records and the inode table, and takes the result out of the
+    /// transaction with the anchor that will seal it. `None`: nothing to seal. On an
+    /// error the volume is poisoned (the in-memory state may be ahead of the store).
+    fn commit_begin(&mut self) -> Result<Option<InFlight>> {
+        if self.read_only {
+            return Ok(None);
+        }
+        debug_assert!(!self.committing, "a commit is in flight");
         let metrics = self.metrics.clone();
         let _a = Account::with_phase(&metrics, Phase::Root);
-        let r = self.commit_inner();
+        let r = self.commit_prepare();
         self.dirty_bytes = 0;
-        if let Err(e) = &r {
+        self.commit_wanted = false;
+        match r {
+            Ok(Some((commit, anchor_bytes))) => {
+                self.commits_begun += 1;
+                self.committing = true;
+                Ok(Some(InFlight {
+                    n: self.commits_begun,
+                    commit,
+                    anchor_bytes,
+                    store: self.store.clone(),
+                    trusted: self.trusted.clone(),
+                }))
+            }
+            Ok(None) => {
+                self.commits_begun += 1;
+                self.commits_ended = self.commits_begun;
+                Ok(None)
+            }
+            Err(e) => {
+                self.poisoned = Some(e.to_string());
+                self.tx.abandon();
+                Err(e)
+            }
+        }
+    }
+
+    /// Phase C of a commit, under the lock, once its I/O ([`InFlight::run`]) returned `r`.
+    fn commit_end(&mut self, f: &InFlight, r: &Result<()>) {
+        self.tx.end_commit(&f.commit);
+        self.committing = false;
+        self.commits_ended = f.n;
+        if let Err(e) = r {
             self.poisoned = Some(e.to_string());
             self.tx.abandon();
         }
-        r
     }
 
     /// The `auto` policy, before a seal: files whose observed contents and access mix call
@@ -2694,7 +2859,7 @@ impl Inner {
         Ok(())
     }
 
-    fn commit_inner(&mut self) -> Result<()> {
+    fn commit_prepare(&mut self) -> Result<Option<(Commit, Vec<u8>)>> {
         self.apply_auto_policy()?;
         // 1. Directory contents, then file data, then records into the inode table.
         let dirty: Vec<u64> = self
@@ -2733,11 +2898,11 @@ impl Inner {
         flush_data(&env, &mut self.tx, &mut self.itable, &mut self.scratch)?;
         finish_record(&self.keys, &mut self.tx, &mut self.itable)?;
         if !self.tx.is_dirty() && self.itable.inode == self.anchor.itable {
-            return Ok(());
+            return Ok(None);
         }
-        // 3. Journal, seal, apply.
+        // 3. The journal and the anchor that seals it; the I/O is [`InFlight::run`].
         let epoch = self.anchor.epoch + 1;
-        let prepared = self.tx.prepare(
+        let commit = self.tx.begin_commit(
             &self.keys.journal,
             epoch,
             self.anchor.journal.map(|j| j.slot),
@@ -2746,19 +2911,14 @@ impl Inner {
             volume_id: self.anchor.volume_id,
             epoch,
             ctr_next: self.anchor.ctr_next,
-            journal: prepared.journal,
+            journal: commit.journal(),
             itable: self.itable.inode.clone(),
         };
         let bytes = anchor.encode(&self.keys.anchor);
-        self.trusted.store(&bytes)?;
         self.anchor = anchor;
-        self.tx.apply(prepared)?;
-        // The untrusted copy (for `recover-anchor` only) is written in place and not
-        // synced: it never protects anything, and a lost or torn copy fails its MAC.
-        self.store.write_at(ANCHOR_COPY_NAME, 0, &bytes)?;
         if self.files.len() > KEEP_OPEN {
             // Directories, and files unlinked while referenced (`forget` finds them here
-            // without reading their record).
+            // without reading their record). Every state is clean at this point.
             self.files
                 .retain(|_, f| f.inode.kind == Kind::Dir || f.inode.nlink == 0);
         }
@@ -2766,7 +2926,7 @@ impl Inner {
             // Only error messages use them; lookups repopulate what is in use.
             self.names.clear();
         }
-        Ok(())
+        Ok(Some((commit, bytes)))
     }
 
     fn fsck(&mut self, progress: &mut dyn FnMut(u64)) -> Result<Vec<FsckFailure>> {
@@ -3004,7 +3164,7 @@ impl Volume {
     /// A file's integrity costs: its storage for integrity (`US_F` objects), its trusted
     /// state (bytes of TS_F in use), and what was measured on it since open.
     pub fn file_integrity(&self, path: &str) -> Result<FileIntegrity> {
-        let mut g = self.lock()?;
+        let mut g = self.idle()?;
         let r = (|| {
             let ino = g.resolve(&split_path(path), path)?;
             g.file_integrity(ino, path)
@@ -3015,7 +3175,7 @@ impl Volume {
     /// The volume's integrity costs: storage for integrity, trusted storage, and what was
     /// measured since open.
     pub fn integrity(&self) -> Result<VolumeIntegrity> {
-        let mut g = self.lock()?;
+        let mut g = self.idle()?;
         let r = g.volume_integrity();
         self.note(r)
     }

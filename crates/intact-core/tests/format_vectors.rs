@@ -386,7 +386,7 @@ fn journal_encoding() {
     tx.delete("b.m").unwrap();
     let key = master().derive(label::JOURNAL, &[]);
     let p = tx.prepare(&key, 5, None).unwrap();
-    let r = p.journal.unwrap();
+    let r = p.journal().unwrap();
     assert_eq!((r.slot, r.len), (0, 62));
     let bytes = store.read_all("journal.0").unwrap().unwrap();
     assert_eq!(bytes.len(), 62);

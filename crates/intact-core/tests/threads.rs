@@ -71,3 +71,137 @@ fn concurrent_writers_readers_and_syncs() {
     }
     assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
 }
+
+/// A store whose syncs take a while, and that counts syncs begun and ended: a request that
+/// starts and ends inside one sync ran while a seal's I/O was in flight.
+struct SlowSync {
+    inner: MemStore,
+    begun: std::sync::atomic::AtomicU64,
+    ended: std::sync::atomic::AtomicU64,
+}
+
+impl intact_core::store::UntrustedStore for SlowSync {
+    fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> intact_core::Result<usize> {
+        self.inner.read_at(name, off, buf)
+    }
+    fn write_at(&self, name: &str, off: u64, data: &[u8]) -> intact_core::Result<()> {
+        self.inner.write_at(name, off, data)
+    }
+    fn len(&self, name: &str) -> intact_core::Result<Option<u64>> {
+        self.inner.len(name)
+    }
+    fn set_len(&self, name: &str, len: u64) -> intact_core::Result<()> {
+        self.inner.set_len(name, len)
+    }
+    fn delete(&self, name: &str) -> intact_core::Result<()> {
+        self.inner.delete(name)
+    }
+    fn sync(&self, names: &[String]) -> intact_core::Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.begun.fetch_add(1, SeqCst);
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        let r = self.inner.sync(names);
+        self.ended.fetch_add(1, SeqCst);
+        r
+    }
+    fn sync_all(&self) -> intact_core::Result<()> {
+        self.inner.sync_all()
+    }
+    fn list(&self) -> intact_core::Result<Vec<String>> {
+        self.inner.list()
+    }
+}
+
+/// Writers overwrite, append and truncate their own files and read them back against a
+/// model, a directory thread creates and removes entries, and a syncer seals in a loop
+/// (group commits, their I/O outside the engine lock). Requests must complete while seals
+/// are in flight; every file equals its model after a reopen, and fsck is clean.
+#[test]
+fn requests_complete_during_seals_and_match_the_model() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+    let slow = Arc::new(SlowSync {
+        inner: MemStore::new(),
+        begun: AtomicU64::new(0),
+        ended: AtomicU64::new(0),
+    });
+    let store: Arc<dyn intact_core::store::UntrustedStore> = slow.clone();
+    let trusted = MemTrusted::new();
+    let vol = Arc::new(create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096));
+    let stop = AtomicBool::new(false);
+    let overlapped = AtomicU64::new(0);
+    const W: usize = 3;
+    let models: Vec<Vec<u8>> = std::thread::scope(|s| {
+        let syncer = s.spawn(|| {
+            let mut n = 0;
+            while !stop.load(SeqCst) {
+                vol.sync().unwrap();
+                n += 1;
+            }
+            n
+        });
+        s.spawn(|| {
+            let mut k = 0u32;
+            while !stop.load(SeqCst) {
+                vol.mkdir(&format!("/d{k}")).unwrap();
+                vol.create_file(&format!("/d{k}/x"), None).unwrap();
+                if k >= 2 {
+                    vol.unlink(&format!("/d{}/x", k - 2)).unwrap();
+                    vol.rmdir(&format!("/d{}", k - 2)).unwrap();
+                }
+                k += 1;
+            }
+        });
+        let writers: Vec<_> = (0..W)
+            .map(|t| {
+                let (vol, slow, overlapped) = (&vol, &slow, &overlapped);
+                s.spawn(move || {
+                    let path = format!("/w{t}");
+                    vol.create_file(&path, None).unwrap();
+                    let mut model: Vec<u8> = Vec::new();
+                    for round in 0..300u32 {
+                        let seed = (t as u32 * 1000 + round) as u8;
+                        let len = 1 + (round as usize * 7919) % 9000;
+                        let off = match round % 4 {
+                            0 => model.len(),                                    // append
+                            1 => (round as usize * 104_729) % (model.len() + 1), // overwrite
+                            2 => model.len() + 5000,                             // sparse
+                            _ => 0,
+                        };
+                        let data = pattern(seed, len);
+                        let (b0, e0) = (slow.begun.load(SeqCst), slow.ended.load(SeqCst));
+                        vol.write_path(&path, off as u64, &data).unwrap();
+                        if b0 == e0 + 1 && slow.ended.load(SeqCst) == e0 {
+                            overlapped.fetch_add(1, SeqCst);
+                        }
+                        if model.len() < off + len {
+                            model.resize(off + len, 0);
+                        }
+                        model[off..off + len].copy_from_slice(&data);
+                        if round % 9 == 8 {
+                            let cut = model.len() / 2;
+                            vol.truncate(&path, cut as u64).unwrap();
+                            model.truncate(cut);
+                        }
+                        assert_eq!(read_all(vol, &path).unwrap(), model, "{path} round {round}");
+                    }
+                    model
+                })
+            })
+            .collect();
+        let models = writers.into_iter().map(|w| w.join().unwrap()).collect();
+        stop.store(true, SeqCst);
+        assert!(syncer.join().unwrap() > 0);
+        models
+    });
+    assert!(
+        overlapped.load(SeqCst) > 0,
+        "no request completed while a seal's I/O was in flight"
+    );
+    drop(Arc::try_unwrap(vol).ok().expect("threads done"));
+    let vol = open(store, &trusted).unwrap();
+    for (t, model) in models.iter().enumerate() {
+        assert_eq!(&read_all(&vol, &format!("/w{t}")).unwrap(), model);
+    }
+    assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+    assert!(vol.orphans().unwrap().is_empty());
+}
