@@ -25,8 +25,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// Counters reserved per session (see docs/design.md, "Counters").
 pub const CTR_RESERVATION: u64 = 1 << 32;
-/// Dirty plaintext held per file before it is pushed through its scheme.
-const FILE_DIRTY_LIMIT: usize = 8 << 20;
+/// Dirty plaintext held per file before it is pushed through its scheme (by the write
+/// that reaches it, under the engine lock: it bounds how long one write holds the lock,
+/// and leaves a seal's locked phase little to encrypt).
+const FILE_DIRTY_LIMIT: usize = 2 << 20;
 /// Staged (journaled) bytes before the engine seals on its own.
 const OVERLAY_LIMIT: usize = 32 << 20;
 /// Longest name in a directory.
@@ -291,6 +293,9 @@ struct OpenFile {
     /// map operation.
     xattrs: Option<XattrSet>,
     xattrs_dirty: bool,
+    /// The commit that holds this inode's last change (0: none since it was loaded):
+    /// an fsync waits for it, no more ([`Volume::fsync`]).
+    sealed_by: u64,
     /// What the `auto` policy observed this session (files with `inode.auto` only).
     obs: Observed,
 }
@@ -1048,6 +1053,23 @@ impl Volume {
         self.note(self.commit_until(g, need))
     }
 
+    /// Makes inode `ino` durable and rollback-protected (fsync, fdatasync, fsyncdir): returns
+    /// at once when nothing of it is unsealed, waits for the seal in flight when that one
+    /// holds its last change, and otherwise seals (a group commit, as [`Volume::sync`]).
+    pub fn fsync(&self, ino: u64) -> Result<()> {
+        let g = self.lock()?;
+        if g.read_only {
+            return Ok(());
+        }
+        let need = match g.files.get(&ino) {
+            Some(of) if of.is_dirty() => g.commits_begun + 1,
+            Some(of) => of.sealed_by,
+            // Not open: clean, but possibly evicted by the commit that sealed its change.
+            None => g.commits_begun,
+        };
+        self.note(self.commit_until(g, need))
+    }
+
     /// Runs commits until commit number `need` has ended: waits for one in flight, begins
     /// the next under the lock, runs its I/O without the lock, and ends it under the lock.
     fn commit_until(&self, mut g: MutexGuard<'_, Inner>, need: u64) -> Result<()> {
@@ -1157,9 +1179,24 @@ impl Volume {
 /// from [`Attr::ino`] and [`DirEntry::ino`]; the root is [`ROOT_INO`]. Integrity failures
 /// name the inode's last known path.
 impl Volume {
-    /// Runs `f` on the engine and reports integrity failures with `ino`'s path; then, if
-    /// the dirty limits were reached, seals ([`Volume::after_write`]).
+    /// Runs `f` on the engine and reports integrity failures with `ino`'s path.
     fn with_ino<T>(&self, ino: u64, f: impl FnOnce(&mut Inner) -> Result<T>) -> Result<T> {
+        self.with_ino_then(ino, false, f)
+    }
+
+    /// [`Volume::with_ino`] for a request that adds dirty data: then, if the dirty limits
+    /// were reached, this request seals or waits ([`Volume::after_write`]). Only such
+    /// requests do: a lookup or a stat never waits for a seal.
+    fn with_ino_write<T>(&self, ino: u64, f: impl FnOnce(&mut Inner) -> Result<T>) -> Result<T> {
+        self.with_ino_then(ino, true, f)
+    }
+
+    fn with_ino_then<T>(
+        &self,
+        ino: u64,
+        writes: bool,
+        f: impl FnOnce(&mut Inner) -> Result<T>,
+    ) -> Result<T> {
         let mut g = self.lock()?;
         let r = f(&mut g).map_err(|e| match e {
             Error::Tampered {
@@ -1177,7 +1214,8 @@ impl Volume {
             },
             other => other,
         });
-        let r = match (r, self.after_write(g)) {
+        let after = if writes { self.after_write(g) } else { Ok(()) };
+        let r = match (r, after) {
             (Ok(v), Ok(())) => Ok(v),
             (Err(e), _) | (Ok(_), Err(e)) => Err(e),
         };
@@ -1213,7 +1251,7 @@ impl Volume {
 
     /// Changes attributes (a size truncates or extends the file) and returns the result.
     pub fn setattr(&self, ino: u64, set: &SetAttr) -> Result<Attr> {
-        self.with_ino(ino, |g| {
+        self.with_ino_write(ino, |g| {
             g.setattr(ino, set)?;
             g.attr(ino)
         })
@@ -1351,7 +1389,7 @@ impl Volume {
 
     /// Writes `data` at `off` of file `ino`, extending it as needed.
     pub fn write_ino(&self, ino: u64, off: u64, data: &[u8]) -> Result<()> {
-        self.with_ino(ino, |g| {
+        self.with_ino_write(ino, |g| {
             g.expect_kind(ino, "", Kind::File)?;
             g.write_ino(ino, off, data)
         })
@@ -1367,7 +1405,7 @@ impl Volume {
         let end = off
             .checked_add(len)
             .ok_or_else(|| Error::fs("", FsErrorKind::TooLarge))?;
-        self.with_ino(ino, |g| {
+        self.with_ino_write(ino, |g| {
             g.check_writable()?;
             g.expect_kind(ino, "", Kind::File)?;
             let size = g.open_ino(ino)?.inode.size;
@@ -1703,6 +1741,7 @@ impl OpenFile {
             dir_dirty: false,
             xattrs: None,
             xattrs_dirty: false,
+            sealed_by: 0,
             obs: Observed::default(),
         })
     }
@@ -2868,9 +2907,11 @@ impl Inner {
             .filter(|(_, f)| f.is_dirty())
             .map(|(i, _)| *i)
             .collect();
+        let this_commit = self.commits_begun + 1;
         for ino in dirty {
             let env = env!(self);
             let of = self.files.get_mut(&ino).expect("listed");
+            of.sealed_by = this_commit;
             if of.dir_dirty {
                 let bytes = encode_dir(of.dir.as_ref().expect("dirty dir is loaded"));
                 file_write(&env, &mut self.tx, of, 0, &bytes)?;

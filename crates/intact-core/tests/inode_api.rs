@@ -331,3 +331,46 @@ fn reencryption_under_every_scheme_keeps_content() {
         assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
     }
 }
+
+/// fsync of one inode: free when nothing of it is unsealed (the anchor does not move, and
+/// another file's pending change is not sealed by it); a seal when it has changes.
+#[test]
+fn fsync_seals_only_when_the_inode_has_unsealed_changes() {
+    use intact_core::store::TrustedStore;
+    let store = Arc::new(MemStore::new());
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
+    let a = file(&vol, ROOT_INO, "a", b"a0");
+    let b = file(&vol, ROOT_INO, "b", b"b0");
+    vol.sync().unwrap();
+    let anchor = || trusted.load().unwrap().unwrap();
+    let sealed = anchor();
+    vol.fsync(a).unwrap();
+    assert_eq!(anchor(), sealed, "a clean file's fsync seals nothing");
+    vol.write_ino(b, 0, b"b1").unwrap();
+    vol.fsync(a).unwrap();
+    assert_eq!(
+        anchor(),
+        sealed,
+        "fsync(a) does not wait to seal b's change"
+    );
+    vol.fsync(b).unwrap();
+    let sealed_b = anchor();
+    assert_ne!(sealed_b, sealed, "fsync(b) seals b's change");
+    vol.setattr(
+        a,
+        &SetAttr {
+            mode: Some(0o600),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    vol.fsync(a).unwrap();
+    assert_ne!(anchor(), sealed_b, "an attribute change is sealed by fsync");
+    drop(vol);
+    let vol = open(store, &trusted).unwrap();
+    let mut buf = [0u8; 2];
+    vol.read_ino(b, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"b1");
+    assert_eq!(vol.attr(a).unwrap().mode, 0o600);
+}

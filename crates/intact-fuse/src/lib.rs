@@ -718,14 +718,15 @@ impl Filesystem for IntactFs {
     fn fsync(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        // A seal covers the whole volume: after it, this file's data and its names are
-        // durable and rollback-protected (the anchor's epoch advances).
-        self.empty(self.vol.sync(), reply, "fsync");
+        // After it, this file's data and its names are durable and rollback-protected: the
+        // seal that holds its last change has ended (a seal covers the whole volume; an
+        // fsync of a file with nothing unsealed costs nothing).
+        self.empty(self.vol.fsync(ino.0), reply, "fsync");
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -848,6 +849,8 @@ impl Filesystem for IntactFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        // fsync of a directory seals the whole volume: the way for a program to make
+        // everything durable (FUSE forwards no syncfs; docs/design.md, "FUSE").
         self.empty(self.vol.sync(), reply, "fsyncdir");
     }
 

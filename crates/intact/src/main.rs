@@ -145,7 +145,9 @@ enum Cmd {
         /// Scheme of new files (default: the volume's).
         #[arg(long)]
         scheme: Option<String>,
-        /// Threads serving the kernel.
+        /// Threads serving the kernel (requests that wait for a seal, such as fsync, hold
+        /// one each while others go on; more threads do not help yet: the engine runs one
+        /// request at a time, see docs/performance.md "Latency").
         #[arg(long, default_value_t = 2)]
         threads: usize,
         /// Seal what was written at least every N seconds (0: only on fsync and unmount).
