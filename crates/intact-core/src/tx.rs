@@ -108,7 +108,8 @@ struct FrozenObj {
 
 impl Frozen {
     /// Reads the final image of `o` at `off` into `buf` (already zeroed): store bytes below
-    /// the cut, which applying the commit never changes, then the commit's ranges.
+    /// the cut (the committed ones and the commit's direct writes), which applying the
+    /// commit never changes, then the commit's ranges (whether or not applied yet).
     fn read(
         store: &dyn UntrustedStore,
         name: &str,
@@ -161,70 +162,110 @@ fn overlay_ranges(ranges: &BTreeMap<u64, Vec<u8>>, off: u64, buf: &mut [u8]) {
 }
 
 /// A commit taken out of a transaction by [`Tx::begin_commit`]: what must become durable,
-/// the journal that makes it atomic, and the operations that apply it in place. Its I/O
-/// needs no lock; the transaction it came from sees its final image meanwhile.
+/// the journal that makes it atomic, and how to apply it in place. Its I/O needs no lock,
+/// and nothing of it is copied under the lock: the journal is encoded and applied from the
+/// frozen image, which the transaction it came from reads meanwhile.
 #[derive(Debug)]
 pub struct Commit {
     /// Objects written directly: synced before the seal.
     direct: Vec<String>,
-    /// The journal (slot, length, digest) and its bytes, when anything was staged.
-    journal: Option<(JournalRef, Vec<u8>)>,
-    ops: Vec<Op>,
+    /// Objects with staged changes, sorted (the journal's order).
+    staged: Vec<String>,
+    epoch: u64,
+    /// The journal slot (the one the current anchor does not name).
+    slot: u8,
+    /// What the anchor must record, once [`Commit::write_journal`] wrote the journal.
+    journal: std::sync::OnceLock<JournalRef>,
     frozen: Arc<Frozen>,
 }
 
 impl Commit {
-    /// What the anchor must record, or `None` when nothing needed journaling.
+    /// What the anchor must record: `None` when nothing needed journaling, or before
+    /// [`Commit::write_journal`].
     pub fn journal(&self) -> Option<JournalRef> {
-        self.journal.as_ref().map(|(r, _)| *r)
+        self.journal.get().copied()
     }
 
     /// Whether the commit changes anything in the store.
     pub fn is_empty(&self) -> bool {
-        self.direct.is_empty() && self.journal.is_none()
+        self.direct.is_empty() && self.staged.is_empty()
     }
 
-    /// Step 1 (before the seal): makes direct writes durable, then writes and syncs the
-    /// journal into its slot.
-    pub fn write_journal(&self, store: &dyn UntrustedStore) -> Result<()> {
+    /// The journal's operations, borrowing the frozen image: per object, a deletion, or
+    /// its cut, its ranges and its final length.
+    fn ops(&self) -> Vec<Op<'_>> {
+        let mut ops = Vec::new();
+        for name in &self.staged {
+            let f = &self.frozen.objs[name];
+            let Some(len) = f.len else {
+                ops.push(Op::Delete { name });
+                continue;
+            };
+            if let Some(cut) = f.cut {
+                ops.push(Op::SetLen { name, len: cut });
+            }
+            for (&off, data) in &f.ranges {
+                ops.push(Op::Write { name, off, data });
+            }
+            ops.push(Op::SetLen { name, len });
+        }
+        ops
+    }
+
+    /// Step 1 (before the seal): makes direct writes durable, then encodes the journal,
+    /// writes it into its slot and syncs it. Returns what the anchor must record.
+    pub fn write_journal(
+        &self,
+        store: &dyn UntrustedStore,
+        key: &SubKey,
+    ) -> Result<Option<JournalRef>> {
         if !self.direct.is_empty() {
             crate::metrics::timed(Phase::StoreWait, || store.sync(&self.direct))?;
         }
-        if let Some((r, bytes)) = &self.journal {
-            let name = journal_name(r.slot);
-            // In place: the sealed anchor names the other slot, and this slot's previous
-            // journal was applied durably before that anchor was sealed, so nothing refers
-            // to these bytes until the next anchor does (after this sync). One fsync, no
-            // rename.
-            crate::metrics::timed(Phase::StoreWait, || -> Result<()> {
-                store.write_at(&name, 0, bytes)?;
-                store.set_len(&name, bytes.len() as u64)?;
-                store.sync(std::slice::from_ref(&name))
-            })?;
+        if self.staged.is_empty() {
+            return Ok(None);
         }
-        Ok(())
+        let bytes = encode_journal(self.epoch, &self.ops());
+        let r = JournalRef {
+            slot: self.slot,
+            len: bytes.len() as u64,
+            digest: key.mac(&[&bytes]),
+        };
+        let name = journal_name(self.slot);
+        // In place: the sealed anchor names the other slot, and this slot's previous
+        // journal was applied durably before that anchor was sealed, so nothing refers
+        // to these bytes until the next anchor does (after this sync). One fsync, no
+        // rename.
+        crate::metrics::timed(Phase::StoreWait, || -> Result<()> {
+            store.write_at(&name, 0, &bytes)?;
+            store.set_len(&name, bytes.len() as u64)?;
+            store.sync(std::slice::from_ref(&name))
+        })?;
+        let _ = self.journal.set(r);
+        Ok(Some(r))
     }
 
     /// Step 3 (after the anchor is sealed): applies the journal in place and syncs.
     pub fn apply(&self, store: &dyn UntrustedStore) -> Result<()> {
-        crate::metrics::timed(Phase::StoreWait, || apply_ops(store, &self.ops))
+        crate::metrics::timed(Phase::StoreWait, || apply_ops(store, &self.ops()))
     }
 }
 
-/// One journal operation (the final image of a range, a length, or a deletion).
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Op {
+/// One journal operation (the final image of a range, a length, or a deletion), borrowing
+/// its bytes from the frozen commit or from the journal being replayed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op<'a> {
     Write {
-        name: String,
+        name: &'a str,
         off: u64,
-        data: Vec<u8>,
+        data: &'a [u8],
     },
     SetLen {
-        name: String,
+        name: &'a str,
         len: u64,
     },
     Delete {
-        name: String,
+        name: &'a str,
     },
 }
 
@@ -404,12 +445,7 @@ impl Tx {
     /// whose journal (when anything was staged) goes to the slot other than `current`. No
     /// I/O. The transaction goes on, empty, on top of the commit until [`Tx::end_commit`].
     /// Only one commit may be in flight: call `end_commit` before the next one.
-    pub fn begin_commit(
-        &mut self,
-        key: &SubKey,
-        epoch: u64,
-        current: Option<u8>,
-    ) -> Result<Commit> {
+    pub fn begin_commit(&mut self, epoch: u64, current: Option<u8>) -> Result<Commit> {
         if self.read_only {
             return Err(Error::Invalid("commit of a read-only transaction".into()));
         }
@@ -423,73 +459,42 @@ impl Tx {
             .map(|(n, _)| n.clone())
             .collect();
         direct.sort();
-        let mut names: Vec<String> = self
+        let mut staged: Vec<String> = self
             .objs
             .iter()
             .filter(|(_, s)| s.staged())
             .map(|(n, _)| n.clone())
             .collect();
-        names.sort();
-        let mut ops = Vec::new();
+        staged.sort();
         let mut frozen = Frozen::default();
-        for name in names {
-            let st = self.objs.remove(&name).expect("listed");
-            if st.deleted {
-                ops.push(Op::Delete { name: name.clone() });
-            } else {
-                if let Some(cut) = st.cut {
-                    ops.push(Op::SetLen {
-                        name: name.clone(),
-                        len: cut,
-                    });
-                }
-                for (&off, data) in &st.ranges {
-                    ops.push(Op::Write {
-                        name: name.clone(),
-                        off,
-                        data: data.clone(),
-                    });
-                }
-                ops.push(Op::SetLen {
-                    name: name.clone(),
-                    len: st.len.unwrap_or(0),
-                });
-            }
+        for name in &staged {
+            // Moved, not copied: the journal is encoded from the frozen image later,
+            // without the engine's lock.
+            let st = self.objs.remove(name).expect("listed");
             frozen.objs.insert(
-                name,
+                name.clone(),
                 FrozenObj {
-                    len: st.len,
+                    len: if st.deleted { None } else { st.len },
                     cut: st.cut,
                     ranges: st.ranges,
                 },
             );
         }
-        // What remains was only read (or written directly and then restored to its
-        // length, which cannot happen: a direct write extends the object): forget it.
+        // What remains was only read (a direct write always extends its object, so it is
+        // staged too): forget it.
         self.objs.clear();
         self.overlay_bytes = 0;
-        let journal = if ops.is_empty() {
-            None
-        } else {
-            let slot = match current {
-                Some(0) => 1,
-                _ => 0,
-            };
-            let bytes = encode_journal(epoch, &ops);
-            let digest = key.mac(&[&bytes]);
-            let r = JournalRef {
-                slot,
-                len: bytes.len() as u64,
-                digest,
-            };
-            Some((r, bytes))
-        };
         let frozen = Arc::new(frozen);
         self.base = Some(frozen.clone());
         Ok(Commit {
             direct,
-            journal,
-            ops,
+            staged,
+            epoch,
+            slot: match current {
+                Some(0) => 1,
+                _ => 0,
+            },
+            journal: std::sync::OnceLock::new(),
             frozen,
         })
     }
@@ -511,8 +516,8 @@ impl Tx {
     /// Step 1 of a commit in one call: [`Tx::begin_commit`], then
     /// [`Commit::write_journal`].
     pub fn prepare(&mut self, key: &SubKey, epoch: u64, current: Option<u8>) -> Result<Commit> {
-        let c = self.begin_commit(key, epoch, current)?;
-        c.write_journal(self.store.as_ref())?;
+        let c = self.begin_commit(epoch, current)?;
+        c.write_journal(self.store.as_ref(), key)?;
         Ok(c)
     }
 
@@ -541,9 +546,9 @@ impl Tx {
         let (_, ops) = decode_journal(bytes)?;
         for op in ops {
             match op {
-                Op::Write { name, off, data } => self.write_at(&name, off, &data)?,
-                Op::SetLen { name, len } => self.set_len(&name, len)?,
-                Op::Delete { name } => self.delete(&name)?,
+                Op::Write { name, off, data } => self.write_at(name, off, data)?,
+                Op::SetLen { name, len } => self.set_len(name, len)?,
+                Op::Delete { name } => self.delete(name)?,
             }
         }
         Ok(())
@@ -585,21 +590,28 @@ pub fn replay_journal(store: &dyn UntrustedStore, bytes: &[u8]) -> Result<()> {
     apply_ops(store, &ops)
 }
 
-fn apply_ops(store: &dyn UntrustedStore, ops: &[Op]) -> Result<()> {
+fn apply_ops(store: &dyn UntrustedStore, ops: &[Op<'_>]) -> Result<()> {
     let mut touched: Vec<String> = Vec::new();
     for op in ops {
-        match op {
-            Op::Write { name, off, data } => store.write_at(name, *off, data)?,
-            Op::SetLen { name, len } => store.set_len(name, *len)?,
-            Op::Delete { name } => store.delete(name)?,
-        }
-        let name = match op {
-            Op::Write { name, .. } | Op::SetLen { name, .. } | Op::Delete { name } => name,
+        let name = match *op {
+            Op::Write { name, off, data } => {
+                store.write_at(name, off, data)?;
+                name
+            }
+            Op::SetLen { name, len } => {
+                store.set_len(name, len)?;
+                name
+            }
+            Op::Delete { name } => {
+                store.delete(name)?;
+                name
+            }
         };
-        if touched.last() != Some(name) {
-            touched.push(name.clone());
+        if touched.last().map(String::as_str) != Some(name) {
+            touched.push(name.to_string());
         }
     }
+    touched.sort();
     touched.dedup();
     if !touched.is_empty() {
         store.sync(&touched)?;
@@ -663,7 +675,7 @@ fn truncate_ranges(ranges: &mut BTreeMap<u64, Vec<u8>>, len: u64) -> usize {
     removed
 }
 
-fn encode_journal(epoch: u64, ops: &[Op]) -> Vec<u8> {
+fn encode_journal(epoch: u64, ops: &[Op<'_>]) -> Vec<u8> {
     let size: usize = ops
         .iter()
         .map(|op| match op {
@@ -698,7 +710,7 @@ fn encode_journal(epoch: u64, ops: &[Op]) -> Vec<u8> {
     out
 }
 
-fn decode_journal(b: &[u8]) -> Result<(u64, Vec<Op>)> {
+fn decode_journal(b: &[u8]) -> Result<(u64, Vec<Op<'_>>)> {
     let bad =
         |what: &str| Error::tampered(Subject::Journal, None, format!("malformed journal: {what}"));
     let mut r = Reader { b, pos: 0 };
@@ -711,10 +723,9 @@ fn decode_journal(b: &[u8]) -> Result<(u64, Vec<Op>)> {
     for _ in 0..n {
         let code = r.take(1).ok_or_else(|| bad("op"))?[0];
         let nl = r.u16().ok_or_else(|| bad("name"))? as usize;
-        let name = std::str::from_utf8(r.take(nl).ok_or_else(|| bad("name"))?)
-            .map_err(|_| bad("name"))?
-            .to_string();
-        crate::store::check_name(&name).map_err(|_| bad("name"))?;
+        let name =
+            std::str::from_utf8(r.take(nl).ok_or_else(|| bad("name"))?).map_err(|_| bad("name"))?;
+        crate::store::check_name(name).map_err(|_| bad("name"))?;
         ops.push(match code {
             1 => {
                 let off = r.u64().ok_or_else(|| bad("offset"))?;
@@ -722,7 +733,7 @@ fn decode_journal(b: &[u8]) -> Result<(u64, Vec<Op>)> {
                 Op::Write {
                     name,
                     off,
-                    data: r.take(len).ok_or_else(|| bad("data"))?.to_vec(),
+                    data: r.take(len).ok_or_else(|| bad("data"))?,
                 }
             }
             2 => Op::SetLen {
@@ -796,7 +807,7 @@ mod tests {
         tx.delete("b").unwrap();
         tx.set_len("t", 3).unwrap(); // cut ...
         tx.write_at("t", 5, b"Q").unwrap(); // ... then extend past the cut
-        let c = tx.begin_commit(&key(), 1, None).unwrap();
+        let c = tx.begin_commit(1, None).unwrap();
         assert!(!c.is_empty());
         let want_a = b"01XY4567zz".to_vec();
         let want_t = b"012\0\0Q".to_vec();
@@ -809,14 +820,17 @@ mod tests {
         // Writes on top: to an object the commit changes (staged), and a new object.
         tx.write_at("a", 10, b"ww").unwrap();
         tx.write_at("n", 0, b"new").unwrap();
+        assert_eq!(read(&mut tx, "a").unwrap(), b"01XY4567zzww");
+        assert_eq!(read(&mut tx, "n").unwrap(), b"new");
+        c.write_journal(store.as_ref(), &key()).unwrap();
+        // The later write to the commit's object is staged (not in the store); the new
+        // object's is direct.
         assert_eq!(
             store.len("a").unwrap(),
             Some(10),
             "no direct write past the commit"
         );
         assert_eq!(store.read_all("n").unwrap().unwrap(), b"new");
-        assert_eq!(read(&mut tx, "a").unwrap(), b"01XY4567zzww");
-        c.write_journal(store.as_ref()).unwrap();
         assert_eq!(read(&mut tx, "t").unwrap(), want_t);
         c.apply(store.as_ref()).unwrap();
         // Applied, not yet ended: the store and the frozen view agree.
@@ -828,12 +842,11 @@ mod tests {
         tx.end_commit(&c);
         assert_eq!(read(&mut tx, "a").unwrap(), b"01XY4567zzww");
         // A second commit while one is in flight is refused.
-        let c2 = tx
-            .begin_commit(&key(), 2, c.journal().map(|j| j.slot))
-            .unwrap();
-        assert!(tx.begin_commit(&key(), 3, None).is_err());
+        let c2 = tx.begin_commit(2, c.journal().map(|j| j.slot)).unwrap();
+        assert!(tx.begin_commit(3, None).is_err());
+        assert_eq!(c2.journal(), None, "not written yet");
+        c2.write_journal(store.as_ref(), &key()).unwrap();
         assert_eq!(c2.journal().unwrap().slot, 1, "the other slot");
-        c2.write_journal(store.as_ref()).unwrap();
         c2.apply(store.as_ref()).unwrap();
         tx.end_commit(&c2);
         assert_eq!(store.read_all("a").unwrap().unwrap(), b"01XY4567zzww");
@@ -850,10 +863,10 @@ mod tests {
         let mut tx = Tx::new(store.clone());
         tx.write_at("a", 0, b"AB").unwrap();
         tx.write_at("a", 8, b"cd").unwrap();
-        let c = tx.begin_commit(&key(), 1, None).unwrap();
+        let c = tx.begin_commit(1, None).unwrap();
         tx.write_at("a", 10, b"later").unwrap();
         tx.write_at("fresh", 0, b"later").unwrap();
-        c.write_journal(store.as_ref()).unwrap();
+        c.write_journal(store.as_ref(), &key()).unwrap();
         let r = c.journal().unwrap();
         // Crash here: the anchor names `r`; recovery replays it.
         let bytes = load_journal(store.as_ref(), &key(), &r).unwrap();
@@ -896,6 +909,11 @@ mod tests {
         assert_eq!(&buf[25..], &[0; 5]);
         let p = tx.prepare(&key(), 1, None).unwrap();
         assert!(p.journal().is_some());
+        assert_eq!(
+            store.read_all("o").unwrap().unwrap()[95],
+            1,
+            "staged until applied"
+        );
         tx.apply(p).unwrap();
         assert_eq!(&store.read_all("o").unwrap().unwrap()[90..110], &[2u8; 20]);
     }
@@ -951,9 +969,9 @@ mod tests {
         let mut ok = encode_journal(
             1,
             &[Op::Write {
-                name: "x".into(),
+                name: "x",
                 off: 0,
-                data: vec![1; 4],
+                data: &[1; 4],
             }],
         );
         ok.truncate(ok.len() - 1);

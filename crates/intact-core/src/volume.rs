@@ -1087,7 +1087,7 @@ impl Volume {
                 drop(g);
                 let r = f.run();
                 let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-                g.commit_end(&f, &r);
+                let r = g.commit_end(&f, r);
                 drop(g);
                 self.commit_done.notify_all();
                 return r;
@@ -1671,25 +1671,32 @@ struct InFlight {
     /// Its number (see [`Inner::commits_begun`]).
     n: u64,
     commit: Commit,
-    anchor_bytes: Vec<u8>,
+    /// The anchor that seals it, but for the journal's reference (known once written).
+    anchor: Anchor,
+    anchor_key: SubKey,
+    journal_key: SubKey,
     store: Arc<dyn UntrustedStore>,
     trusted: Arc<dyn TrustedStore>,
 }
 
 impl InFlight {
     /// Phase B, without the engine lock: direct writes and the journal made durable, the
-    /// anchor sealed, the journal applied in place. The order is the crash-safety argument
-    /// of docs/design.md: nothing the anchor names can be missing when it is sealed, and
-    /// nothing is overwritten in place before the journal holding it is sealed.
-    fn run(&self) -> Result<()> {
-        self.commit.write_journal(self.store.as_ref())?;
-        self.trusted.store(&self.anchor_bytes)?;
+    /// anchor sealed, the journal applied in place; returns the sealed anchor. The order is
+    /// the crash-safety argument of docs/design.md: nothing the anchor names can be missing
+    /// when it is sealed, and nothing is overwritten in place before the journal holding it
+    /// is sealed.
+    fn run(&self) -> Result<Anchor> {
+        let mut anchor = self.anchor.clone();
+        anchor.journal = self
+            .commit
+            .write_journal(self.store.as_ref(), &self.journal_key)?;
+        let bytes = anchor.encode(&self.anchor_key);
+        self.trusted.store(&bytes)?;
         self.commit.apply(self.store.as_ref())?;
         // The untrusted copy (for `recover-anchor` only) is written in place and not
         // synced: it never protects anything, and a lost or torn copy fails its MAC.
-        self.store
-            .write_at(ANCHOR_COPY_NAME, 0, &self.anchor_bytes)?;
-        Ok(())
+        self.store.write_at(ANCHOR_COPY_NAME, 0, &bytes)?;
+        Ok(anchor)
     }
 }
 
@@ -2811,8 +2818,7 @@ impl Inner {
             None => Ok(()),
             Some(f) => {
                 let r = f.run();
-                self.commit_end(&f, &r);
-                r
+                self.commit_end(&f, r)
             }
         }
     }
@@ -2832,13 +2838,15 @@ impl Inner {
         self.dirty_bytes = 0;
         self.commit_wanted = false;
         match r {
-            Ok(Some((commit, anchor_bytes))) => {
+            Ok(Some((commit, anchor))) => {
                 self.commits_begun += 1;
                 self.committing = true;
                 Ok(Some(InFlight {
                     n: self.commits_begun,
                     commit,
-                    anchor_bytes,
+                    anchor,
+                    anchor_key: self.keys.anchor.clone(),
+                    journal_key: self.keys.journal.clone(),
                     store: self.store.clone(),
                     trusted: self.trusted.clone(),
                 }))
@@ -2856,14 +2864,22 @@ impl Inner {
         }
     }
 
-    /// Phase C of a commit, under the lock, once its I/O ([`InFlight::run`]) returned `r`.
-    fn commit_end(&mut self, f: &InFlight, r: &Result<()>) {
+    /// Phase C of a commit, under the lock, once its I/O ([`InFlight::run`]) returned `r`:
+    /// the sealed anchor becomes the engine's, or the volume is poisoned.
+    fn commit_end(&mut self, f: &InFlight, r: Result<Anchor>) -> Result<()> {
         self.tx.end_commit(&f.commit);
         self.committing = false;
         self.commits_ended = f.n;
-        if let Err(e) = r {
-            self.poisoned = Some(e.to_string());
-            self.tx.abandon();
+        match r {
+            Ok(anchor) => {
+                self.anchor = anchor;
+                Ok(())
+            }
+            Err(e) => {
+                self.poisoned = Some(e.to_string());
+                self.tx.abandon();
+                Err(e)
+            }
         }
     }
 
@@ -2898,7 +2914,7 @@ impl Inner {
         Ok(())
     }
 
-    fn commit_prepare(&mut self) -> Result<Option<(Commit, Vec<u8>)>> {
+    fn commit_prepare(&mut self) -> Result<Option<(Commit, Anchor)>> {
         self.apply_auto_policy()?;
         // 1. Directory contents, then file data, then records into the inode table.
         let dirty: Vec<u64> = self
@@ -2943,20 +2959,18 @@ impl Inner {
         }
         // 3. The journal and the anchor that seals it; the I/O is [`InFlight::run`].
         let epoch = self.anchor.epoch + 1;
-        let commit = self.tx.begin_commit(
-            &self.keys.journal,
-            epoch,
-            self.anchor.journal.map(|j| j.slot),
-        )?;
+        let commit = self
+            .tx
+            .begin_commit(epoch, self.anchor.journal.map(|j| j.slot))?;
+        // The journal's reference is filled in by [`InFlight::run`]; the engine takes the
+        // sealed anchor at [`Inner::commit_end`] (the next commit begins after that).
         let anchor = Anchor {
             volume_id: self.anchor.volume_id,
             epoch,
             ctr_next: self.anchor.ctr_next,
-            journal: commit.journal(),
+            journal: None,
             itable: self.itable.inode.clone(),
         };
-        let bytes = anchor.encode(&self.keys.anchor);
-        self.anchor = anchor;
         if self.files.len() > KEEP_OPEN {
             // Directories, and files unlinked while referenced (`forget` finds them here
             // without reading their record). Every state is clean at this point.
@@ -2967,7 +2981,7 @@ impl Inner {
             // Only error messages use them; lookups repopulate what is in use.
             self.names.clear();
         }
-        Ok(Some((commit, bytes)))
+        Ok(Some((commit, anchor)))
     }
 
     fn fsck(&mut self, progress: &mut dyn FnMut(u64)) -> Result<Vec<FsckFailure>> {
