@@ -264,12 +264,18 @@ pub struct Info {
 
 /// An encrypted, authenticated, fresh volume.
 pub struct Volume {
-    inner: Mutex<Inner>,
-    /// Signalled when a commit in flight ends (see [`Volume::sync`]).
-    commit_done: Condvar,
+    shared: Arc<Shared>,
     metrics: Arc<Metrics>,
     integrity_failures: AtomicU64,
     seal_on_drop: std::sync::atomic::AtomicBool,
+}
+
+/// The engine and what its threads share (a seal at the dirty limit runs its I/O on a
+/// thread of its own, [`Volume::after_write`]).
+struct Shared {
+    inner: Mutex<Inner>,
+    /// Signalled when a commit in flight ends (see [`Volume::sync`]).
+    commit_done: Condvar,
 }
 
 struct Keys {
@@ -858,8 +864,10 @@ impl Volume {
     fn wrap(inner: Inner) -> Volume {
         Volume {
             metrics: inner.metrics.clone(),
-            inner: Mutex::new(inner),
-            commit_done: Condvar::new(),
+            shared: Arc::new(Shared {
+                inner: Mutex::new(inner),
+                commit_done: Condvar::new(),
+            }),
             integrity_failures: AtomicU64::new(0),
             seal_on_drop: std::sync::atomic::AtomicBool::new(true),
         }
@@ -874,7 +882,7 @@ impl Volume {
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, Inner>> {
-        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let g = self.shared.inner.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(why) = &g.poisoned {
             return Err(Error::Poisoned(why.clone()));
         }
@@ -1086,13 +1094,17 @@ impl Volume {
                 };
                 drop(g);
                 let r = f.run();
-                let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+                let mut g = self.shared.inner.lock().unwrap_or_else(|p| p.into_inner());
                 let r = g.commit_end(&f, r);
                 drop(g);
-                self.commit_done.notify_all();
+                self.shared.commit_done.notify_all();
                 return r;
             }
-            g = self.commit_done.wait(g).unwrap_or_else(|p| p.into_inner());
+            g = self
+                .shared
+                .commit_done
+                .wait(g)
+                .unwrap_or_else(|p| p.into_inner());
         }
     }
 
@@ -1101,7 +1113,11 @@ impl Volume {
     fn idle(&self) -> Result<MutexGuard<'_, Inner>> {
         let mut g = self.lock()?;
         while g.committing {
-            g = self.commit_done.wait(g).unwrap_or_else(|p| p.into_inner());
+            g = self
+                .shared
+                .commit_done
+                .wait(g)
+                .unwrap_or_else(|p| p.into_inner());
         }
         if let Some(why) = &g.poisoned {
             return Err(Error::Poisoned(why.clone()));
@@ -1109,21 +1125,50 @@ impl Volume {
         Ok(g)
     }
 
-    /// After a request that wrote: past the dirty limits, a commit begins, run by this
-    /// request once it has left the lock (it waits; others go on). Past twice the limits
-    /// with a commit already in flight, this request waits for it: writers are slowed so
-    /// memory stays bounded, never stopped behind the lock.
-    fn after_write(&self, g: MutexGuard<'_, Inner>) -> Result<()> {
+    /// After a request that wrote: past the dirty limits, a commit begins (its locked
+    /// phase here) and its I/O runs on a thread of its own, so that no request waits for
+    /// it. Past twice the limits, this request waits for a commit to end: writers are
+    /// slowed so memory stays bounded, never stopped behind the lock.
+    fn after_write(&self, mut g: MutexGuard<'_, Inner>) -> Result<()> {
         if !g.commit_wanted || g.read_only {
             return Ok(());
         }
         let over =
             g.tx.overlay_bytes() >= 2 * OVERLAY_LIMIT || g.dirty_bytes >= 2 * TOTAL_DIRTY_LIMIT;
-        if g.committing && !over {
+        if over {
+            let need = g.commits_begun + 1;
+            return self.commit_until(g, need);
+        }
+        if g.committing {
             return Ok(());
         }
-        let need = g.commits_begun + 1;
-        self.commit_until(g, need)
+        let Some(f) = g.commit_begin()? else {
+            return Ok(());
+        };
+        drop(g);
+        let f = Arc::new(f);
+        let (shared, bg) = (self.shared.clone(), f.clone());
+        let spawned = std::thread::Builder::new()
+            .name("intact-seal".into())
+            .spawn(move || {
+                let r = bg.run();
+                let mut g = shared.inner.lock().unwrap_or_else(|p| p.into_inner());
+                if let Err(e) = g.commit_end(&bg, r) {
+                    tracing::error!(error = %e, "seal at the dirty limit failed");
+                }
+                drop(g);
+                shared.commit_done.notify_all();
+            });
+        if spawned.is_err() {
+            // No thread to be had: run it here.
+            let r = f.run();
+            let mut g = self.shared.inner.lock().unwrap_or_else(|p| p.into_inner());
+            let r = g.commit_end(&f, r);
+            drop(g);
+            self.shared.commit_done.notify_all();
+            return r;
+        }
+        Ok(())
     }
 
     /// Checks every block of every file and directory; returns what failed.
@@ -1576,7 +1621,8 @@ impl Volume {
     /// Makes a file that loses its last name live on until [`Volume::forget`] (the FUSE
     /// adapter's mode; see [`Volume::unlink_at`]).
     pub fn track_references(&self) {
-        self.inner
+        self.shared
+            .inner
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .track_references = true;
@@ -1639,12 +1685,17 @@ impl Volume {
 
     /// The volume's block size.
     pub fn block_size(&self) -> u32 {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).bs as u32
+        self.shared
+            .inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .bs as u32
     }
 
     /// Whether the volume was opened read-only.
     pub fn is_read_only(&self) -> bool {
-        self.inner
+        self.shared
+            .inner
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .read_only
@@ -1653,10 +1704,24 @@ impl Volume {
 
 impl Drop for Volume {
     fn drop(&mut self) {
+        // A seal running on its own thread ends first, and lets go of the engine (which
+        // holds the volume's lock: a reopen right after the drop must find it free).
+        let mut g = self.shared.inner.lock().unwrap_or_else(|p| p.into_inner());
+        while g.committing {
+            g = self
+                .shared
+                .commit_done
+                .wait(g)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        drop(g);
+        while Arc::strong_count(&self.shared) > 1 {
+            std::thread::yield_now();
+        }
+        let mut g = self.shared.inner.lock().unwrap_or_else(|p| p.into_inner());
         if !self.seal_on_drop.load(Ordering::Relaxed) {
             return;
         }
-        let g = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
         if !g.read_only && g.poisoned.is_none() {
             if let Err(e) = g.commit() {
                 tracing::error!(error = %e, "final seal on close failed");

@@ -99,7 +99,7 @@ impl intact_core::store::UntrustedStore for SlowSync {
     fn sync(&self, names: &[String]) -> intact_core::Result<()> {
         use std::sync::atomic::Ordering::SeqCst;
         self.begun.fetch_add(1, SeqCst);
-        std::thread::sleep(std::time::Duration::from_millis(3));
+        std::thread::sleep(std::time::Duration::from_millis(20));
         let r = self.inner.sync(names);
         self.ended.fetch_add(1, SeqCst);
         r
@@ -204,4 +204,47 @@ fn requests_complete_during_seals_and_match_the_model() {
     }
     assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
     assert!(vol.orphans().unwrap().is_empty());
+}
+
+/// Overwrites past the in-memory limit begin a seal whose I/O runs on its own thread (the
+/// store's syncs are slow here, so it is still running when the writer returns); the volume
+/// dropped right after waits for it and lets go of its lock, so an immediate reopen works
+/// and reads the last content.
+#[test]
+fn background_seal_at_the_dirty_limit_and_drop_right_after() {
+    use std::sync::atomic::AtomicU64;
+    let slow = Arc::new(SlowSync {
+        inner: MemStore::new(),
+        begun: AtomicU64::new(0),
+        ended: AtomicU64::new(0),
+    });
+    let store: Arc<dyn intact_core::store::UntrustedStore> = slow.clone();
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
+    const SIZE: usize = 48 << 20;
+    vol.create_file("/f", None).unwrap();
+    for (k, chunk) in pattern(1, SIZE).chunks(1 << 20).enumerate() {
+        vol.write_path("/f", (k << 20) as u64, chunk).unwrap();
+    }
+    vol.sync().unwrap();
+    let synced = slow.begun.load(std::sync::atomic::Ordering::SeqCst);
+    // Overwrites are staged in memory: past 32 MiB of them a seal begins.
+    let last = pattern(2, SIZE);
+    for (k, chunk) in last.chunks(1 << 20).enumerate() {
+        vol.write_path("/f", (k << 20) as u64, chunk).unwrap();
+    }
+    // The seal runs on its own thread: its first sync comes soon, with no call of ours.
+    let t0 = std::time::Instant::now();
+    while slow.begun.load(std::sync::atomic::Ordering::SeqCst) == synced {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "48 MiB of overwrites began no seal on their own"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(read_all(&vol, "/f").unwrap(), last);
+    drop(vol);
+    let vol = open(store, &trusted).unwrap();
+    assert_eq!(read_all(&vol, "/f").unwrap(), last);
+    assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
 }
