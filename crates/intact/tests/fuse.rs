@@ -770,6 +770,27 @@ fn copies_off_the_mount_carry_no_unset_scheme_attribute() {
     });
 }
 
+/// `--xattr-max-bytes` bounds an inode's attributes (names + values): ENOSPC past it, and
+/// the refused set changes nothing.
+#[test]
+fn xattr_limit_of_the_mount_is_enospc() {
+    let v = Vol::new("mt-eint");
+    let m = v.try_mount(&["--xattr-max-bytes", "100"]).unwrap();
+    let p = m.p("f");
+    fs::write(&p, b"x").unwrap();
+    xattr::set(&p, "user.a", &[1u8; 50]).unwrap();
+    let err = xattr::set(&p, "user.b", &[2u8; 60]).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    assert!(xattr::get(&p, "user.b").unwrap().is_none());
+    // A value too large for any limit is E2BIG, from the kernel or from us.
+    let err = xattr::set(&p, "user.c", &vec![0u8; (64 << 10) + 1]).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::E2BIG), "{err}");
+    xattr::set(&p, "user.a", &[3u8; 90]).unwrap();
+    v.check_across_remount(m, |m| {
+        assert_eq!(xattr::get(m.p("f"), "user.a").unwrap().unwrap(), [3u8; 90]);
+    });
+}
+
 fn which(tool: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")?
         .to_str()?
