@@ -22,4 +22,10 @@ if ! command -v fsx >/dev/null && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/fsx" ]
   cargo install --locked fsx --version "=0.3.2" >/dev/null 2>&1 || cargo install fsx
 fi
 export INTACT_REQUIRE_ALL=1
-exec cargo test --workspace "$@"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace "$@" 2>&1 | tee "$log" || status=$?
+# One closing line for the whole suite (cargo's last line is a doc-test binary's).
+awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"
