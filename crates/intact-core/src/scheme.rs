@@ -110,6 +110,19 @@ pub trait Scheme: Sync {
     ) -> Result<()>;
     /// Delete (generalised): truncates to `blocks`, or extends with holes.
     fn resize(&self, env: &Env, f: &mut FileState, tx: &mut Tx, blocks: u64) -> Result<()>;
+    /// Makes stored blocks `[first, first + count)` holes (fallocate's PUNCH_HOLE), where
+    /// the scheme can store a hole inside a file; returns false (and changes nothing) where
+    /// it cannot, and the caller writes zeros instead.
+    fn punch(
+        &self,
+        _env: &Env,
+        _f: &mut FileState,
+        _tx: &mut Tx,
+        _first: u64,
+        _count: u64,
+    ) -> Result<bool> {
+        Ok(false)
+    }
     /// The initial tree state of an empty file.
     fn empty(&self, env: &Env, id: &FileId) -> TreeState;
 }
@@ -166,6 +179,16 @@ impl<S: Scheme> Scheme for Metered<S> {
         let _a = Account::new(env.metrics);
         let _f = FileAccount::new(env.metrics, f.id, 0, 0);
         self.0.resize(env, f, tx, blocks)
+    }
+    fn punch(
+        &self,
+        env: &Env,
+        f: &mut FileState,
+        tx: &mut Tx,
+        first: u64,
+        count: u64,
+    ) -> Result<bool> {
+        self.0.punch(env, f, tx, first, count)
     }
     fn empty(&self, env: &Env, id: &FileId) -> TreeState {
         self.0.empty(env, id)
@@ -617,6 +640,44 @@ impl Scheme for MtEint {
         }
         f.tree = ts;
         Ok(())
+    }
+
+    /// A hole inside the file: the all-zero leaf and counter 0, as for holes appended by
+    /// `resize` (the trusted counter, never the stored bytes, says what is a hole). The
+    /// punched blocks' counters go into `ctr_hw`, so a later write of any of them takes a
+    /// counter above every one it had: no (block, counter) pair repeats.
+    fn punch(
+        &self,
+        env: &Env,
+        f: &mut FileState,
+        tx: &mut Tx,
+        first: u64,
+        count: u64,
+    ) -> Result<bool> {
+        const CHUNK: u64 = 1 << 16;
+        let end = first.saturating_add(count).min(f.tree.leaves);
+        if first >= end {
+            return Ok(true);
+        }
+        f.ctr_hw = f.ctr_hw.max(f.ctrs.max_in(first, end - first));
+        let tree = Self::tree(env, f);
+        let mut ts = f.tree;
+        let mut at = first;
+        while at < end {
+            let n = (end - at).min(CHUNK);
+            let leaves = vec![ZERO_LEAF; n as usize];
+            let mut io = Nodes {
+                tx,
+                name: &f.names.meta,
+            };
+            let _t = phase(Phase::Tree);
+            tree.update(&mut ts, &mut io, at, &leaves)
+                .map_err(|e| Self::tree_err(f, e))?;
+            at += n;
+        }
+        f.tree = ts;
+        f.ctrs.set_range(first, end - first, 0);
+        Ok(true)
     }
 
     fn empty(&self, env: &Env, id: &FileId) -> TreeState {

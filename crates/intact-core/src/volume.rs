@@ -1443,8 +1443,9 @@ impl Volume {
     /// Makes `[off, off + len)` of file `ino` read as zeros (fallocate's PUNCH_HOLE and
     /// ZERO_RANGE). Without `keep_size` the file grows to cover the range. A range that
     /// reaches the end of the file is stored as a hole (the file is cut at `off` and
-    /// extended again, which stores no data); a range inside the file is written as
-    /// encrypted zeros.
+    /// extended again, which stores no data); inside the file, whole blocks become holes
+    /// where the scheme stores them ([`crate::scheme::Scheme::punch`]) and the rest is
+    /// written as encrypted zeros.
     pub fn zero_range(&self, ino: u64, off: u64, len: u64, keep_size: bool) -> Result<()> {
         const CHUNK: u64 = 1 << 20;
         let end = off
@@ -1466,14 +1467,28 @@ impl Volume {
                 g.truncate_ino(ino, off)?;
                 return g.truncate_ino(ino, new_size);
             }
-            let zeros = vec![0u8; CHUNK.min(len) as usize];
-            let mut at = off;
-            while at < end {
-                let n = (end - at).min(CHUNK) as usize;
-                g.write_ino(ino, at, &zeros[..n])?;
-                at += n as u64;
+            // Whole blocks inside the range become holes where the scheme can store one
+            // there; the partial blocks at its edges (and every block, otherwise) are
+            // written as zeros.
+            let bs = g.bs as u64;
+            let (hole_first, hole_end) = (off.div_ceil(bs), end / bs);
+            let punched = hole_first < hole_end && g.punch_blocks(ino, hole_first, hole_end)?;
+            let zero = |g: &mut Inner, a: u64, b: u64| -> Result<()> {
+                let zeros = vec![0u8; CHUNK.min(b - a) as usize];
+                let mut at = a;
+                while at < b {
+                    let n = (b - at).min(CHUNK) as usize;
+                    g.write_ino(ino, at, &zeros[..n])?;
+                    at += n as u64;
+                }
+                Ok(())
+            };
+            if punched {
+                zero(g, off, hole_first * bs)?;
+                zero(g, hole_end * bs, end)
+            } else {
+                zero(g, off, end)
             }
-            Ok(())
         })
     }
 
@@ -2311,6 +2326,32 @@ impl Inner {
 
     /// Past the dirty limits, asks for a commit (begun by the front end's request once it
     /// leaves the lock: [`Volume::after_write`]).
+    /// Makes blocks `[first, end)` of file `ino` holes through its scheme (dropping any
+    /// dirty copies); false when the scheme stores no hole inside a file.
+    fn punch_blocks(&mut self, ino: u64, first: u64, end: u64) -> Result<bool> {
+        self.check_writable()?;
+        self.ensure_open(ino)?;
+        let env = env!(self);
+        let of = self.files.get_mut(&ino).expect("opened");
+        let sch = scheme(of.inode.scheme);
+        // Stored blocks first: a scheme that cannot punch changes nothing.
+        let stored_end = end.min(of.state.blocks());
+        if first < stored_end
+            && !sch.punch(&env, &mut of.state, &mut self.tx, first, stored_end - first)?
+        {
+            return Ok(false);
+        }
+        let before = of.dirty.len();
+        of.dirty.retain(|&b, _| b < first || b >= end);
+        self.dirty_bytes = self
+            .dirty_bytes
+            .saturating_sub((before - of.dirty.len()) * env.bs);
+        of.inode.mtime_ns = now_ns();
+        of.inode.ctime_ns = of.inode.mtime_ns;
+        of.record_dirty = true;
+        Ok(true)
+    }
+
     fn maybe_commit(&mut self) -> Result<()> {
         if self.tx.overlay_bytes() >= OVERLAY_LIMIT || self.dirty_bytes >= TOTAL_DIRTY_LIMIT {
             self.commit_wanted = true;
