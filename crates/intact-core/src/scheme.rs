@@ -188,6 +188,8 @@ impl<S: Scheme> Scheme for Metered<S> {
         first: u64,
         count: u64,
     ) -> Result<bool> {
+        let _a = Account::new(env.metrics);
+        let _f = FileAccount::new(env.metrics, f.id, 0, 0);
         self.0.punch(env, f, tx, first, count)
     }
     fn empty(&self, env: &Env, id: &FileId) -> TreeState {

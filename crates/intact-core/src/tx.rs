@@ -124,21 +124,27 @@ impl Frozen {
         }
         let store_end = o.cut.unwrap_or(u64::MAX).min(end);
         if off < store_end {
-            let n = (store_end - off) as usize;
-            let mut done = 0;
-            while done < n {
-                let r = crate::metrics::timed(Phase::StoreWait, || {
-                    store.read_at(name, off + done as u64, &mut buf[done..n])
-                })?;
-                if r == 0 {
-                    break;
-                }
-                done += r;
-            }
+            read_store(store, name, off, &mut buf[..(store_end - off) as usize])?;
         }
         overlay_ranges(&o.ranges, off, &mut buf[..(end - off) as usize]);
         Ok(())
     }
+}
+
+/// Reads `buf.len()` bytes of the store's object at `off`, stopping early at its end (the
+/// rest of `buf` is left as it is).
+fn read_store(store: &dyn UntrustedStore, name: &str, off: u64, buf: &mut [u8]) -> Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let r = crate::metrics::timed(Phase::StoreWait, || {
+            store.read_at(name, off + done as u64, &mut buf[done..])
+        })?;
+        if r == 0 {
+            break;
+        }
+        done += r;
+    }
+    Ok(())
 }
 
 /// Copies the parts of `ranges` that meet `[off, off + buf.len())` into `buf`.
@@ -353,16 +359,7 @@ impl Tx {
                     .expect("on_base objects are in the base");
                 Frozen::read(store.as_ref(), name, f, off, &mut buf[..n])?;
             } else if n > 0 {
-                let mut done = 0;
-                while done < n {
-                    let r = crate::metrics::timed(Phase::StoreWait, || {
-                        store.read_at(name, off + done as u64, &mut buf[done..n])
-                    })?;
-                    if r == 0 {
-                        break;
-                    }
-                    done += r;
-                }
+                read_store(store.as_ref(), name, off, &mut buf[..n])?;
             }
         }
         // Overlay ranges on top.

@@ -278,6 +278,34 @@ struct Shared {
     commit_done: Condvar,
 }
 
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits (releasing `g`) until the commit in flight ends.
+    fn wait<'a>(&self, g: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
+        self.commit_done.wait(g).unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until no commit is in flight.
+    fn wait_idle<'a>(&self, mut g: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
+        while g.committing {
+            g = self.wait(g);
+        }
+        g
+    }
+
+    /// Phases B and C of a begun commit: its I/O without the lock, then its end under the
+    /// lock, and the waiters woken.
+    fn finish(&self, f: &InFlight) -> Result<()> {
+        let r = f.run();
+        let r = self.lock().commit_end(f, r);
+        self.commit_done.notify_all();
+        r
+    }
+}
+
 struct Keys {
     master: MasterKey,
     hasher: NodeHasher,
@@ -882,7 +910,7 @@ impl Volume {
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, Inner>> {
-        let g = self.shared.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let g = self.shared.lock();
         if let Some(why) = &g.poisoned {
             return Err(Error::Poisoned(why.clone()));
         }
@@ -1093,32 +1121,16 @@ impl Volume {
                     return Ok(());
                 };
                 drop(g);
-                let r = f.run();
-                let mut g = self.shared.inner.lock().unwrap_or_else(|p| p.into_inner());
-                let r = g.commit_end(&f, r);
-                drop(g);
-                self.shared.commit_done.notify_all();
-                return r;
+                return self.shared.finish(&f);
             }
-            g = self
-                .shared
-                .commit_done
-                .wait(g)
-                .unwrap_or_else(|p| p.into_inner());
+            g = self.shared.wait(g);
         }
     }
 
     /// The engine lock with no commit in flight (for work that reads the store directly,
     /// or seals synchronously).
     fn idle(&self) -> Result<MutexGuard<'_, Inner>> {
-        let mut g = self.lock()?;
-        while g.committing {
-            g = self
-                .shared
-                .commit_done
-                .wait(g)
-                .unwrap_or_else(|p| p.into_inner());
-        }
+        let g = self.shared.wait_idle(self.lock()?);
         if let Some(why) = &g.poisoned {
             return Err(Error::Poisoned(why.clone()));
         }
@@ -1151,24 +1163,15 @@ impl Volume {
         let spawned = std::thread::Builder::new()
             .name("intact-seal".into())
             .spawn(move || {
-                let r = bg.run();
-                let mut g = shared.inner.lock().unwrap_or_else(|p| p.into_inner());
-                if let Err(e) = g.commit_end(&bg, r) {
+                if let Err(e) = shared.finish(&bg) {
                     tracing::error!(error = %e, "seal at the dirty limit failed");
                 }
-                drop(g);
-                shared.commit_done.notify_all();
             });
-        if spawned.is_err() {
+        match spawned {
+            Ok(_) => Ok(()),
             // No thread to be had: run it here.
-            let r = f.run();
-            let mut g = self.shared.inner.lock().unwrap_or_else(|p| p.into_inner());
-            let r = g.commit_end(&f, r);
-            drop(g);
-            self.shared.commit_done.notify_all();
-            return r;
+            Err(_) => self.shared.finish(&f),
         }
-        Ok(())
     }
 
     /// Checks every block of every file and directory; returns what failed.
@@ -1636,11 +1639,7 @@ impl Volume {
     /// Makes a file that loses its last name live on until [`Volume::forget`] (the FUSE
     /// adapter's mode; see [`Volume::unlink_at`]).
     pub fn track_references(&self) {
-        self.shared
-            .inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .track_references = true;
+        self.shared.lock().track_references = true;
     }
 
     /// The front end no longer refers to `ino` (FUSE `FORGET`): an unlinked file with no
@@ -1700,20 +1699,12 @@ impl Volume {
 
     /// The volume's block size.
     pub fn block_size(&self) -> u32 {
-        self.shared
-            .inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .bs as u32
+        self.shared.lock().bs as u32
     }
 
     /// Whether the volume was opened read-only.
     pub fn is_read_only(&self) -> bool {
-        self.shared
-            .inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .read_only
+        self.shared.lock().read_only
     }
 }
 
@@ -1721,19 +1712,11 @@ impl Drop for Volume {
     fn drop(&mut self) {
         // A seal running on its own thread ends first, and lets go of the engine (which
         // holds the volume's lock: a reopen right after the drop must find it free).
-        let mut g = self.shared.inner.lock().unwrap_or_else(|p| p.into_inner());
-        while g.committing {
-            g = self
-                .shared
-                .commit_done
-                .wait(g)
-                .unwrap_or_else(|p| p.into_inner());
-        }
-        drop(g);
+        drop(self.shared.wait_idle(self.shared.lock()));
         while Arc::strong_count(&self.shared) > 1 {
             std::thread::yield_now();
         }
-        let mut g = self.shared.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = self.shared.lock();
         if !self.seal_on_drop.load(Ordering::Relaxed) {
             return;
         }
