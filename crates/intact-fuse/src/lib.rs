@@ -139,7 +139,9 @@ fn name_str(name: &OsStr) -> Result<&str, Errno> {
 struct DirSnapshot {
     /// The directory's parent (for `..`).
     parent: u64,
-    names: Vec<String>,
+    /// Shared with the readdir calls that read it (no copy per call: a large directory is
+    /// read in many small batches).
+    names: Arc<[String]>,
     /// Taken by opendir and not yet used: the first read at offset 0 needs no new one.
     unused: bool,
 }
@@ -356,13 +358,14 @@ impl IntactFs {
         names.extend(list.into_iter().map(|e| e.name));
         Ok(DirSnapshot {
             parent: parent.max(1),
-            names,
+            names: names.into(),
             unused: true,
         })
     }
 
-    /// The snapshot's names from `offset` on; a rewind (offset 0) takes a new snapshot.
-    fn listing(&self, ino: u64, fh: u64, offset: u64) -> Result<(u64, Vec<String>), Errno> {
+    /// The directory's parent and the snapshot's names (to be read from `offset` on); a
+    /// rewind (offset 0) takes a new snapshot.
+    fn listing(&self, ino: u64, fh: u64, offset: u64) -> Result<(u64, Arc<[String]>), Errno> {
         let unused = {
             let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
             let snap = dirs.get_mut(&fh).ok_or(Errno::EBADF)?;
@@ -376,13 +379,7 @@ impl IntactFs {
         }
         let dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
         let snap = dirs.get(&fh).ok_or(Errno::EBADF)?;
-        let names = snap
-            .names
-            .iter()
-            .skip(offset.min(usize::MAX as u64) as usize)
-            .cloned()
-            .collect();
-        Ok((snap.parent, names))
+        Ok((snap.parent, snap.names.clone()))
     }
 
     fn new_fh(&self) -> FileHandle {
@@ -755,8 +752,9 @@ impl Filesystem for IntactFs {
             Ok(l) => l,
             Err(e) => return reply.error(e),
         };
-        for (k, name) in names.iter().enumerate() {
-            let off = offset + k as u64 + 1;
+        let skip = offset.min(usize::MAX as u64) as usize;
+        for (k, name) in names.iter().enumerate().skip(skip) {
+            let off = k as u64 + 1;
             let (eino, kind) = match name.as_str() {
                 "." => (ino.0, FileType::Directory),
                 ".." => (parent, FileType::Directory),
@@ -787,8 +785,9 @@ impl Filesystem for IntactFs {
             Ok(l) => l,
             Err(e) => return reply.error(e),
         };
-        for (k, name) in names.iter().enumerate() {
-            let off = offset + k as u64 + 1;
+        let skip = offset.min(usize::MAX as u64) as usize;
+        for (k, name) in names.iter().enumerate().skip(skip) {
+            let off = k as u64 + 1;
             // The kernel takes no reference for `.` and `..` (fuse_direntplus_link skips
             // them); every other entry it receives counts as a lookup.
             let dots = name == "." || name == "..";
