@@ -80,6 +80,16 @@ struct SlowSync {
     ended: std::sync::atomic::AtomicU64,
 }
 
+impl SlowSync {
+    fn new() -> SlowSync {
+        SlowSync {
+            inner: MemStore::new(),
+            begun: std::sync::atomic::AtomicU64::new(0),
+            ended: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+}
+
 impl intact_core::store::UntrustedStore for SlowSync {
     fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> intact_core::Result<usize> {
         self.inner.read_at(name, off, buf)
@@ -119,11 +129,8 @@ impl intact_core::store::UntrustedStore for SlowSync {
 #[test]
 fn requests_complete_during_seals_and_match_the_model() {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
-    let slow = Arc::new(SlowSync {
-        inner: MemStore::new(),
-        begun: AtomicU64::new(0),
-        ended: AtomicU64::new(0),
-    });
+
+    let slow = Arc::new(SlowSync::new());
     let store: Arc<dyn intact_core::store::UntrustedStore> = slow.clone();
     let trusted = MemTrusted::new();
     let vol = Arc::new(create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096));
@@ -212,12 +219,7 @@ fn requests_complete_during_seals_and_match_the_model() {
 /// and reads the last content.
 #[test]
 fn background_seal_at_the_dirty_limit_and_drop_right_after() {
-    use std::sync::atomic::AtomicU64;
-    let slow = Arc::new(SlowSync {
-        inner: MemStore::new(),
-        begun: AtomicU64::new(0),
-        ended: AtomicU64::new(0),
-    });
+    let slow = Arc::new(SlowSync::new());
     let store: Arc<dyn intact_core::store::UntrustedStore> = slow.clone();
     let trusted = MemTrusted::new();
     let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);

@@ -4,6 +4,8 @@
 //! These need /dev/fuse and fusermount3 (`.ci/run` installs fuse3). They are not skipped
 //! when FUSE is missing: a machine that cannot mount fails them, loudly.
 
+mod common;
+use common::*;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -15,18 +17,6 @@ const PW: &str = "fuse test password";
 const BIN: &str = env!("CARGO_BIN_EXE_intact");
 const EIO: i32 = 5;
 
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 fn sh(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     assert!(
@@ -36,13 +26,6 @@ fn sh(cmd: &mut Command) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn is_mounted(mnt: &Path) -> bool {
-    let m = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let p = mnt.to_str().unwrap();
-    m.lines()
-        .any(|l| l.split(' ').nth(4) == Some(p) && l.contains("fuse"))
 }
 
 /// A volume (cipher directory + trusted state) in a temporary directory.
@@ -789,14 +772,6 @@ fn xattr_limit_of_the_mount_is_enospc() {
     v.check_across_remount(m, |m| {
         assert_eq!(xattr::get(m.p("f"), "user.a").unwrap().unwrap(), [3u8; 90]);
     });
-}
-
-fn which(tool: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join(tool))
-        .find(|p| p.is_file())
 }
 
 fn fallocate(f: &File, mode: i32, off: u64, len: u64) -> std::io::Result<()> {

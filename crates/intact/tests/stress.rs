@@ -8,6 +8,8 @@
 //! so and counts as skipped, unless INTACT_REQUIRE_ALL=1 (CI), where it fails.
 //! INTACT_STRESS_SECS sets the run per scheme (default 30; `scripts/stress.sh` runs 600).
 
+mod common;
+use common::*;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -39,14 +41,6 @@ const STRESSORS: &[&str] = &[
     "chmod",
 ];
 
-fn stress_ng() -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join("stress-ng"))
-        .find(|p| p.is_file())
-}
-
 fn cli(root: &Path, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(BIN)
         .arg("--volume")
@@ -62,13 +56,6 @@ fn cli(root: &Path, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-fn is_mounted(mnt: &Path) -> bool {
-    let m = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let p = mnt.to_str().unwrap();
-    m.lines()
-        .any(|l| l.split(' ').nth(4) == Some(p) && l.contains("fuse"))
 }
 
 /// `intact mount -f` with its log in `log`.
@@ -137,18 +124,6 @@ fn unmount(root: &Path, mut child: Child, log: &Path) {
         status.success(),
         "the daemon exited with {status}; log:\n{logtext}"
     );
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// The reference tree: a few directories of files of awkward sizes.
@@ -261,7 +236,7 @@ fn stress_one(stress: &Path, scheme: &str, secs: u64) {
 
 #[test]
 fn stress_ng_file_system_stressors_every_fresh_scheme() {
-    let Some(stress) = stress_ng() else {
+    let Some(stress) = which("stress-ng") else {
         assert!(
             std::env::var("INTACT_REQUIRE_ALL").as_deref() != Ok("1"),
             "stress-ng is not installed (scripts/test.sh installs it)"
