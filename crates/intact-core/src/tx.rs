@@ -122,10 +122,9 @@ impl Frozen {
         if off >= end {
             return Ok(());
         }
-        let store_end = o.cut.unwrap_or(u64::MAX).min(end);
-        if off < store_end {
-            read_store(store, name, off, &mut buf[..(store_end - off) as usize])?;
-        }
+        // Store bytes below the cut (none when the cut lies before `off`).
+        let n = o.cut.unwrap_or(u64::MAX).min(end).saturating_sub(off) as usize;
+        read_store(store, name, off, &mut buf[..n])?;
         overlay_ranges(&o.ranges, off, &mut buf[..(end - off) as usize]);
         Ok(())
     }
@@ -190,11 +189,6 @@ impl Commit {
     /// [`Commit::write_journal`].
     pub fn journal(&self) -> Option<JournalRef> {
         self.journal.get().copied()
-    }
-
-    /// Whether the commit changes anything in the store.
-    pub fn is_empty(&self) -> bool {
-        self.direct.is_empty() && self.staged.is_empty()
     }
 
     /// The journal's operations, borrowing the frozen image: per object, a deletion, or
@@ -350,15 +344,16 @@ impl Tx {
         let base_end = st.cut.unwrap_or(u64::MAX).min(len);
         let in_store = st.committed_len.is_some() || st.direct;
         if in_store && off < base_end {
-            let n = ((base_end.saturating_sub(off)) as usize).min(inside);
-            if n > 0 && st.on_base {
+            // At least one byte: `off < base_end` and `off < len`.
+            let n = ((base_end - off) as usize).min(inside);
+            if st.on_base {
                 let base = self.base.as_ref().expect("on_base objects have a base");
                 let f = base
                     .objs
                     .get(name)
                     .expect("on_base objects are in the base");
                 Frozen::read(store.as_ref(), name, f, off, &mut buf[..n])?;
-            } else if n > 0 {
+            } else {
                 read_store(store.as_ref(), name, off, &mut buf[..n])?;
             }
         }
@@ -805,7 +800,6 @@ mod tests {
         tx.set_len("t", 3).unwrap(); // cut ...
         tx.write_at("t", 5, b"Q").unwrap(); // ... then extend past the cut
         let c = tx.begin_commit(1, None).unwrap();
-        assert!(!c.is_empty());
         let want_a = b"01XY4567zz".to_vec();
         let want_t = b"012\0\0Q".to_vec();
         let check = |tx: &mut Tx| {
@@ -820,6 +814,10 @@ mod tests {
         assert_eq!(read(&mut tx, "a").unwrap(), b"01XY4567zzww");
         assert_eq!(read(&mut tx, "n").unwrap(), b"new");
         c.write_journal(store.as_ref(), &key()).unwrap();
+        assert!(
+            c.journal().is_some(),
+            "the commit's staged changes are journaled"
+        );
         // The later write to the commit's object is staged (not in the store); the new
         // object's is direct.
         assert_eq!(

@@ -230,6 +230,10 @@ fn punch_hole_inside_a_file() {
         } else {
             assert_eq!(after, before, "{s:?}: zeros written");
         }
+        // A punch of blocks 1 and 2 only: block 3 keeps its content.
+        vol.zero_range(ino, BS as u64, 2 * BS as u64, true).unwrap();
+        model[BS..3 * BS].fill(0);
+        assert_eq!(read_all(&vol, "/f").unwrap(), model, "{s:?}");
         // A punched block written again (a new counter), sealed, reopened.
         vol.write_ino(ino, 4 * BS as u64 + 10, b"again").unwrap();
         model[4 * BS + 10..4 * BS + 15].copy_from_slice(b"again");
@@ -265,19 +269,57 @@ fn punched_block_rewritten_never_repeats_a_nonce() {
         vol.stat("/f").unwrap().file_id
     );
     let block = |n: usize| store.read_all(&data).unwrap().unwrap()[n * BS..(n + 1) * BS].to_vec();
-    let c1 = block(4);
+    // Block 5 written again: its counter is above blocks 3 and 4's, so a punch that
+    // raised `ctr_hw` over only part of the range would let block 5's counter repeat.
+    vol.write_ino(ino, 5 * BS as u64, &p1[5 * BS..6 * BS])
+        .unwrap();
+    vol.sync().unwrap();
+    // Blocks 3, 4 and 5 are punched, then each written again.
+    let c1: Vec<Vec<u8>> = (3..6).map(block).collect();
     vol.zero_range(ino, 3 * BS as u64, 3 * BS as u64, true)
         .unwrap();
-    let p2 = pattern(2, BS);
-    vol.write_ino(ino, 4 * BS as u64, &p2).unwrap();
+    let p2 = pattern(2, 3 * BS);
+    vol.write_ino(ino, 3 * BS as u64, &p2).unwrap();
     vol.sync().unwrap();
-    let c2 = block(4);
-    let xc: Vec<u8> = c1.iter().zip(&c2).map(|(a, b)| a ^ b).collect();
-    let xp: Vec<u8> = p1[4 * BS..5 * BS]
-        .iter()
-        .zip(&p2)
-        .map(|(a, b)| a ^ b)
-        .collect();
-    assert_ne!(xc, xp, "block 4 was encrypted twice under one nonce");
-    assert_eq!(read_all(&vol, "/f").unwrap()[4 * BS..5 * BS], p2[..]);
+    for (k, n) in (3..6).enumerate() {
+        let c2 = block(n);
+        let xc: Vec<u8> = c1[k].iter().zip(&c2).map(|(a, b)| a ^ b).collect();
+        let xp: Vec<u8> = p1[n * BS..(n + 1) * BS]
+            .iter()
+            .zip(&p2[k * BS..(k + 1) * BS])
+            .map(|(a, b)| a ^ b)
+            .collect();
+        assert_ne!(xc, xp, "block {n} was encrypted twice under one nonce");
+    }
+    assert_eq!(read_all(&vol, "/f").unwrap()[3 * BS..6 * BS], p2[..]);
+}
+
+/// A punch wider than one chunk of the tree update (65,536 leaves; 128-byte blocks keep the
+/// file small): every block in the range becomes a hole, the blocks around it stay.
+#[test]
+fn punch_hole_across_tree_update_chunks() {
+    const BS: usize = 128;
+    const BLOCKS: usize = 70_000;
+    let store = Arc::new(MemStore::new());
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, BS as u32);
+    vol.create_file("/f", None).unwrap();
+    let mut model = pattern(3, BLOCKS * BS);
+    vol.write_path("/f", 0, &model).unwrap();
+    vol.sync().unwrap();
+    let ino = vol.stat("/f").unwrap().ino;
+    let (first, end) = (2, BLOCKS - 1000);
+    vol.zero_range(ino, (first * BS) as u64, ((end - first) * BS) as u64, true)
+        .unwrap();
+    model[first * BS..end * BS].fill(0);
+    vol.sync().unwrap();
+    assert_eq!(read_all(&vol, "/f").unwrap(), model);
+    assert_eq!(
+        vol.attr(ino).unwrap().stored_bytes,
+        ((BLOCKS - (end - first)) * BS) as u64
+    );
+    drop(vol);
+    let vol = open(store, &trusted).unwrap();
+    assert_eq!(read_all(&vol, "/f").unwrap(), model);
+    assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
 }
