@@ -162,6 +162,12 @@ enum Cmd {
         #[arg(long, hide = true)]
         daemon_child: bool,
     },
+    /// Seal a mount: when it returns, everything written through MOUNTPOINT before it is
+    /// durable and rollback-protected (`sync -f` cannot do this: FUSE forwards no syncfs).
+    Sync { mountpoint: PathBuf },
+    /// Seal, unmount and wait until the daemon has sealed the rest and exited
+    /// (`fusermount3 -u` returns before the daemon's last seal).
+    Umount { mountpoint: PathBuf },
     /// Check every block of every file and directory.
     Fsck {
         /// Delete objects no file references (left by an interrupted command or a crash).
@@ -363,9 +369,20 @@ fn check_state_outside(state: &Path, volume: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Whether process `pid` exists.
+/// Whether process `pid` runs (exists and has not exited: a zombie waiting for its parent
+/// to reap it counts as gone).
 fn pid_alive(pid: u64) -> bool {
-    pid != 0 && Path::new(&format!("/proc/{pid}")).exists()
+    if pid == 0 {
+        return false;
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // "pid (comm) state ...": comm may hold spaces and parentheses, so split at the last ')'.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, r)| r.trim_start().chars().next());
+    !matches!(state, Some('Z' | 'X') | None)
 }
 
 fn volume_dir(cli: &Cli) -> Result<PathBuf> {
@@ -988,6 +1005,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 return Ok(ExitCode::from(code::INTEGRITY));
             }
         }
+        Cmd::Sync { mountpoint } => mount::sync_mount(mountpoint)?,
+        Cmd::Umount { mountpoint } => mount::umount(&state_dir(&cli), mountpoint)?,
         Cmd::Bench {
             what: bench::BenchCmd::Schemes(a),
         } => bench::schemes(a, cli.cache_bytes.unwrap_or(1024), cli.json)?,

@@ -138,7 +138,7 @@ pub fn mount(cli: &Cli, a: &MountArgs) -> Result<ExitCode> {
     if line == "ready" {
         if !cli.json {
             eprintln!(
-                "intact: mounted at {} (log: {}; unmount with fusermount3 -u {})",
+                "intact: mounted at {} (log: {}; unmount with intact umount {})",
                 a.mountpoint.display(),
                 log.display(),
                 a.mountpoint.display()
@@ -261,4 +261,101 @@ pub fn unmounting(state: &intact_core::store::LocalStateDir) -> bool {
 /// Whether `cmd` is a mount (its logging goes to the log file or stderr).
 pub fn is_mount(cmd: &Cmd) -> bool {
     matches!(cmd, Cmd::Mount { .. })
+}
+
+/// The mount point `p` as the kernel lists it, if an intact mount is there.
+fn intact_mount(p: &Path) -> Result<PathBuf> {
+    let canon = p
+        .canonicalize()
+        .with_context(|| format!("{}: no such directory", p.display()))?;
+    let want = canon.to_string_lossy().replace(' ', "\\040");
+    let info = std::fs::read_to_string("/proc/self/mountinfo").context("reading mountinfo")?;
+    // Fields: id parent dev root mountpoint options [optional...] - fstype source super.
+    let found = info.lines().any(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        let mut after = f.iter().skip_while(|x| **x != "-").skip(1);
+        let (fstype, source) = (after.next(), after.next());
+        // Mounted by root: type "fuse", source "intact"; through fusermount3: "fuse.intact".
+        f.get(4) == Some(&want.as_str())
+            && (fstype == Some(&"fuse.intact")
+                || (fstype == Some(&"fuse") && source == Some(&"intact")))
+    });
+    if !found {
+        bail!("{}: not an intact mount", p.display());
+    }
+    Ok(canon)
+}
+
+/// An I/O error of the mount's request as the CLI's I/O exit code (15).
+fn mount_io(what: &str, mnt: &Path, source: std::io::Error) -> anyhow::Error {
+    intact_core::Error::Io {
+        what: format!("{what} of the mount {}", mnt.display()),
+        source,
+    }
+    .into()
+}
+
+/// `intact sync MOUNTPOINT`: when it returns, everything written through the mount before
+/// the call is sealed (durable, and rolled back only with an alarm). FUSE forwards no
+/// syncfs(2) to the daemon, so `sync -f` alone cannot make it seal; this calls syncfs, so
+/// that the kernel hands the daemon every write it still caches (writeback cache), then
+/// fsyncs the mount's root directory, which the daemon answers with a seal
+/// (docs/design.md, "When data is durable").
+pub fn sync_mount(mountpoint: &Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let mnt = intact_mount(mountpoint)?;
+    let dir = std::fs::File::open(&mnt).with_context(|| format!("opening {}", mnt.display()))?;
+    // SAFETY: syncfs reads only the descriptor, which `dir` keeps open for the call.
+    if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
+        return Err(mount_io("syncfs", &mnt, std::io::Error::last_os_error()));
+    }
+    dir.sync_all()
+        .map_err(|e| mount_io("the seal (fsync of the root)", &mnt, e))
+}
+
+/// The daemon serving `mnt`, from the status files under the state directory.
+fn daemon_of(state_root: &Path, mnt: &Path) -> Option<u64> {
+    let want = mnt.to_string_lossy();
+    std::fs::read_dir(state_root)
+        .ok()?
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("mount.json")).ok())
+        .filter_map(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .filter(|st| st["mountpoint"].as_str() == Some(&*want))
+        .filter_map(|st| st["pid"].as_u64())
+        .find(|pid| crate::pid_alive(*pid))
+}
+
+/// `intact umount MOUNTPOINT`: seals, unmounts, and returns once the daemon has sealed
+/// what came after and exited. `fusermount3 -u` returns before the daemon's last seal, so
+/// a crash right after it can lose what was written since the last one.
+pub fn umount(state_root: &Path, mountpoint: &Path) -> Result<()> {
+    let mnt = intact_mount(mountpoint)?;
+    let Some(pid) = daemon_of(state_root, &mnt) else {
+        bail!(
+            "{}: no intact daemon serving it has its status under {} (was it mounted with \
+             another --state?)",
+            mnt.display(),
+            state_root.display()
+        );
+    };
+    sync_mount(&mnt)?;
+    let st = Command::new("fusermount3")
+        .arg("-u")
+        .arg(&mnt)
+        .status()
+        .context("running fusermount3 (is fuse3 installed?)")?;
+    if !st.success() {
+        bail!("fusermount3 -u {} failed ({st})", mnt.display());
+    }
+    let since = std::time::Instant::now();
+    let mut told = false;
+    while crate::pid_alive(pid) {
+        if !told && since.elapsed() > Duration::from_secs(2) {
+            eprintln!("intact: waiting for the daemon (pid {pid}) to seal and exit");
+            told = true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
 }

@@ -984,6 +984,239 @@ fn fsync_seals_and_unmount_seals() {
     assert_eq!(got, "one two");
 }
 
+// ---------------------------------------------------------------------------------------
+// What each way of syncing guarantees (README, "When data is durable"; docs/design.md):
+// write, make the call, kill the daemon with SIGKILL, then read back with the CLI, check
+// that fsck is clean (a crash is never an alarm) and read again after a remount. The
+// mounts run with `--commit-interval 0` unless the interval is what is tested, so that
+// nothing but the call under test seals.
+
+impl Mount {
+    /// A crash: SIGKILL to the daemon, then the dead mount is detached.
+    fn crash(mut self) {
+        let mut child = self.child.take().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let _ = Command::new("fusermount3")
+            .arg("-uz")
+            .arg(&self.mnt)
+            .status();
+    }
+}
+
+/// After a crash: each file reads back with its content through the CLI and through a
+/// new mount, and fsck finds nothing.
+fn kept_after_crash(v: &Vol, files: &[(&str, &[u8])]) {
+    let out = v.root.join("got");
+    for (path, want) in files {
+        let (code, _, err) = v.cli(&["get", path, out.to_str().unwrap()]);
+        assert_eq!(code, 0, "{path} lost in the crash: {err}");
+        assert!(fs::read(&out).unwrap() == *want, "{path}: other content");
+    }
+    v.fsck_clean();
+    let m = v.mount();
+    for (path, want) in files {
+        assert!(
+            fs::read(m.p(path)).unwrap() == *want,
+            "{path} after remount"
+        );
+    }
+    assert_eq!(integrity_failures(v), 0);
+    m.unmount();
+}
+
+#[test]
+fn fsync_and_fdatasync_survive_a_crash() {
+    let v = Vol::new("mt-eint");
+    let m = v.try_mount(&["--commit-interval", "0"]).unwrap();
+    let (a, b, c) = (pattern(1, 300_000), pattern(2, 5_000), pattern(3, 70_000));
+    fs::write(m.p("c"), &c).unwrap();
+    fs::File::open(&m.mnt).unwrap().sync_all().unwrap(); // c is sealed
+    let mut f = File::create(m.p("a")).unwrap();
+    f.write_all(&a).unwrap();
+    f.sync_all().unwrap();
+    let mut g = File::create(m.p("b")).unwrap();
+    g.write_all(&b).unwrap();
+    g.sync_data().unwrap();
+    // An overwrite inside a sealed file, then fdatasync.
+    let mut c2 = c.clone();
+    c2[4000..9000].copy_from_slice(&pattern(4, 5000));
+    let h = OpenOptions::new().write(true).open(m.p("c")).unwrap();
+    h.write_all_at(&c2[4000..9000], 4000).unwrap();
+    h.sync_data().unwrap();
+    // Written after the last fsync, left open: may be lost, must not raise an alarm.
+    f.write_all(b"tail").unwrap();
+    m.crash();
+    kept_after_crash(&v, &[("/b", &b), ("/c", &c2)]);
+    let out = v.root.join("a.out");
+    let (code, _, err) = v.cli(&["get", "/a", out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let got = fs::read(&out).unwrap();
+    assert!(
+        got == a || got == [&a[..], b"tail"].concat(),
+        "/a: neither state"
+    );
+}
+
+#[test]
+fn rename_then_fsync_of_the_directory_survives_a_crash() {
+    let v = Vol::new("mt-eint");
+    let m = v.try_mount(&["--commit-interval", "0"]).unwrap();
+    fs::create_dir(m.p("d")).unwrap();
+    fs::write(m.p("d/final"), b"old").unwrap();
+    fs::File::open(&m.mnt).unwrap().sync_all().unwrap();
+    // The atomic-replace idiom: write a temporary file, fsync it, rename it over the
+    // target, fsync the directory.
+    let new = pattern(5, 20_000);
+    let mut t = File::create(m.p("d/tmp")).unwrap();
+    t.write_all(&new).unwrap();
+    t.sync_all().unwrap();
+    fs::rename(m.p("d/tmp"), m.p("d/final")).unwrap();
+    fs::File::open(m.p("d")).unwrap().sync_all().unwrap();
+    m.crash();
+    kept_after_crash(&v, &[("/d/final", &new)]);
+    let (_, out, _) = v.cli(&["ls", "/d"]);
+    assert_eq!(out.trim(), "final");
+}
+
+#[test]
+fn intact_sync_seals_what_the_kernel_still_caches() {
+    let v = Vol::new("mt-eint");
+    let m = v.try_mount(&["--commit-interval", "0"]).unwrap();
+    let (a, b) = (pattern(6, 1 << 20), pattern(7, 3000));
+    fs::create_dir_all(m.p("x/y")).unwrap();
+    fs::write(m.p("x/y/a"), &a).unwrap();
+    std::os::unix::fs::symlink("y/a", m.p("x/link")).unwrap();
+    xattr::set(m.p("x/y/a"), "user.k", b"v").unwrap();
+    // Written through a shared mapping, never msync'ed, after its descriptor was closed:
+    // its pages stay dirty in the kernel until writeback or syncfs, so only the syncfs in
+    // `intact sync` hands them to the daemon before the seal. (A close of a descriptor of
+    // the file, even the copy a spawned process closes at exec, and an munmap, would write
+    // them back: FUSE's flush and vma close do. So the descriptor is closed first, and the
+    // mapping stays until after the crash.)
+    let open = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(m.p("b"))
+        .unwrap();
+    open.set_len(b.len() as u64).unwrap();
+    // SAFETY: a fresh shared mapping of `b.len()` bytes of a file that long; no other
+    // mapping aliases it; written within its bounds below and unmapped after the crash.
+    let map = unsafe {
+        use std::os::fd::AsRawFd;
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            b.len(),
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            open.as_raw_fd(),
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        p
+    };
+    drop(open);
+    // SAFETY: within the mapping made above, which nothing else writes.
+    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), map as *mut u8, b.len()) };
+    let e0 = v.epoch();
+    let out = Command::new(BIN)
+        .args(["--state", v.state().to_str().unwrap(), "sync"])
+        .arg(&m.mnt)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(v.epoch() > e0, "intact sync seals");
+    m.crash();
+    // SAFETY: the mapping made above, of that length, not used after this.
+    unsafe { libc::munmap(map, b.len()) };
+    kept_after_crash(&v, &[("/x/y/a", &a), ("/b", &b)]);
+    let m = v.mount();
+    assert_eq!(fs::read_link(m.p("x/link")).unwrap(), Path::new("y/a"));
+    assert_eq!(xattr::get(m.p("x/y/a"), "user.k").unwrap().unwrap(), b"v");
+    m.unmount();
+}
+
+#[test]
+fn intact_umount_returns_after_the_daemon_sealed_and_exited() {
+    let v = Vol::new("mt-eint");
+    let mut m = v.try_mount(&["--commit-interval", "0"]).unwrap();
+    let a = pattern(8, 2 << 20);
+    fs::write(m.p("a"), &a).unwrap();
+    let e0 = v.epoch();
+    let out = Command::new(BIN)
+        .args(["--state", v.state().to_str().unwrap(), "umount"])
+        .arg(&m.mnt)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut child = m.child.take().unwrap();
+    let status = child.try_wait().unwrap();
+    assert!(
+        status.is_some(),
+        "the daemon still runs after intact umount"
+    );
+    assert!(status.unwrap().success());
+    assert!(!is_mounted(&m.mnt));
+    assert!(v.epoch() > e0);
+    kept_after_crash(&v, &[("/a", &a)]);
+}
+
+#[test]
+fn close_and_sync_f_are_sealed_within_the_commit_interval() {
+    let v = Vol::new("mt-eint");
+    let m = v.try_mount(&["--commit-interval", "1"]).unwrap();
+    let (a, b) = (pattern(9, 100_000), pattern(10, 100_000));
+    fs::write(m.p("a"), &a).unwrap(); // closed
+    let mut open = File::create(m.p("b")).unwrap();
+    open.write_all(&b).unwrap();
+    // sync -f: syncfs(2) hands the kernel's cached pages to the daemon, nothing more.
+    // SAFETY: syncfs only reads the descriptor, open for the call.
+    assert_eq!(
+        unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&open)) },
+        0
+    );
+    // The promise: sealed within the interval (1 s here; allow the seal's own time).
+    std::thread::sleep(Duration::from_millis(2500));
+    m.crash();
+    drop(open);
+    kept_after_crash(&v, &[("/a", &a), ("/b", &b)]);
+}
+
+#[test]
+fn sync_and_umount_refuse_what_is_not_an_intact_mount() {
+    let v = Vol::new("mt-eint");
+    let tmp = v.root.to_str().unwrap().to_string();
+    for cmd in ["sync", "umount"] {
+        let (code, _, err) = v.cli(&[cmd, &tmp]);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains("not an intact mount"), "{err}");
+    }
+    let m = v.mount();
+    let other = v.root.join("other-state");
+    let out = Command::new(BIN)
+        .args(["--state", other.to_str().unwrap(), "umount"])
+        .arg(&m.mnt)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("another --state"));
+    assert!(
+        is_mounted(&m.mnt),
+        "a refused umount leaves the mount alone"
+    );
+    m.unmount();
+}
+
 #[test]
 fn read_only_mount_and_second_writer() {
     let v = Vol::new("mt-eint");
