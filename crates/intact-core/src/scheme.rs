@@ -43,6 +43,8 @@ pub struct Env<'a> {
     pub ctr_limit: u64,
     /// Where measured costs go (time by phase, bytes, blocks; see [`crate::metrics`]).
     pub metrics: &'a Metrics,
+    /// The longest object the store holds ([`crate::store::UntrustedStore::max_object_len`]).
+    pub max_object: u64,
 }
 
 /// A file's state while open: identity, keys, and the trusted state TS_F in usable form.
@@ -125,6 +127,11 @@ pub trait Scheme: Sync {
     }
     /// The initial tree state of an empty file.
     fn empty(&self, env: &Env, id: &FileId) -> TreeState;
+    /// The length of the data object of a file of `blocks` blocks: the longest object the
+    /// scheme stores for it (tree nodes and counters take less than a block per block).
+    fn data_len(&self, bs: usize, blocks: u64) -> u64 {
+        blocks.saturating_mul(bs as u64)
+    }
 }
 
 /// The implementation of a scheme id, wrapped so that every call is measured (blocks,
@@ -194,6 +201,9 @@ impl<S: Scheme> Scheme for Metered<S> {
     }
     fn empty(&self, env: &Env, id: &FileId) -> TreeState {
         self.0.empty(env, id)
+    }
+    fn data_len(&self, bs: usize, blocks: u64) -> u64 {
+        self.0.data_len(bs, blocks)
     }
 }
 
@@ -270,6 +280,9 @@ impl Aead {
 }
 
 impl Scheme for Aead {
+    fn data_len(&self, bs: usize, blocks: u64) -> u64 {
+        blocks.saturating_mul(Self::stride(bs) as u64)
+    }
     fn read_blocks(
         &self,
         env: &Env,

@@ -419,6 +419,8 @@ struct Inner {
     cache: NodeCache,
     anchor: Anchor,
     ctr_floor: u64,
+    /// The store's longest object (probed once; `u64::MAX` when read-only).
+    max_object: u64,
     tx: Tx,
     itable: OpenFile,
     header: TableHeader,
@@ -788,6 +790,11 @@ impl Volume {
             trusted.store(&anchor.encode(&keys.anchor))?;
         }
         let itable = OpenFile::load(anchor.itable.clone(), &keys, &mut tx, Subject::InodeTable)?;
+        let max_object = if opts.read_only {
+            u64::MAX
+        } else {
+            store.max_object_len()
+        };
         let mut inner = Inner {
             store,
             trusted: Arc::from(trusted),
@@ -803,6 +810,7 @@ impl Volume {
             cache: NodeCache::new(opts.cache_bytes),
             anchor,
             ctr_floor,
+            max_object,
             tx,
             itable,
             header: TableHeader {
@@ -1831,6 +1839,7 @@ macro_rules! env {
             ctr_floor: $s.ctr_floor,
             ctr_limit: $s.anchor.ctr_next,
             metrics: &$s.metrics,
+            max_object: $s.max_object,
         }
     };
 }
@@ -1929,7 +1938,10 @@ fn check_extent(env: &Env, of: &OpenFile, size: u64) -> Result<()> {
     let gap_ok = of.inode.scheme != SchemeId::Aead
         || blocks <= stored
         || blocks - stored <= crate::scheme::AEAD_MAX_GAP;
-    if blocks > crypto::MAX_BLOCKS || !gap_ok {
+    // The store's largest object (the backing file system's largest file): a length that
+    // would need more is refused now, not by the seal that would store it.
+    let fits = scheme(of.inode.scheme).data_len(env.bs, blocks) <= env.max_object;
+    if blocks > crypto::MAX_BLOCKS || !gap_ok || !fits {
         return Err(Error::fs("", FsErrorKind::TooLarge));
     }
     Ok(())

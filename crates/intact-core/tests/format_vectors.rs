@@ -623,6 +623,7 @@ fn rand_eint_vectors() {
         ctr_floor: 9,
         ctr_limit: 1 << 40,
         metrics: &metrics,
+        max_object: u64::MAX,
     };
     let store = Arc::new(MemStore::new());
     let mut tx = Tx::new(store.clone());
@@ -693,6 +694,7 @@ fn comp_eint_vectors() {
             ctr_floor: 9,
             ctr_limit: 1 << 40,
             metrics: &metrics,
+            max_object: u64::MAX,
         };
         let store = Arc::new(MemStore::new());
         let mut tx = Tx::new(store.clone());

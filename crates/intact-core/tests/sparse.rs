@@ -323,3 +323,73 @@ fn punch_hole_across_tree_update_chunks() {
     assert_eq!(read_all(&vol, "/f").unwrap(), model);
     assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
 }
+
+fn too_large<T: std::fmt::Debug>(r: intact_core::Result<T>) -> bool {
+    matches!(
+        r,
+        Err(Error::Fs {
+            kind: FsErrorKind::TooLarge,
+            ..
+        })
+    )
+}
+
+/// A store whose objects cannot pass 1 MiB (as ext4's files cannot pass 16 TiB − 4 KiB):
+/// a write or truncation that would need a longer data object is refused when it arrives
+/// (EFBIG), and the volume goes on: other writes, seals and a reopen work. Before, the
+/// write was accepted and the seal that stored it failed, poisoning the volume.
+#[test]
+fn store_object_limit_is_refused_at_the_request() {
+    const MAX: u64 = 1 << 20;
+    for scheme in [SchemeId::MtEintGcm, SchemeId::Aead, SchemeId::MacTree] {
+        let store = Arc::new(MemStore::with_max_object_len(MAX));
+        let trusted = MemTrusted::new();
+        let vol = create(store.clone(), &trusted, scheme, BS);
+        vol.create_file("/a", Some(scheme)).unwrap();
+        vol.write_path("/a", 0, b"head").unwrap();
+        vol.sync().unwrap();
+        // aead stores a nonce and a tag beside each block: its data object is longer.
+        let fits = if scheme == SchemeId::Aead {
+            MAX / (BS as u64 + 28) * BS as u64
+        } else {
+            MAX
+        };
+        let r = vol.write_path("/a", fits - 1, b"xy");
+        assert!(too_large(r), "{}: write past the limit", scheme.name());
+        assert!(too_large(vol.truncate("/a", fits + 1)), "{}", scheme.name());
+        // Up to the limit is kept.
+        vol.write_path("/a", fits - 1, b"z").unwrap();
+        vol.sync().unwrap();
+        vol.create_file("/b", Some(scheme)).unwrap();
+        vol.write_path("/b", 0, b"other").unwrap();
+        vol.sync().unwrap();
+        drop(vol);
+        let vol = open(store, &trusted).unwrap();
+        let a = read_all(&vol, "/a").unwrap();
+        assert_eq!(a.len() as u64, fits, "{}", scheme.name());
+        assert_eq!((&a[..4], a[a.len() - 1]), (&b"head"[..], b'z'));
+        assert_eq!(read_all(&vol, "/b").unwrap(), b"other");
+        assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+    }
+}
+
+/// The local directory store finds its file system's largest file by probing, and leaves
+/// nothing behind.
+#[test]
+fn local_store_probes_the_largest_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = LocalDirStore::create(dir.path()).unwrap();
+    let max = store.max_object_len();
+    // Every Linux file system here holds at least 2 GiB and at most 2^63 − 1 bytes.
+    assert!((2 * GIB..1 << 63).contains(&max), "{max}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    assert_eq!(store.max_object_len(), max, "probed once");
+    // Exactly the limit: one more byte is refused by the file system itself.
+    let f = std::fs::File::create(dir.path().join("x")).unwrap();
+    f.set_len(max).unwrap();
+    let e = f.set_len(max + 1).unwrap_err();
+    assert!(
+        matches!(e.raw_os_error(), Some(libc::EFBIG) | Some(libc::EINVAL)),
+        "{e}"
+    );
+}

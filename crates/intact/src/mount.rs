@@ -306,11 +306,19 @@ pub fn sync_mount(mountpoint: &Path) -> Result<()> {
     let mnt = intact_mount(mountpoint)?;
     let dir = std::fs::File::open(&mnt).with_context(|| format!("opening {}", mnt.display()))?;
     // SAFETY: syncfs reads only the descriptor, which `dir` keeps open for the call.
-    if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
-        return Err(mount_io("syncfs", &mnt, std::io::Error::last_os_error()));
-    }
+    // A failed writeback (the daemon refused a write, EFBIG or ENOSPC) is reported, but
+    // the seal still runs: it keeps everything else.
+    let pushed = match unsafe { libc::syncfs(dir.as_raw_fd()) } {
+        0 => Ok(()),
+        _ => Err(mount_io(
+            "syncfs (some written data was not kept)",
+            &mnt,
+            std::io::Error::last_os_error(),
+        )),
+    };
     dir.sync_all()
-        .map_err(|e| mount_io("the seal (fsync of the root)", &mnt, e))
+        .map_err(|e| mount_io("the seal (fsync of the root)", &mnt, e))?;
+    pushed
 }
 
 /// The daemon serving `mnt`, from the status files under the state directory.
@@ -339,7 +347,12 @@ pub fn umount(state_root: &Path, mountpoint: &Path) -> Result<()> {
             state_root.display()
         );
     };
-    sync_mount(&mnt)?;
+    // A failed seal is reported, after the unmount: the daemon seals again when it stops,
+    // and a mount that cannot be unmounted helps no one.
+    let sealed = sync_mount(&mnt);
+    if let Err(e) = &sealed {
+        eprintln!("intact: {e:#}; unmounting anyway");
+    }
     let st = Command::new("fusermount3")
         .arg("-u")
         .arg(&mnt)
@@ -357,5 +370,5 @@ pub fn umount(state_root: &Path, mountpoint: &Path) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Ok(())
+    sealed
 }

@@ -1217,6 +1217,82 @@ fn sync_and_umount_refuse_what_is_not_an_intact_mount() {
     m.unmount();
 }
 
+/// The largest file the file system under `dir` holds (ftruncate fails past it).
+fn fs_max_file(dir: &Path) -> u64 {
+    let p = dir.join("probe");
+    let f = File::create(&p).unwrap();
+    let (mut lo, mut hi) = (0u64, 1u64 << 63);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        match f.set_len(mid) {
+            Ok(()) => lo = mid,
+            Err(_) => hi = mid,
+        }
+    }
+    drop(f);
+    fs::remove_file(p).unwrap();
+    lo
+}
+
+/// Requests past a limit known in advance get their errno and change nothing; the mount
+/// goes on (before: a write just under 16 TiB passed, the seal failed with EFBIG from the
+/// backing ext4, and every later write of every file got EIO until a remount).
+#[test]
+fn limits_are_refused_at_the_request_and_the_mount_goes_on() {
+    let v = Vol::new("mt-eint");
+    let m = v.try_mount(&["--commit-interval", "0"]).unwrap();
+    let works = |name: &str| {
+        let mut f = File::create(m.p(name)).unwrap();
+        f.write_all(name.as_bytes()).unwrap();
+        f.sync_all().unwrap();
+    };
+    works("before");
+    // The largest file: the backing file system's (or the engine's 2^32 blocks).
+    let last = fs_max_file(&v.root).min(1 << 44) - 1;
+    let f = File::create(m.p("big")).unwrap();
+    // The write lands in the kernel's cache; the daemon refuses it at writeback, and
+    // fsync reports it.
+    let r = f.write_all_at(b"xy", last).and_then(|()| f.sync_all());
+    assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EFBIG));
+    drop(f);
+    works("after-write");
+    let e = File::create(m.p("t"))
+        .unwrap()
+        .set_len(last + 2)
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EFBIG));
+    works("after-truncate");
+    let long = "n".repeat(256);
+    let e = File::create(m.p(&long)).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENAMETOOLONG));
+    works("after-name");
+    let e = xattr::set(m.p("t"), "user.v", &vec![7u8; (64 << 10) + 1]).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::E2BIG));
+    works("after-xattr");
+    assert_eq!(integrity_failures(&v), 0);
+    m.unmount();
+    v.fsck_clean();
+    let (code, out, _) = v.cli(&["ls", "-l", "/"]);
+    assert_eq!(code, 0);
+    let size_of = |name: &str| {
+        out.lines()
+            .find(|l| l.ends_with(&format!(" {name}")))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .map(|s| s.parse::<u64>().unwrap())
+    };
+    assert_eq!(size_of("big"), Some(0), "{out}");
+    assert_eq!(size_of("t"), Some(0), "{out}");
+    for name in [
+        "before",
+        "after-write",
+        "after-truncate",
+        "after-name",
+        "after-xattr",
+    ] {
+        assert_eq!(size_of(name), Some(name.len() as u64), "{out}");
+    }
+}
+
 #[test]
 fn read_only_mount_and_second_writer() {
     let v = Vol::new("mt-eint");

@@ -197,6 +197,10 @@ impl<S> CountingStore<S> {
 }
 
 impl<S: UntrustedStore> UntrustedStore for CountingStore<S> {
+    fn max_object_len(&self) -> u64 {
+        self.inner.max_object_len()
+    }
+
     fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> Result<usize> {
         let c = self.of(name);
         add(&c.reads, 1);

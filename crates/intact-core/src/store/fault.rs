@@ -317,6 +317,10 @@ impl<S> FaultStore<S> {
 }
 
 impl<S: UntrustedStore> UntrustedStore for FaultStore<S> {
+    fn max_object_len(&self) -> u64 {
+        self.inner.max_object_len()
+    }
+
     fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> Result<usize> {
         self.check_crash()?;
         let n = self.inner.read_at(name, off, buf)?;

@@ -46,11 +46,46 @@ pub struct LocalDirStore {
     /// The root, open since the store was: `syncfs` on it reports every writeback error of
     /// the file system since then (errors are sampled per open file description).
     root_fd: File,
+    /// The file system's largest file, probed on first use ([`probe_max_len`]).
+    max_len: std::sync::OnceLock<u64>,
 }
 
 /// Objects per `sync` beyond which one `syncfs` replaces per-object `fdatasync`s (a seal
 /// after creating thousands of files would otherwise issue thousands of them).
 const SYNCFS_THRESHOLD: usize = 8;
+
+/// The largest length a file at `tmp` (created, then removed) can be given: ftruncate
+/// fails with EFBIG past the file system's limit, and a sparse file costs no space, so a
+/// binary search over lengths finds it exactly. There is no call that reports it (pathconf's
+/// FILESIZEBITS is coarse: 64 on ext4, whose limit is 2^44 − 4096 with 4 KiB blocks).
+/// When the probe cannot run (a read-only directory), the limit is unknown: `u64::MAX`.
+fn probe_max_len(tmp: &Path) -> u64 {
+    let Ok(f) = OpenOptions::new().write(true).create_new(true).open(tmp) else {
+        return u64::MAX;
+    };
+    // Invariant: `lo` fits; `hi` does not (i64::MAX + 1 is past any off_t).
+    let (mut lo, mut hi) = (0u64, 1u64 << 63);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        match f.set_len(mid) {
+            Ok(()) => lo = mid,
+            Err(e)
+                if e.raw_os_error() == Some(libc::EFBIG)
+                    || e.raw_os_error() == Some(libc::EINVAL) =>
+            {
+                hi = mid
+            }
+            // Anything else (a full disk on a file system that allocates): unknown.
+            Err(_) => {
+                lo = u64::MAX;
+                break;
+            }
+        }
+    }
+    drop(f);
+    let _ = fs::remove_file(tmp);
+    lo
+}
 
 impl LocalDirStore {
     /// Opens a store rooted at an existing directory.
@@ -80,6 +115,7 @@ impl LocalDirStore {
             tmp_seq: AtomicU64::new(0),
             known_dirs: Mutex::new(HashSet::new()),
             root_fd,
+            max_len: std::sync::OnceLock::new(),
         })
     }
 
@@ -361,6 +397,16 @@ impl UntrustedStore for LocalDirStore {
         let mut out = Vec::new();
         self.list_dir(&self.root, "", &mut out)?;
         Ok(out)
+    }
+
+    fn max_object_len(&self) -> u64 {
+        *self.max_len.get_or_init(|| {
+            let seq = self.tmp_seq.fetch_add(1, Ordering::Relaxed);
+            let tmp = self
+                .root
+                .join(format!("{TMP_PREFIX}probe.{}.{seq}", std::process::id()));
+            probe_max_len(&tmp)
+        })
     }
 
     fn replace(&self, name: &str, data: &[u8]) -> Result<()> {

@@ -9,12 +9,34 @@ use std::sync::RwLock;
 #[derive(Debug, Default)]
 pub struct MemStore {
     objects: RwLock<BTreeMap<String, Vec<u8>>>,
+    /// Longest object (`None`: no limit); writes past it fail with EFBIG, as a file
+    /// system's do past its largest file.
+    max_len: Option<u64>,
 }
 
 impl MemStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty store whose objects cannot grow past `max_len` bytes (EFBIG), like a file
+    /// system's largest file.
+    pub fn with_max_object_len(max_len: u64) -> Self {
+        MemStore {
+            max_len: Some(max_len),
+            ..Self::default()
+        }
+    }
+
+    fn check_len(&self, name: &str, len: u64) -> Result<()> {
+        match self.max_len {
+            Some(max) if len > max => Err(Error::io(
+                name,
+                std::io::Error::from_raw_os_error(libc::EFBIG),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// A deep copy of all objects (for tests that snapshot and roll back).
@@ -31,6 +53,7 @@ impl MemStore {
     pub fn from_snapshot(snap: BTreeMap<String, Vec<u8>>) -> Self {
         MemStore {
             objects: RwLock::new(snap),
+            max_len: None,
         }
     }
 
@@ -59,6 +82,7 @@ impl UntrustedStore for MemStore {
 
     fn write_at(&self, name: &str, off: u64, data: &[u8]) -> Result<()> {
         check_name(name)?;
+        self.check_len(name, off.saturating_add(data.len() as u64))?;
         let mut objs = self.objects.write().unwrap();
         let obj = objs.entry(name.to_string()).or_default();
         let end = off as usize + data.len();
@@ -80,6 +104,7 @@ impl UntrustedStore for MemStore {
 
     fn set_len(&self, name: &str, len: u64) -> Result<()> {
         check_name(name)?;
+        self.check_len(name, len)?;
         self.objects
             .write()
             .unwrap()
@@ -104,5 +129,9 @@ impl UntrustedStore for MemStore {
 
     fn list(&self) -> Result<Vec<String>> {
         Ok(self.objects.read().unwrap().keys().cloned().collect())
+    }
+
+    fn max_object_len(&self) -> u64 {
+        self.max_len.unwrap_or(u64::MAX)
     }
 }

@@ -76,6 +76,13 @@ pub trait UntrustedStore: Send + Sync {
     fn sync_all(&self) -> Result<()>;
     /// Lists all objects (names), in no particular order.
     fn list(&self) -> Result<Vec<String>>;
+    /// The longest object the store can hold (a local directory: its file system's largest
+    /// file, 16 TiB − 4 KiB on ext4 with 4 KiB blocks). The engine refuses a write or a
+    /// truncation that would need a longer object when it arrives (EFBIG), instead of
+    /// failing the seal that would store it.
+    fn max_object_len(&self) -> u64 {
+        u64::MAX
+    }
 
     /// Reads a whole object, or `None` when it does not exist.
     fn read_all(&self, name: &str) -> Result<Option<Vec<u8>>> {
@@ -121,6 +128,9 @@ impl<T: UntrustedStore + ?Sized> UntrustedStore for std::sync::Arc<T> {
     }
     fn list(&self) -> Result<Vec<String>> {
         (**self).list()
+    }
+    fn max_object_len(&self) -> u64 {
+        (**self).max_object_len()
     }
     fn read_all(&self, name: &str) -> Result<Option<Vec<u8>>> {
         (**self).read_all(name)
