@@ -268,7 +268,7 @@ fn intact_mount(p: &Path) -> Result<PathBuf> {
     let canon = p
         .canonicalize()
         .with_context(|| format!("{}: no such directory", p.display()))?;
-    let want = canon.to_string_lossy().replace(' ', "\\040");
+    let want = canon.to_string_lossy();
     let info = std::fs::read_to_string("/proc/self/mountinfo").context("reading mountinfo")?;
     // Fields: id parent dev root mountpoint options [optional...] - fstype source super.
     let found = info.lines().any(|l| {
@@ -276,7 +276,7 @@ fn intact_mount(p: &Path) -> Result<PathBuf> {
         let mut after = f.iter().skip_while(|x| **x != "-").skip(1);
         let (fstype, source) = (after.next(), after.next());
         // Mounted by root: type "fuse", source "intact"; through fusermount3: "fuse.intact".
-        f.get(4) == Some(&want.as_str())
+        f.get(4).map(|m| unescape_mountinfo(m)).as_deref() == Some(&*want)
             && (fstype == Some(&"fuse.intact")
                 || (fstype == Some(&"fuse") && source == Some(&"intact")))
     });
@@ -284,6 +284,32 @@ fn intact_mount(p: &Path) -> Result<PathBuf> {
         bail!("{}: not an intact mount", p.display());
     }
     Ok(canon)
+}
+
+/// A mountinfo field as the path it names: the kernel writes space, tab, newline and
+/// backslash as octal escapes (`\040`, `\011`, `\012`, `\134`).
+fn unescape_mountinfo(field: &str) -> String {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        // Three octal digits, at most \377 (one byte).
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| (b'0'..=b'3').contains(&d[0]))
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// An I/O error of the mount's request as the CLI's I/O exit code (15).
@@ -371,4 +397,18 @@ pub fn umount(state_root: &Path, mountpoint: &Path) -> Result<()> {
         std::thread::sleep(Duration::from_millis(20));
     }
     sealed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unescape_mountinfo;
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(unescape_mountinfo("/tmp/a\\040b\\011c"), "/tmp/a b\tc");
+        assert_eq!(unescape_mountinfo("/x\\134y\\012"), "/x\\y\n");
+        assert_eq!(unescape_mountinfo("/plain\\9"), "/plain\\9");
+        assert_eq!(unescape_mountinfo("/end\\04"), "/end\\04");
+        assert_eq!(unescape_mountinfo("/big\\777"), "/big\\777");
+    }
 }

@@ -266,6 +266,14 @@ mod tests {
     use crate::store::MemStore;
 
     #[test]
+    fn reports_the_limit_of_the_store_it_wraps() {
+        let s = CountingStore::new(MemStore::with_max_object_len(100));
+        assert_eq!(s.max_object_len(), 100);
+        assert!(s.set_len("f/1.d", 101).is_err());
+        s.set_len("f/1.d", 100).unwrap();
+    }
+
+    #[test]
     fn classifies_and_counts_exactly() {
         let s = CountingStore::new(MemStore::new());
         s.write_at("f/1.d", 0, &[1; 100]).unwrap();

@@ -430,6 +430,16 @@ mod tests {
     }
 
     #[test]
+    fn reports_the_limit_of_the_store_it_wraps() {
+        let s = FaultStore::new(MemStore::with_max_object_len(4096));
+        assert_eq!(s.max_object_len(), 4096);
+        assert!(s.write_at("a", 4090, b"1234567").is_err());
+        let arc: std::sync::Arc<dyn UntrustedStore> = std::sync::Arc::new(s);
+        assert_eq!(std::sync::Arc::new(arc).max_object_len(), 4096);
+        assert_eq!(FaultStore::new_mem().max_object_len(), u64::MAX);
+    }
+
+    #[test]
     fn crash_after_n_writes() {
         let s = FaultStore::new(MemStore::new());
         s.set_plan(FaultPlan {
