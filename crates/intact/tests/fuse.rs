@@ -220,28 +220,7 @@ impl Mount {
         let Some(mut child) = self.child.take() else {
             return;
         };
-        let mut ok = false;
-        for _ in 0..100 {
-            let s = Command::new("fusermount3")
-                .arg("-u")
-                .arg(&self.mnt)
-                .stderr(Stdio::null())
-                .status()
-                .unwrap();
-            if s.success() {
-                ok = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        if !ok {
-            let _ = Command::new("fusermount3")
-                .arg("-uz")
-                .arg(&self.mnt)
-                .status();
-            let _ = child.kill();
-        }
-        let status = child.wait().unwrap();
+        let (ok, status) = unmount_or_kill(&self.mnt, &mut child, 100);
         let mut err = String::new();
         let _ = child.stderr.take().unwrap().read_to_string(&mut err);
         if check {
@@ -621,13 +600,8 @@ fn unlinked_open_file_is_reclaimed_after_a_crash() {
     fs::remove_file(m.p("tmp")).unwrap();
     f.sync_all().unwrap(); // seals the unlinked-but-open state
                            // Kill the daemon while the file is open: the unlinked list survives in the volume.
-    let mut m = m;
-    let mut child = m.child.take().unwrap();
-    child.kill().unwrap();
-    child.wait().unwrap();
+    m.crash();
     drop(f);
-    let _ = Command::new("fusermount3").arg("-uz").arg(&m.mnt).status();
-    drop(m);
     // The next writable open frees it.
     v.fsck_clean();
     let m = v.mount();
@@ -997,10 +971,7 @@ impl Mount {
         let mut child = self.child.take().unwrap();
         child.kill().unwrap();
         child.wait().unwrap();
-        let _ = Command::new("fusermount3")
-            .arg("-uz")
-            .arg(&self.mnt)
-            .status();
+        detach(&self.mnt);
     }
 }
 
@@ -1217,23 +1188,6 @@ fn sync_and_umount_refuse_what_is_not_an_intact_mount() {
     m.unmount();
 }
 
-/// The largest file the file system under `dir` holds (ftruncate fails past it).
-fn fs_max_file(dir: &Path) -> u64 {
-    let p = dir.join("probe");
-    let f = File::create(&p).unwrap();
-    let (mut lo, mut hi) = (0u64, 1u64 << 63);
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        match f.set_len(mid) {
-            Ok(()) => lo = mid,
-            Err(_) => hi = mid,
-        }
-    }
-    drop(f);
-    fs::remove_file(p).unwrap();
-    lo
-}
-
 /// Requests past a limit known in advance get their errno and change nothing; the mount
 /// goes on (before: a write just under 16 TiB passed, the seal failed with EFBIG from the
 /// backing ext4, and every later write of every file got EIO until a remount).
@@ -1248,7 +1202,9 @@ fn limits_are_refused_at_the_request_and_the_mount_goes_on() {
     };
     works("before");
     // The largest file: the backing file system's (or the engine's 2^32 blocks).
-    let last = fs_max_file(&v.root).min(1 << 44) - 1;
+    use intact_core::store::UntrustedStore;
+    let store = intact_core::store::LocalDirStore::open(v.cipher()).unwrap();
+    let last = store.max_object_len().min(1 << 44) - 1;
     let f = File::create(m.p("big")).unwrap();
     // The write lands in the kernel's cache; the daemon refuses it at writeback, and
     // fsync reports it.

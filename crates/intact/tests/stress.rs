@@ -96,28 +96,7 @@ fn mount(root: &Path, log: &Path) -> Child {
 }
 
 fn unmount(root: &Path, mut child: Child, log: &Path) {
-    let mut ok = false;
-    for _ in 0..200 {
-        let s = Command::new("fusermount3")
-            .arg("-u")
-            .arg(root.join("mnt"))
-            .stderr(Stdio::null())
-            .status()
-            .unwrap();
-        if s.success() {
-            ok = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    if !ok {
-        let _ = Command::new("fusermount3")
-            .arg("-uz")
-            .arg(root.join("mnt"))
-            .status();
-        let _ = child.kill();
-    }
-    let status = child.wait().unwrap();
+    let (ok, status) = unmount_or_kill(&root.join("mnt"), &mut child, 200);
     let logtext = fs::read_to_string(log).unwrap_or_default();
     assert!(ok, "unmount failed; log:\n{logtext}");
     assert!(

@@ -31,3 +31,41 @@ pub fn which(tool: &str) -> Option<PathBuf> {
         .map(|d| Path::new(d).join(tool))
         .find(|p| p.is_file())
 }
+
+/// Unmounts `mnt` as a user would (`fusermount3 -u`, retried while it is busy, up to
+/// `tries` times 50 ms); when that fails, detaches it lazily and kills `daemon`. Returns
+/// whether the plain unmount worked; `daemon` is reaped either way.
+pub fn unmount_or_kill(
+    mnt: &Path,
+    daemon: &mut std::process::Child,
+    tries: usize,
+) -> (bool, std::process::ExitStatus) {
+    use std::process::{Command, Stdio};
+    let mut ok = false;
+    for _ in 0..tries {
+        let s = Command::new("fusermount3")
+            .arg("-u")
+            .arg(mnt)
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        if s.success() {
+            ok = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    if !ok {
+        detach(mnt);
+        let _ = daemon.kill();
+    }
+    (ok, daemon.wait().unwrap())
+}
+
+/// Detaches a mount whose daemon is gone (`fusermount3 -uz`).
+pub fn detach(mnt: &Path) {
+    let _ = std::process::Command::new("fusermount3")
+        .arg("-uz")
+        .arg(mnt)
+        .status();
+}
