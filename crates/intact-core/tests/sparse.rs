@@ -393,3 +393,38 @@ fn local_store_probes_the_largest_object() {
         "{e}"
     );
 }
+
+/// The limits at their exact boundaries: a file of exactly 2^32 blocks is accepted, one
+/// byte more is not; an aead gap of exactly `AEAD_MAX_GAP` blocks past the stored ones is
+/// filled, one block more is not (128-byte blocks keep both small: a sparse 512 GiB file
+/// on disk, a 128 MiB gap).
+#[test]
+fn limits_hold_at_their_exact_boundaries() {
+    const SMALL: u32 = 128;
+    let bs = SMALL as u64;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(LocalDirStore::create(dir.path()).unwrap());
+    let trusted = MemTrusted::new();
+    let vol = create(store, &trusted, SchemeId::MtEintGcm, SMALL);
+    vol.create_file("/a", None).unwrap();
+    let end = intact_core::crypto::MAX_BLOCKS * bs;
+    vol.write_path("/a", end - 1, b"z").unwrap();
+    assert!(too_large(vol.write_path("/a", end - 1, b"zz")));
+    assert!(too_large(vol.truncate("/a", end + 1)));
+    vol.sync().unwrap();
+    assert_eq!(read_at(&vol, "/a", end - 1, 1), b"z");
+    drop(vol);
+
+    let (store, trusted) = (Arc::new(MemStore::new()), MemTrusted::new());
+    let vol = create(store, &trusted, SchemeId::Aead, SMALL);
+    vol.create_file("/g", Some(SchemeId::Aead)).unwrap();
+    let stored = 10u64;
+    vol.write_path("/g", 0, &vec![1u8; (stored * bs) as usize])
+        .unwrap();
+    vol.sync().unwrap();
+    let gap_end = (stored + intact_core::scheme::AEAD_MAX_GAP) * bs;
+    assert!(too_large(vol.truncate("/g", gap_end + 1)));
+    vol.truncate("/g", gap_end).unwrap();
+    vol.sync().unwrap();
+    assert_eq!(read_at(&vol, "/g", gap_end - 1, 1), [0]);
+}
