@@ -91,6 +91,19 @@ pub enum Error {
     /// that was sealed is lost; what was not is not half-applied).
     #[error("the volume must be reopened after a failed commit: {0}")]
     Poisoned(String),
+    /// Changes to a file that were not sealed yet were discarded when a commit failed (a
+    /// full or failing store): the volume went back to its last seal and goes on from
+    /// there. Reported once, by the next fsync (or close) of the file, as a writeback
+    /// error is on Linux.
+    #[error("{what}: unsealed changes were lost when a commit failed ({cause}); the volume went back to its last seal")]
+    Lost {
+        /// The file (path or inode).
+        what: String,
+        /// Why the commit failed.
+        cause: String,
+        /// The OS error of the failure, when it was one (ENOSPC, EIO, ...).
+        errno: Option<i32>,
+    },
     /// An invalid argument.
     #[error("invalid argument: {0}")]
     Invalid(String),

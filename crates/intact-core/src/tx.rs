@@ -174,6 +174,8 @@ fn overlay_ranges(ranges: &BTreeMap<u64, Vec<u8>>, off: u64, buf: &mut [u8]) {
 pub struct Commit {
     /// Objects written directly: synced before the seal.
     direct: Vec<String>,
+    /// Objects that did not exist before this commit's transaction (see [`Tx::created`]).
+    created: Vec<String>,
     /// Objects with staged changes, sorted (the journal's order).
     staged: Vec<String>,
     epoch: u64,
@@ -210,6 +212,12 @@ impl Commit {
             ops.push(Op::SetLen { name, len });
         }
         ops
+    }
+
+    /// Objects that did not exist when the commit's transaction first touched them: nothing
+    /// sealed before the commit refers to them, so if it never seals they are orphans.
+    pub fn created(&self) -> &[String] {
+        &self.created
     }
 
     /// Step 1 (before the seal): makes direct writes durable, then encodes the journal,
@@ -428,6 +436,20 @@ impl Tx {
         Ok(())
     }
 
+    /// Objects this transaction brought into being with direct writes: they did not exist
+    /// (in the store, nor in a commit in flight) when it first touched them. Nothing sealed
+    /// before it refers to them, so when its changes are discarded they are orphans.
+    pub fn created(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .objs
+            .iter()
+            .filter(|(_, s)| s.direct && s.committed_len.is_none())
+            .map(|(n, _)| n.clone())
+            .collect();
+        v.sort();
+        v
+    }
+
     /// True when anything is staged or was written directly.
     pub fn is_dirty(&self) -> bool {
         self.objs.values().any(|s| s.staged() || s.direct)
@@ -451,6 +473,7 @@ impl Tx {
             .map(|(n, _)| n.clone())
             .collect();
         direct.sort();
+        let created = self.created();
         let mut staged: Vec<String> = self
             .objs
             .iter()
@@ -480,6 +503,7 @@ impl Tx {
         self.base = Some(frozen.clone());
         Ok(Commit {
             direct,
+            created,
             staged,
             epoch,
             slot: match current {
@@ -526,6 +550,17 @@ impl Tx {
         self.objs.clear();
         self.overlay_bytes = 0;
         self.base = None;
+    }
+
+    /// Loads a verified journal that was sealed but may not have been applied into the
+    /// overlay of a writable transaction, without writing the store: its changes become
+    /// part of the next commit (which journals them again, in the other slot, and applies
+    /// them). For going back to a seal whose application failed without more store writes.
+    pub fn stage_unapplied(&mut self, bytes: &[u8]) -> Result<()> {
+        let was = std::mem::replace(&mut self.read_only, true);
+        let r = self.stage_journal(bytes);
+        self.read_only = was;
+        r
     }
 
     /// Loads a verified journal into the overlay without touching the store (read-only

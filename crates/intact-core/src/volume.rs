@@ -23,6 +23,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+mod recover;
+pub use recover::{DiscardHook, Discarded};
+
 /// Counters reserved per session (see docs/design.md, "Counters").
 pub const CTR_RESERVATION: u64 = 1 << 32;
 /// Dirty plaintext held per file before it is pushed through its scheme (by the write
@@ -453,6 +456,8 @@ struct Inner {
     /// [`Options::xattr_bytes_max`].
     xattr_bytes_max: usize,
     poisoned: Option<String>,
+    /// What a failed commit must undo and report (see [`recover`]).
+    unsealed: recover::Unsealed,
     /// Reused buffer of [`flush_data`].
     scratch: Vec<u8>,
     /// Measured costs (see [`crate::metrics`]).
@@ -832,6 +837,7 @@ impl Volume {
             commit_wanted: false,
             xattr_bytes_max: opts.xattr_bytes_max,
             poisoned: None,
+            unsealed: Default::default(),
             scratch: Vec::new(),
             metrics: Arc::new(Metrics::new()),
         };
@@ -918,7 +924,11 @@ impl Volume {
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, Inner>> {
-        let g = self.shared.lock();
+        let mut g = self.shared.lock();
+        if g.is_broken() {
+            g = self.shared.wait_idle(g);
+            g.mend();
+        }
         if let Some(why) = &g.poisoned {
             return Err(Error::Poisoned(why.clone()));
         }
@@ -1087,7 +1097,22 @@ impl Volume {
     /// and a rollback of any of it is detected. Concurrent calls share seals (group
     /// commit), and the seal's I/O runs without the engine's lock, so requests on other
     /// files go on meanwhile (docs/design.md, "Commits").
+    ///
+    /// If a commit failed since the last call (its changes were discarded: see
+    /// [`Error::Lost`]), this call reports it, once, as syncfs(2) reports writeback errors.
     pub fn sync(&self) -> Result<()> {
+        let r = self.seal();
+        let mut g = self.shared.lock();
+        if r.is_err() {
+            g.unsealed.reported();
+            return r;
+        }
+        g.unsealed.take_unreported()
+    }
+
+    /// [`Volume::sync`] without the report of earlier failures (the periodic seal, which
+    /// has no user to tell).
+    pub fn seal(&self) -> Result<()> {
         let g = self.lock()?;
         if g.read_only {
             return Ok(());
@@ -1095,6 +1120,25 @@ impl Volume {
         // A commit in flight began before this call and may miss what it must seal.
         let need = g.commits_begun + 1;
         self.note(self.commit_until(g, need))
+    }
+
+    /// Reports, once, that a failed commit discarded unsealed changes of `ino` (the FUSE
+    /// adapter calls it at close, as Linux reports a writeback error there).
+    pub fn take_lost(&self, ino: u64) -> Result<()> {
+        let mut g = self.shared.lock();
+        let g = &mut *g;
+        let names = &g.names;
+        g.unsealed.take_lost(ino, || {
+            names
+                .get(&ino)
+                .map_or(format!("inode {ino}"), |(_, n)| n.clone())
+        })
+    }
+
+    /// Calls `hook` (on a thread of its own) with the inodes a failed commit discarded
+    /// changes of: a front end that caches them (the kernel, through FUSE) drops them.
+    pub fn on_discard(&self, hook: DiscardHook) {
+        self.shared.lock().unsealed.set_hook(hook);
     }
 
     /// Makes inode `ino` durable and rollback-protected (fsync, fdatasync, fsyncdir): returns
@@ -1111,18 +1155,28 @@ impl Volume {
             // Not open: clean, but possibly evicted by the commit that sealed its change.
             None => g.commits_begun,
         };
-        self.note(self.commit_until(g, need))
+        let r = self.commit_until(g, need);
+        // A failure is reported once: by this call if it saw one, else the discarded
+        // changes of an earlier failure are.
+        let lost = self.take_lost(ino);
+        self.note(r.and(lost))
     }
 
     /// Runs commits until commit number `need` has ended: waits for one in flight, begins
     /// the next under the lock, runs its I/O without the lock, and ends it under the lock.
     fn commit_until(&self, mut g: MutexGuard<'_, Inner>, need: u64) -> Result<()> {
         loop {
+            if g.is_broken() && !g.committing {
+                g.mend();
+            }
             if let Some(why) = &g.poisoned {
                 return Err(Error::Poisoned(why.clone()));
             }
             if g.commits_ended >= need {
-                return Ok(());
+                return match g.unsealed.failed(need) {
+                    Some(e) => Err(e),
+                    None => Ok(()),
+                };
             }
             if !g.committing {
                 let Some(f) = g.commit_begin()? else {
@@ -1138,7 +1192,10 @@ impl Volume {
     /// The engine lock with no commit in flight (for work that reads the store directly,
     /// or seals synchronously).
     fn idle(&self) -> Result<MutexGuard<'_, Inner>> {
-        let g = self.shared.wait_idle(self.lock()?);
+        let mut g = self.shared.wait_idle(self.lock()?);
+        if g.is_broken() {
+            g.mend();
+        }
         if let Some(why) = &g.poisoned {
             return Err(Error::Poisoned(why.clone()));
         }
@@ -1654,6 +1711,7 @@ impl Volume {
     /// open handle is freed, and a freed number may be reused.
     pub fn forget(&self, ino: u64) -> Result<()> {
         self.with_ino(ino, |g| {
+            g.unsealed.forget(ino);
             if g.stale.remove(&ino) || g.read_only || g.handles.contains_key(&ino) {
                 return Ok(());
             }
@@ -1727,6 +1785,9 @@ impl Drop for Volume {
         let mut g = self.shared.lock();
         if !self.seal_on_drop.load(Ordering::Relaxed) {
             return;
+        }
+        if g.is_broken() {
+            g.mend();
         }
         if !g.read_only && g.poisoned.is_none() {
             if let Err(e) = g.commit() {
@@ -2188,7 +2249,10 @@ impl Inner {
             return Ok(());
         }
         if self.stale.contains(&ino) {
-            return Err(Error::fs("", FsErrorKind::NotFound));
+            return Err(self
+                .unsealed
+                .discarded(ino)
+                .unwrap_or_else(|| Error::fs("", FsErrorKind::NotFound)));
         }
         if ino == 0 || ino >= self.header.count {
             return Err(Error::tampered(
@@ -2297,7 +2361,8 @@ impl Inner {
         if of.dirty.len() * env.bs >= FILE_DIRTY_LIMIT {
             self.dirty_bytes = self.dirty_bytes.saturating_sub(of.dirty.len() * env.bs);
             if let Err(e) = flush_data(&env, &mut self.tx, of, &mut self.scratch) {
-                self.poisoned = Some(format!("flushing inode {ino}: {e}"));
+                // The file's state is half pushed through its scheme.
+                self.broke(&e);
                 return Err(e);
             }
         }
@@ -2312,7 +2377,8 @@ impl Inner {
         check_extent(&env, of, size)?;
         if let Err(e) = file_truncate(&env, &mut self.tx, of, size) {
             if e.is_tampered() || matches!(e, Error::Io { .. }) {
-                self.poisoned = Some(format!("truncating inode {ino}: {e}"));
+                // The file's state may be half cut.
+                self.broke(&e);
             }
             return Err(e);
         }
@@ -2368,8 +2434,15 @@ impl Inner {
             self.header.free_head = rec.link;
             ino
         } else {
-            let ino = self.header.count;
-            self.header.count += 1;
+            let mut ino = self.header.count;
+            // Numbers past the table's end that a front end may still hold (files a failed
+            // commit discarded) are skipped; they stay free until the next open.
+            while self.stale.contains(&ino) {
+                self.write_record(ino, &Inode::free(self.header.free_head))?;
+                self.header.free_head = ino;
+                ino += 1;
+            }
+            self.header.count = ino + 1;
             ino
         };
         self.header_dirty = true;
@@ -2404,6 +2477,7 @@ impl Inner {
         self.names.remove(&ino);
         if of.inode.kind != Kind::Xattr {
             self.stale.insert(ino);
+            self.unsealed.reborn(ino, self.commits_begun + 1, false);
         }
         let rec = Inode::free(self.header.free_head);
         self.write_record(ino, &rec)?;
@@ -2508,6 +2582,9 @@ impl Inner {
         gid: u32,
     ) -> Result<u64> {
         let ino = self.alloc_ino()?;
+        if kind != Kind::Xattr {
+            self.unsealed.reborn(ino, self.commits_begun + 1, true);
+        }
         let id = crypto::random_file_id();
         let mut inode = Inode::new(kind, s, id, self.empty_tree(s, &id), now_ns());
         if kind == Kind::Symlink {
@@ -2927,7 +3004,7 @@ impl Inner {
     /// Phase A of a commit, under the lock: flushes every dirty file through its scheme,
     /// writes the records and the inode table, and takes the result out of the
     /// transaction with the anchor that will seal it. `None`: nothing to seal. On an
-    /// error the volume is poisoned (the in-memory state may be ahead of the store).
+    /// error the engine goes back to the last seal ([`recover`]).
     fn commit_begin(&mut self) -> Result<Option<InFlight>> {
         if self.read_only {
             return Ok(None);
@@ -2955,18 +3032,21 @@ impl Inner {
             Ok(None) => {
                 self.commits_begun += 1;
                 self.commits_ended = self.commits_begun;
+                self.unsealed.applied(self.commits_ended);
                 Ok(None)
             }
             Err(e) => {
-                self.poisoned = Some(e.to_string());
-                self.tx.abandon();
+                // The number is used up: a waiter for it hears of the failure.
+                self.commits_begun += 1;
+                self.commits_ended = self.commits_begun;
+                self.commit_failed(self.commits_ended, None, &e);
                 Err(e)
             }
         }
     }
 
     /// Phase C of a commit, under the lock, once its I/O ([`InFlight::run`]) returned `r`:
-    /// the sealed anchor becomes the engine's, or the volume is poisoned.
+    /// the sealed anchor becomes the engine's, or the engine goes back to the last seal.
     fn commit_end(&mut self, f: &InFlight, r: Result<Anchor>) -> Result<()> {
         self.tx.end_commit(&f.commit);
         self.committing = false;
@@ -2974,11 +3054,11 @@ impl Inner {
         match r {
             Ok(anchor) => {
                 self.anchor = anchor;
+                self.unsealed.applied(f.n);
                 Ok(())
             }
             Err(e) => {
-                self.poisoned = Some(e.to_string());
-                self.tx.abandon();
+                self.commit_failed(f.n, Some(f), &e);
                 Err(e)
             }
         }
@@ -3027,6 +3107,7 @@ impl Inner {
         let this_commit = self.commits_begun + 1;
         for ino in dirty {
             let env = env!(self);
+            self.unsealed.pending(ino, this_commit);
             let of = self.files.get_mut(&ino).expect("listed");
             of.sealed_by = this_commit;
             if of.dir_dirty {

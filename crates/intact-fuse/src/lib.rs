@@ -12,7 +12,7 @@ use fuser::{
     ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
 };
 use intact_core::format::{Kind, SchemeId};
-use intact_core::volume::{Attr, RenameMode, SetAttr, XattrMode, NAME_MAX};
+use intact_core::volume::{Attr, Discarded, RenameMode, SetAttr, XattrMode, NAME_MAX};
 use intact_core::{Error, FsErrorKind, Volume};
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -70,6 +70,7 @@ impl Default for MountOptions {
 pub fn errno(e: &Error) -> Errno {
     match e {
         Error::Tampered { .. } | Error::Crashed | Error::Poisoned(_) => Errno::EIO,
+        Error::Lost { errno, .. } => errno.map(Errno::from_i32).unwrap_or(Errno::EIO),
         Error::Io { source, .. } => source
             .raw_os_error()
             .map(Errno::from_i32)
@@ -188,7 +189,7 @@ impl Sealer {
                     if *stopped || !timeout.timed_out() {
                         continue;
                     }
-                    if let Err(e) = vol.sync() {
+                    if let Err(e) = vol.seal() {
                         tracing::error!(error = %e, "periodic seal failed");
                     }
                 }
@@ -287,7 +288,10 @@ impl IntactFs {
             tracing::error!(op, error = %e, "integrity failure: returning EIO");
             *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
             self.write_status(true);
-        } else if matches!(e, Error::Io { .. } | Error::Poisoned(_)) {
+        } else if matches!(
+            e,
+            Error::Io { .. } | Error::Poisoned(_) | Error::Lost { .. }
+        ) {
             tracing::error!(op, error = %e, "I/O failure");
         } else {
             tracing::debug!(op, error = %e);
@@ -689,14 +693,15 @@ impl Filesystem for IntactFs {
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
         // close() does not seal (as on a local file system, fsync does); the periodic seal
-        // bounds what a crash can lose.
-        reply.ok();
+        // bounds what a crash can lose. It reports, once, changes a failed commit
+        // discarded (as Linux reports a writeback error at close).
+        self.empty(self.vol.take_lost(ino.0), reply, "flush");
     }
 
     fn release(
@@ -1073,6 +1078,19 @@ pub fn serve(
     }
     let fs = IntactFs::new(vol.clone(), opts);
     let mut session = fuser::Session::new(fs, mountpoint, &config)?;
+    // After a failed commit the engine is back at its last seal: the kernel drops what it
+    // caches of the discarded changes (pages, attributes, names).
+    let notifier = session.notifier();
+    vol.on_discard(Arc::new(move |gone: Vec<Discarded>| {
+        for d in gone {
+            if let Some((parent, name)) = &d.entry {
+                let _ = notifier.inval_entry(INodeNo(*parent), OsStr::new(name));
+            }
+            if let Err(e) = notifier.inval_inode(INodeNo(d.ino), 0, 0) {
+                tracing::debug!(ino = d.ino, error = %e, "cache invalidation");
+            }
+        }
+    }));
     let mut unmounter = session.unmount_callable();
     let mut signals = signal_hook::iterator::Signals::new(&sigs)?;
     let handle = signals.handle();
@@ -1088,6 +1106,8 @@ pub fn serve(
         })?;
     ready();
     let r = session.run();
+    // The channel is gone; so is the notifier's use.
+    vol.on_discard(Arc::new(|_| {}));
     handle.close();
     let _ = waiter.join();
     // The adapter's destroy() sealed; seal again in case the session ended without it.

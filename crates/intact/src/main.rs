@@ -293,7 +293,7 @@ fn exit_code(e: &anyhow::Error) -> u8 {
         Some(Error::Config(_)) | Some(Error::AnchorCorrupt(_)) => code::CONFIG,
         Some(Error::AnchorMissing { .. }) => code::ANCHOR_MISSING,
         Some(Error::Locked(_)) => code::LOCKED,
-        Some(Error::Io { .. }) => code::IO,
+        Some(Error::Io { .. }) | Some(Error::Lost { .. }) => code::IO,
         _ => code::OTHER,
     }
 }

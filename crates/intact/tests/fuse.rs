@@ -37,12 +37,18 @@ struct Vol {
 
 impl Vol {
     fn new(scheme: &str) -> Vol {
+        Vol::with_backing(scheme, |_| {})
+    }
+
+    /// A volume whose cipher directory is made ready by `prepare` before `init`.
+    fn with_backing(scheme: &str, prepare: impl FnOnce(&Path)) -> Vol {
         let tmp = tempfile::Builder::new()
             .prefix("intact-fuse-")
             .tempdir_in(std::env::temp_dir())
             .unwrap();
         let root = tmp.path().canonicalize().unwrap();
         fs::create_dir(root.join("mnt")).unwrap();
+        prepare(&root.join("cipher"));
         let v = Vol {
             _tmp: tmp,
             root,
@@ -1247,6 +1253,95 @@ fn limits_are_refused_at_the_request_and_the_mount_goes_on() {
     ] {
         assert_eq!(size_of(name), Some(name.len() as u64), "{out}");
     }
+}
+
+/// Unmounts a tmpfs when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` at `dir` (created). Needs root, as CI runs.
+    fn mount(dir: &Path, size: &str) -> Tmpfs {
+        fs::create_dir_all(dir).unwrap();
+        sh(Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir));
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// A full backing disk (a 24 MiB tmpfs under the cipher directory) while a program writes
+/// a file that cannot fit: the writes that cannot be kept fail (at write, fsync or close),
+/// the engine goes back to its last seal instead of taking the mount down, and the mount
+/// goes on: what was sealed before reads back, new files are written and kept, `intact
+/// sync` reports the failure once, fsck is clean and no object of the discarded writes is
+/// left behind.
+#[test]
+fn a_full_backing_disk_fails_what_it_cannot_keep_and_the_mount_goes_on() {
+    let mut tmpfs = None;
+    let v = Vol::with_backing("mt-eint", |dir| tmpfs = Some(Tmpfs::mount(dir, "24m")));
+    let _tmpfs = tmpfs;
+    let m = v.mount();
+    let keep = pattern(1, 1 << 20);
+    let works = |name: &str, data: &[u8]| {
+        let mut f = File::create(m.p(name)).unwrap();
+        f.write_all(data).unwrap();
+        f.sync_all().unwrap();
+    };
+    works("keep", &keep);
+    let chunk = vec![0x5au8; 1 << 20];
+    let mut f = File::create(m.p("big")).unwrap();
+    let mut err = (0..64).find_map(|_| f.write_all(&chunk).err());
+    if err.is_none() {
+        err = f.sync_all().err();
+    }
+    drop(f);
+    let err = err.expect("64 MiB were kept on a 24 MiB disk");
+    assert!(
+        matches!(err.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EIO)),
+        "{err}"
+    );
+    // The mount goes on.
+    let _ = fs::remove_file(m.p("big"));
+    assert_eq!(fs::read(m.p("keep")).unwrap(), keep);
+    works("after", b"written after the disk was full");
+    let sync = |code: i32| {
+        let out = Command::new(BIN)
+            .arg("--state")
+            .arg(v.state())
+            .arg("sync")
+            .arg(m.p(""))
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // The loss was reported to the program that wrote `big`; `intact sync` reports it
+    // once more (the volume-wide report, as syncfs gives), then all is well.
+    sync(15);
+    sync(0);
+    assert_eq!(integrity_failures(&v), 0);
+    m.unmount();
+    v.fsck_clean();
+    let (code, out, err) = v.cli(&["cat", "/after"]);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "written after the disk was full"),
+        "{err}"
+    );
+    let got = v.root.join("keep.out");
+    let (code, _, err) = v.cli(&["get", "/keep", got.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(fs::read(&got).unwrap(), keep);
 }
 
 #[test]

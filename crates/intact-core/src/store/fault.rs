@@ -22,6 +22,11 @@ pub struct FaultPlan {
     /// The mutating call whose [`FaultStore::attempts`] number equals this fails once with
     /// an `EIO` I/O error and changes nothing.
     pub fail_eio_on: Option<u64>,
+    /// A full disk: from the mutating call with this [`FaultStore::attempts`] number on,
+    /// every call that would take more space (a write or length past an object's end, a
+    /// replace) fails with `ENOSPC` and changes nothing, until the plan changes. Writes
+    /// inside an object, shrinking and deleting still work, as on a full file system.
+    pub full_from: Option<u64>,
     /// The `write_at` call with this (1-based) number returns `Ok` but writes nothing.
     pub drop_write: Option<u64>,
     /// Every read of this object comes back with one bit flipped (the lowest bit of the
@@ -295,14 +300,25 @@ impl<S> FaultStore<S> {
     fn mutate(
         &self,
         dropped: bool,
+        grows: impl FnOnce() -> Result<bool>,
         op: impl FnOnce(Option<&mut Model>) -> Result<()>,
     ) -> Result<()> {
         self.check_crash()?;
         let seq = self.attempts.fetch_add(1, Ordering::SeqCst) + 1;
-        if self.plan.lock().unwrap().fail_eio_on == Some(seq) {
+        let errno = {
+            let plan = self.plan.lock().unwrap().clone();
+            if plan.fail_eio_on == Some(seq) {
+                Some(libc::EIO)
+            } else if plan.full_from.is_some_and(|n| seq >= n) && grows()? {
+                Some(libc::ENOSPC)
+            } else {
+                None
+            }
+        };
+        if let Some(errno) = errno {
             return Err(Error::io(
                 "fault injection",
-                std::io::Error::from_raw_os_error(libc::EIO),
+                std::io::Error::from_raw_os_error(errno),
             ));
         }
         if !dropped {
@@ -334,7 +350,9 @@ impl<S: UntrustedStore> UntrustedStore for FaultStore<S> {
         self.check_crash()?;
         let n = self.write_ats.fetch_add(1, Ordering::SeqCst) + 1;
         let dropped = self.plan.lock().unwrap().drop_write == Some(n);
-        self.mutate(dropped, |model| {
+        let end = off + data.len() as u64;
+        let grows = || Ok(end > self.inner.len(name)?.unwrap_or(0));
+        self.mutate(dropped, grows, |model| {
             self.inner.write_at(name, off, data)?;
             if let Some(m) = model {
                 m.pending.push(Mutation::Write {
@@ -353,7 +371,8 @@ impl<S: UntrustedStore> UntrustedStore for FaultStore<S> {
     }
 
     fn set_len(&self, name: &str, len: u64) -> Result<()> {
-        self.mutate(false, |model| {
+        let grows = || Ok(len > self.inner.len(name)?.unwrap_or(0));
+        self.mutate(false, grows, |model| {
             self.inner.set_len(name, len)?;
             if let Some(m) = model {
                 m.pending.push(Mutation::SetLen {
@@ -366,13 +385,17 @@ impl<S: UntrustedStore> UntrustedStore for FaultStore<S> {
     }
 
     fn delete(&self, name: &str) -> Result<()> {
-        self.mutate(false, |model| {
-            self.inner.delete(name)?;
-            if let Some(m) = model {
-                m.pending.push(Mutation::Delete { name: name.into() });
-            }
-            Ok(())
-        })
+        self.mutate(
+            false,
+            || Ok(false),
+            |model| {
+                self.inner.delete(name)?;
+                if let Some(m) = model {
+                    m.pending.push(Mutation::Delete { name: name.into() });
+                }
+                Ok(())
+            },
+        )
     }
 
     fn sync(&self, names: &[String]) -> Result<()> {
@@ -410,14 +433,18 @@ impl<S: UntrustedStore> UntrustedStore for FaultStore<S> {
     fn replace(&self, name: &str, data: &[u8]) -> Result<()> {
         // Atomic and durable when it returns: earlier unsynced writes to the object went to
         // the old file, which the rename discards.
-        self.mutate(false, |model| {
-            self.inner.replace(name, data)?;
-            if let Some(m) = model {
-                m.pending.retain(|p| p.name() != name);
-                m.durable.insert(name.to_string(), data.to_vec());
-            }
-            Ok(())
-        })
+        self.mutate(
+            false,
+            || Ok(true),
+            |model| {
+                self.inner.replace(name, data)?;
+                if let Some(m) = model {
+                    m.pending.retain(|p| p.name() != name);
+                    m.durable.insert(name.to_string(), data.to_vec());
+                }
+                Ok(())
+            },
+        )
     }
 }
 
@@ -489,6 +516,44 @@ mod tests {
         });
         assert!(is_eio(&s.replace("a", b"new").unwrap_err()));
         assert_eq!(s.read_all("a").unwrap().unwrap(), b"124");
+    }
+
+    #[test]
+    fn full_disk_until_the_plan_changes() {
+        let s = FaultStore::new(MemStore::new());
+        s.write_at("a", 0, b"1").unwrap();
+        s.set_plan(FaultPlan {
+            full_from: Some(s.attempts() + 2),
+            ..Default::default()
+        });
+        s.write_at("a", 1, b"2").unwrap();
+        let full = |r: Result<()>| {
+            let e = r.unwrap_err();
+            assert!(
+                matches!(&e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC)),
+                "{e}"
+            );
+        };
+        for _ in 0..3 {
+            full(s.write_at("a", 2, b"3"));
+        }
+        full(s.set_len("a", 3));
+        full(s.replace("b", b"new"));
+        assert_eq!(s.read_all("a").unwrap().unwrap(), b"12");
+        // What takes no space still works.
+        s.write_at("a", 0, b"x").unwrap();
+        s.set_len("a", 1).unwrap();
+        s.write_at("c", 0, b"c").unwrap_err();
+        s.set_plan(FaultPlan::default());
+        s.write_at("a", 1, b"23").unwrap();
+        assert_eq!(s.read_all("a").unwrap().unwrap(), b"x23");
+        s.write_at("c", 0, b"c").unwrap();
+        s.delete("c").unwrap();
+        s.set_plan(FaultPlan {
+            full_from: Some(1),
+            ..Default::default()
+        });
+        s.delete("a").unwrap();
     }
 
     #[test]

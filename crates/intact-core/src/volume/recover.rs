@@ -1,0 +1,412 @@
+//! Going on after a failed commit (docs/design.md, "A failed commit").
+//!
+//! A commit can fail for reasons that pass: a full backing file system, a store that
+//! returns EIO for a while. The store is then in a state that a crash at that moment
+//! would leave, and recovering from every such state is what the crash tests check
+//! (docs/design.md, "Crash safety"). So the engine does in place what a reopen would do:
+//! it reloads the sealed anchor from the trusted store, stages its journal again if the
+//! failed commit sealed before its I/O failed (the next commit applies it; going back
+//! writes nothing to the store that just failed but deletions of the discarded changes'
+//! own objects, which may fail harmlessly), reserves a fresh range of write counters
+//! (the discarded changes may have used counters of the old range with data that reached
+//! the store), and reloads the inode table. Nothing sealed is lost, and nothing unsealed
+//! is half-kept. What the engine discarded, it reports:
+//!
+//! - every waiter on the failed commit gets an error, and so does the next fsync (or
+//!   close) of each file whose unsealed changes were discarded, and the next
+//!   [`Volume::sync`] (as Linux reports a writeback error to the next fsync and syncfs);
+//! - the front end hears which inodes to drop from its caches ([`Volume::on_discard`]);
+//! - inode numbers that name no file any more (files created since the seal) stay
+//!   unused until the front end forgets them, as numbers freed by unlink do, so that a
+//!   kernel still holding one never reaches another file through it.
+//!
+//! One case is refused: a number freed *and given to a new file* since the seal, while
+//! the sealed state still has the old file there. The front end may hold either; no
+//! answer is safe, and the volume must be remounted (it is poisoned, as before).
+
+use super::{InFlight, Inner, CTR_RESERVATION};
+use crate::error::{Error, Result, Subject};
+use crate::format::{Anchor, Kind};
+use crate::tx::load_journal;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// Failed commits remembered for their waiters.
+const FAILED_KEPT: usize = 64;
+
+/// What the engine tracks to undo and report a failed commit.
+#[derive(Default)]
+pub(super) struct Unsealed {
+    /// Inode numbers given to or taken from a file (visible to the front end) by changes
+    /// not sealed yet: the commit holding the latest change, and whether one of the
+    /// changes gave the number to a new file.
+    reborn: HashMap<u64, (u64, bool)>,
+    /// Inodes whose latest change is in a commit that has not ended, with its number.
+    pending: HashMap<u64, u64>,
+    /// Inodes whose unsealed changes a failed commit discarded: reported once by the next
+    /// fsync or close of each.
+    lost: HashMap<u64, Failure>,
+    /// Numbers of files a failed commit discarded (among [`Inner::stale`]): requests the
+    /// front end still sends for them get the failure, not ENOENT (a program writing to a
+    /// file that a full disk discarded hears ENOSPC).
+    discarded: HashMap<u64, Failure>,
+    /// Failed commits by number (the latest [`FAILED_KEPT`]).
+    failed: BTreeMap<u64, Failure>,
+    /// A failure not yet reported by [`Volume::sync`].
+    unreported: Option<Failure>,
+    /// A request failed halfway through pushing a file through its scheme (a store error
+    /// while flushing at the file's dirty limit): the engine goes back to the last seal
+    /// before the next request ([`Inner::mend`]), once no commit is in flight.
+    broken: Option<Failure>,
+    /// The journal the anchor names may not be applied in the store (staged again by a
+    /// going back, until the next commit seals): a later going back stages it too.
+    unapplied: bool,
+    /// Told what was discarded.
+    hook: Option<DiscardHook>,
+}
+
+/// Why a commit failed.
+#[derive(Debug, Clone)]
+pub(super) struct Failure {
+    cause: String,
+    errno: Option<i32>,
+    /// The fault-injecting store's simulated power cut: nothing may run after it.
+    crashed: bool,
+}
+
+impl Failure {
+    fn of(e: &Error) -> Failure {
+        Failure {
+            cause: e.to_string(),
+            errno: match e {
+                Error::Io { source, .. } => source.raw_os_error(),
+                Error::Lost { errno, .. } => *errno,
+                _ => None,
+            },
+            crashed: matches!(e, Error::Crashed),
+        }
+    }
+
+    fn error(&self, what: impl Into<String>) -> Error {
+        Error::Lost {
+            what: what.into(),
+            cause: self.cause.clone(),
+            errno: self.errno,
+        }
+    }
+}
+
+/// An inode whose cached state a front end must drop after a failed commit: its data and
+/// attributes, and the name it had (parent, name), if the engine knew it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Discarded {
+    /// The inode.
+    pub ino: u64,
+    /// Its directory entry in the discarded state.
+    pub entry: Option<(u64, String)>,
+}
+
+/// Called, on a thread of its own, with what a failed commit discarded.
+pub type DiscardHook = Arc<dyn Fn(Vec<Discarded>) + Send + Sync>;
+
+impl Unsealed {
+    /// Inode `ino` was given to a new file (`born`) or freed, in commit `n`.
+    pub(super) fn reborn(&mut self, ino: u64, n: u64, born: bool) {
+        let e = self.reborn.entry(ino).or_insert((n, false));
+        e.0 = e.0.max(n);
+        e.1 |= born;
+    }
+
+    /// Inode `ino` has changes in commit `n`.
+    pub(super) fn pending(&mut self, ino: u64, n: u64) {
+        self.pending.insert(ino, n);
+    }
+
+    /// Commit `n` sealed and was applied: what it held is no longer at risk.
+    pub(super) fn applied(&mut self, n: u64) {
+        self.unapplied = false;
+        self.sealed(n);
+    }
+
+    /// Commit `n` sealed: what it held is no longer at risk.
+    fn sealed(&mut self, n: u64) {
+        self.reborn.retain(|_, e| e.0 > n);
+        self.pending.retain(|_, c| *c > n);
+    }
+
+    /// The error for a waiter on commit `n`, if it failed.
+    pub(super) fn failed(&self, n: u64) -> Option<Error> {
+        self.failed.get(&n).map(|f| f.error(format!("commit {n}")))
+    }
+
+    /// Takes the discarded changes of `ino`, reported as an error once.
+    pub(super) fn take_lost(&mut self, ino: u64, what: impl FnOnce() -> String) -> Result<()> {
+        match self.lost.remove(&ino) {
+            Some(f) => Err(f.error(what())),
+            None => Ok(()),
+        }
+    }
+
+    /// The error for a request on `ino`, if a failed commit discarded its file.
+    pub(super) fn discarded(&self, ino: u64) -> Option<Error> {
+        self.discarded
+            .get(&ino)
+            .map(|f| f.error(format!("inode {ino} (a file created since the last seal)")))
+    }
+
+    /// The front end forgot `ino`.
+    pub(super) fn forget(&mut self, ino: u64) {
+        self.discarded.remove(&ino);
+    }
+
+    /// Takes a failure [`Volume::sync`] has not reported.
+    pub(super) fn take_unreported(&mut self) -> Result<()> {
+        match self.unreported.take() {
+            Some(f) => Err(f.error("the volume")),
+            None => Ok(()),
+        }
+    }
+
+    /// The failure of a [`Volume::sync`] is reported by it: not again by the next.
+    pub(super) fn reported(&mut self) {
+        self.unreported = None;
+    }
+
+    pub(super) fn set_hook(&mut self, hook: DiscardHook) {
+        self.hook = Some(hook);
+    }
+}
+
+impl Inner {
+    /// Commit `n` failed with `cause` (`flight`: the commit whose I/O failed; `None` when
+    /// its locked phase did). Goes back to the last seal and records what was lost, or
+    /// poisons the volume when even that fails.
+    pub(super) fn commit_failed(&mut self, n: u64, flight: Option<&InFlight>, cause: &Error) {
+        let f = Failure::of(cause);
+        self.unsealed.failed.insert(n, f.clone());
+        while self.unsealed.failed.len() > FAILED_KEPT {
+            self.unsealed.failed.pop_first();
+        }
+        self.go_back(flight, f);
+    }
+
+    /// A request failed with `cause` after changing the engine's state halfway: see
+    /// [`Unsealed::broken`].
+    pub(super) fn broke(&mut self, cause: &Error) {
+        self.unsealed.broken = Some(Failure::of(cause));
+    }
+
+    /// Whether [`Inner::mend`] must run before the next request.
+    pub(super) fn is_broken(&self) -> bool {
+        self.unsealed.broken.is_some()
+    }
+
+    /// Goes back to the last seal after [`Inner::broke`] (no commit may be in flight).
+    pub(super) fn mend(&mut self) {
+        debug_assert!(!self.committing, "a commit is in flight");
+        if let Some(f) = self.unsealed.broken.take() {
+            self.go_back(None, f);
+        }
+    }
+
+    fn go_back(&mut self, flight: Option<&InFlight>, f: Failure) {
+        self.unsealed.broken = None;
+        let created = self.tx.created();
+        self.tx.abandon();
+        if f.crashed {
+            self.poisoned = Some(f.cause);
+            return;
+        }
+        match self.back_to_seal(flight, &f, created) {
+            Ok(discarded) => {
+                tracing::warn!(
+                    error = %f.cause,
+                    inodes = discarded.len(),
+                    epoch = self.anchor.epoch,
+                    "a commit failed: went back to the last seal and goes on"
+                );
+                if !discarded.is_empty() {
+                    self.unsealed.unreported = Some(f);
+                }
+                if let Some(hook) = self.unsealed.hook.clone() {
+                    if !discarded.is_empty() {
+                        let _ = std::thread::Builder::new()
+                            .name("intact-discard".into())
+                            .spawn(move || hook(discarded));
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "going back to the last seal failed");
+                self.poisoned = Some(format!(
+                    "{}; going back to the last seal failed too: {e}",
+                    f.cause
+                ));
+            }
+        }
+    }
+
+    /// The reopen in place of the module docs, each step tried again after a store error
+    /// (a store that failed once may fail again at once). `orphans`: the objects the
+    /// discarded transaction created. Returns the inodes the front end must drop.
+    fn back_to_seal(
+        &mut self,
+        flight: Option<&InFlight>,
+        f: &Failure,
+        orphans: Vec<String>,
+    ) -> Result<Vec<Discarded>> {
+        retry(|| self.settle(flight, &orphans))?;
+        // What the front end must drop, before the state that knows it goes.
+        let mut lost: Vec<u64> = self.unsealed.pending.keys().copied().collect();
+        lost.extend(
+            self.files
+                .iter()
+                .filter(|(_, of)| of.is_dirty() && of.inode.kind != Kind::Xattr)
+                .map(|(i, _)| *i),
+        );
+        lost.sort_unstable();
+        lost.dedup();
+        let reborn = std::mem::take(&mut self.unsealed.reborn);
+        let names = std::mem::take(&mut self.names);
+        self.files.clear();
+        self.unsealed.pending.clear();
+        retry(|| self.reload(&reborn, f))?;
+        for &ino in &lost {
+            if !self.stale.contains(&ino) {
+                self.unsealed.lost.insert(ino, f.clone());
+            }
+        }
+        let mut out: Vec<Discarded> = lost
+            .iter()
+            .chain(reborn.keys())
+            .map(|&ino| Discarded {
+                ino,
+                entry: names.get(&ino).cloned(),
+            })
+            .collect();
+        out.sort_by_key(|d| d.ino);
+        out.dedup_by_key(|d| d.ino);
+        Ok(out)
+    }
+
+    /// Step 1: the trusted state. Finishes a commit that sealed before its I/O failed,
+    /// reserves fresh counters under a new epoch (the commit point: after it the engine's
+    /// anchor is the new one), and deletes the discarded objects.
+    fn settle(&mut self, flight: Option<&InFlight>, orphans: &[String]) -> Result<()> {
+        let bytes = self.trusted.load()?.ok_or_else(|| {
+            Error::AnchorCorrupt("the trusted anchor disappeared while the volume was open".into())
+        })?;
+        let mut anchor = Anchor::decode(&bytes, &self.keys.anchor)?;
+        if anchor.volume_id != self.anchor.volume_id {
+            return Err(Error::AnchorCorrupt(
+                "the trusted anchor changed under the open volume".into(),
+            ));
+        }
+        let sealed_it = flight.is_some_and(|fl| anchor.epoch == fl.anchor.epoch);
+        if !(sealed_it || anchor.epoch == self.anchor.epoch) {
+            return Err(Error::AnchorCorrupt(
+                "the trusted anchor changed under the open volume".into(),
+            ));
+        }
+        let mut orphans = orphans.to_vec();
+        self.tx.abandon();
+        if let Some(fl) = flight.filter(|_| sealed_it) {
+            // The seal happened and applying its journal failed: only what came after the
+            // commit began is lost.
+            self.unsealed.sealed(fl.n);
+            self.unsealed.unapplied = true;
+        } else if let Some(fl) = flight {
+            orphans.extend(fl.commit.created().iter().cloned());
+        }
+        if self.unsealed.unapplied {
+            // The journal's changes are staged again, for the next commit to apply:
+            // nothing here writes the store that just failed.
+            if let Some(j) = &anchor.journal {
+                let jb = load_journal(self.store.as_ref(), &self.keys.journal, j)?;
+                self.tx.stage_unapplied(&jb)?;
+            }
+        }
+        // Every counter this session used is below the reservation's end; the discarded
+        // changes may have stored data under some of them, so none is used again.
+        let floor = self.anchor.ctr_next.max(anchor.ctr_next);
+        anchor.ctr_next = floor
+            .checked_add(CTR_RESERVATION)
+            .ok_or_else(|| Error::Invalid("write counters exhausted".into()))?;
+        anchor.epoch += 1;
+        let bytes = anchor.encode(&self.keys.anchor);
+        if let Err(e) = self.trusted.store(&bytes) {
+            // A store that failed after writing still holds the new anchor.
+            if self.trusted.load().ok().flatten().as_deref() != Some(&bytes[..]) {
+                return Err(e);
+            }
+        }
+        self.anchor = anchor;
+        self.ctr_floor = floor;
+        for name in &orphans {
+            if let Err(e) = self.store.delete(name) {
+                tracing::warn!(object = %name, error = %e, "cannot delete an orphan object");
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 2: the sealed inode table, as an open loads it; `reborn` (the numbers whose
+    /// file changed since the seal) says which numbers to hide from the front end.
+    fn reload(&mut self, reborn: &HashMap<u64, (u64, bool)>, f: &Failure) -> Result<()> {
+        self.cache.clear();
+        self.files.clear();
+        self.itable = super::OpenFile::load(
+            self.anchor.itable.clone(),
+            &self.keys,
+            &mut self.tx,
+            Subject::InodeTable,
+        )?;
+        self.header = self.read_header()?;
+        self.header_dirty = false;
+        self.dirty_bytes = 0;
+        self.commit_wanted = false;
+        // Numbers that name no file now are hidden until forgotten; numbers whose file is
+        // back are visible again.
+        for (&ino, &(_, born)) in reborn {
+            let free = ino >= self.header.count || self.read_record(ino)?.kind == Kind::Free;
+            if free {
+                self.stale.insert(ino);
+                self.unsealed.discarded.insert(ino, f.clone());
+            } else if born {
+                return Err(Error::Invalid(format!(
+                    "inode {ino} was freed and given to a new file since the last seal; \
+                     remount to go on"
+                )));
+            } else {
+                self.stale.remove(&ino);
+                self.unsealed.discarded.remove(&ino);
+            }
+        }
+        let stale = &self.stale;
+        self.handles.retain(|ino, _| !stale.contains(ino));
+        // Files unlinked while open are kept open (a FORGET frees them; see `forget`).
+        let mut u = self.header.unlinked_head;
+        for _ in 0..=self.header.count {
+            if u == 0 {
+                break;
+            }
+            u = self.open_ino(u)?.inode.link;
+        }
+        Ok(())
+    }
+}
+
+/// Runs `f` up to three times while it fails with a store error, pausing between tries.
+fn retry(mut f: impl FnMut() -> Result<()>) -> Result<()> {
+    let mut r = f();
+    for pause_ms in [10, 100] {
+        match &r {
+            Err(Error::Io { .. }) => {
+                std::thread::sleep(std::time::Duration::from_millis(pause_ms));
+                r = f();
+            }
+            _ => break,
+        }
+    }
+    r
+}
