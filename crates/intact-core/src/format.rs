@@ -31,6 +31,14 @@ pub enum Kind {
     Symlink = 3,
     /// The extended attributes of one inode (a hidden file named by its owner's record).
     Xattr = 4,
+    /// A named pipe (no content).
+    Fifo = 5,
+    /// A unix-domain socket (no content).
+    Socket = 6,
+    /// A character device (its device number in [`Inode::link`]).
+    CharDev = 7,
+    /// A block device (its device number in [`Inode::link`]).
+    BlockDev = 8,
 }
 
 impl Kind {
@@ -41,8 +49,31 @@ impl Kind {
             2 => Kind::Dir,
             3 => Kind::Symlink,
             4 => Kind::Xattr,
+            5 => Kind::Fifo,
+            6 => Kind::Socket,
+            7 => Kind::CharDev,
+            8 => Kind::BlockDev,
             _ => return None,
         })
+    }
+
+    /// The kind of a directory entry's code (1 file, 2 directory, 3 symlink, 5 to 8 the
+    /// special files); `None` for codes no entry may have.
+    pub fn of_entry(b: u8) -> Option<Kind> {
+        Kind::from_u8(b).filter(|k| !matches!(k, Kind::Free | Kind::Xattr))
+    }
+
+    /// A FIFO, socket or device node: an inode with no content.
+    pub fn is_special(self) -> bool {
+        matches!(
+            self,
+            Kind::Fifo | Kind::Socket | Kind::CharDev | Kind::BlockDev
+        )
+    }
+
+    /// A device node, whose record keeps its device number.
+    pub fn is_device(self) -> bool {
+        matches!(self, Kind::CharDev | Kind::BlockDev)
     }
 }
 
@@ -225,8 +256,9 @@ pub struct Inode {
     /// Highest write counter of any deleted block: new counters stay above it, so
     /// truncation never lets a (block, counter) pair repeat.
     pub ctr_hw: u64,
-    /// Free-list link (free records), parent directory (directories), or the next entry of
-    /// the list of unlinked files still open (files with `nlink == 0`).
+    /// Free-list link (free records), parent directory (directories), the next entry of
+    /// the list of unlinked files still open (files with `nlink == 0`), or the device
+    /// number (`rdev`, character and block devices).
     pub link: u64,
     /// The trusted part of the counter intervals (paper Fig. 6).
     pub counters: TrustedCounters,

@@ -111,7 +111,7 @@ impl Default for CreateOptions {
 pub struct Stat {
     /// Inode number.
     pub ino: u64,
-    /// File, directory or symlink.
+    /// File, directory, symlink, FIFO, socket or device node.
     pub kind: Kind,
     /// Length in bytes.
     pub size: u64,
@@ -133,6 +133,8 @@ pub struct Stat {
     pub counter_intervals: u64,
     /// True when the counter arrays live in US_F with their hashes in TS_F.
     pub counters_spilled: bool,
+    /// The device number of a character or block device (0 for every other kind).
+    pub rdev: u32,
 }
 
 /// Attributes of an inode, as a file-system front end needs them.
@@ -152,7 +154,7 @@ pub struct Attr {
     pub uid: u32,
     /// Group.
     pub gid: u32,
-    /// Names of the inode (hard links); 2 for directories.
+    /// Names of the inode (hard links); for a directory 2 plus its subdirectories.
     pub nlink: u32,
     /// Access time, ns.
     pub atime_ns: i64,
@@ -162,6 +164,8 @@ pub struct Attr {
     pub ctime_ns: i64,
     /// Bytes of blocks the scheme holds (holes past them excluded).
     pub stored_bytes: u64,
+    /// The device number of a character or block device (0 for every other kind).
+    pub rdev: u32,
 }
 
 /// Attribute changes (`setattr`): `None` leaves a field as it is.
@@ -249,6 +253,8 @@ pub struct Info {
     pub directories: u64,
     /// Symlinks.
     pub symlinks: u64,
+    /// FIFOs, sockets and device nodes.
+    pub special_files: u64,
     /// Bytes of file contents.
     pub content_bytes: u64,
     /// Bytes of trusted storage (the anchor), constant.
@@ -330,6 +336,9 @@ struct OpenFile {
     /// map operation.
     xattrs: Option<XattrSet>,
     xattrs_dirty: bool,
+    /// A directory's subdirectories, counted when first asked after a change of its
+    /// entries (`None`: not counted).
+    subdirs: Option<u32>,
     /// The commit that holds this inode's last change (0: none since it was loaded):
     /// an fsync waits for it, no more ([`Volume::fsync`]).
     sealed_by: u64,
@@ -652,12 +661,7 @@ fn decode_dir(b: &[u8]) -> Option<BTreeMap<String, (u64, Kind)>> {
     }
     let n = r.u32()?;
     for _ in 0..n {
-        let kind = match r.take(1)?[0] {
-            1 => Kind::File,
-            2 => Kind::Dir,
-            3 => Kind::Symlink,
-            _ => return None,
-        };
+        let kind = Kind::of_entry(r.take(1)?[0])?;
         let ino = r.u64()?;
         let nl = r.u16()? as usize;
         let name = std::str::from_utf8(r.take(nl)?).ok()?.to_string();
@@ -1398,6 +1402,44 @@ impl Volume {
         })
     }
 
+    /// Creates a FIFO, a unix socket or a device node `name` in `parent` (mknod(2); a
+    /// regular file too). `rdev` is the device number of a device node (ignored for the
+    /// others). These inodes have no content; they carry their name, mode, owner, times
+    /// and links like any other.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mknod_at(
+        &self,
+        parent: u64,
+        name: &str,
+        kind: Kind,
+        mode: u32,
+        rdev: u32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
+        if kind == Kind::File {
+            return self.create_at(parent, name, kind, mode, uid, gid, None);
+        }
+        if !kind.is_special() {
+            return Err(Error::fs(name, FsErrorKind::NotSupported));
+        }
+        self.with_ino(parent, |g| {
+            let ino = g.create_at(
+                parent,
+                name,
+                kind,
+                SchemeId::MtEintGcm,
+                Some(mode),
+                uid,
+                gid,
+            )?;
+            if kind.is_device() {
+                g.files.get_mut(&ino).expect("created").inode.link = u64::from(rdev);
+            }
+            g.attr(ino)
+        })
+    }
+
     /// Creates a symlink `name` in `parent` pointing to `target`.
     pub fn symlink_at(
         &self,
@@ -1880,6 +1922,7 @@ impl OpenFile {
             dir_dirty: false,
             xattrs: None,
             xattrs_dirty: false,
+            subdirs: None,
             sealed_by: 0,
             obs: Observed::default(),
         })
@@ -2340,6 +2383,11 @@ impl Inner {
             blocks: of.state.blocks().max(of.inode.size.div_ceil(bs)),
             counter_intervals: intervals,
             counters_spilled: spilled,
+            rdev: if of.inode.kind.is_device() {
+                of.inode.link as u32
+            } else {
+                0
+            },
         })
     }
 
@@ -2492,6 +2540,7 @@ impl Inner {
     fn touch_dir(&mut self, ino: u64) {
         if let Some(of) = self.files.get_mut(&ino) {
             of.dir_dirty = true;
+            of.subdirs = None;
             of.record_dirty = true;
             of.inode.mtime_ns = now_ns();
             of.inode.ctime_ns = of.inode.mtime_ns;
@@ -2635,7 +2684,8 @@ impl Inner {
         let open = self.track_references || self.handles.get(&ino).copied().unwrap_or(0) > 0;
         let unlinked_head = self.header.unlinked_head;
         let of = self.touch_record(ino)?;
-        if of.inode.kind == Kind::File && of.inode.nlink > 1 {
+        // A symlink or special file may have hard links too (link(2) does not follow).
+        if of.inode.kind != Kind::Dir && of.inode.nlink > 1 {
             of.inode.nlink -= 1;
             return Ok(());
         }
@@ -2797,6 +2847,11 @@ impl Inner {
 
     fn attr(&mut self, ino: u64) -> Result<Attr> {
         let bs = self.bs as u64;
+        let nlink = match self.open_ino(ino)?.inode.kind {
+            // As on ext4: its entry in the parent, its `.`, and each subdirectory's `..`.
+            Kind::Dir => 2u32.saturating_add(self.subdirs(ino)?),
+            _ => self.open_ino(ino)?.inode.nlink,
+        };
         let of = self.open_ino(ino)?;
         let i = &of.inode;
         Ok(Attr {
@@ -2807,19 +2862,38 @@ impl Inner {
             mode: i.mode,
             uid: i.uid,
             gid: i.gid,
-            nlink: i.nlink,
+            nlink,
             atime_ns: i.atime_ns,
             mtime_ns: i.mtime_ns,
             ctime_ns: i.ctime_ns,
             stored_bytes: stored_blocks(of).min(i.size.div_ceil(bs)) * bs,
+            rdev: if i.kind.is_device() { i.link as u32 } else { 0 },
         })
+    }
+
+    /// The subdirectories of directory `ino` (counted once after each change).
+    fn subdirs(&mut self, ino: u64) -> Result<u32> {
+        if let Some(n) = self.open_ino(ino)?.subdirs {
+            return Ok(n);
+        }
+        let n = self
+            .dir_entries(ino, "")?
+            .values()
+            .filter(|(_, k)| *k == Kind::Dir)
+            .count();
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        self.open_ino(ino)?.subdirs = Some(n);
+        Ok(n)
     }
 
     fn setattr(&mut self, ino: u64, set: &SetAttr) -> Result<()> {
         self.check_writable()?;
         if let Some(size) = set.size {
-            if self.open_ino(ino)?.inode.kind != Kind::File {
-                return Err(Error::fs("", FsErrorKind::IsADirectory));
+            match self.open_ino(ino)?.inode.kind {
+                Kind::File => {}
+                Kind::Dir => return Err(Error::fs("", FsErrorKind::IsADirectory)),
+                // truncate(2) of a FIFO, socket, device or symlink: EINVAL, as on ext4.
+                _ => return Err(Error::Invalid("not a regular file".into())),
             }
             self.truncate_ino(ino, size)?;
         }
@@ -3291,7 +3365,7 @@ impl Inner {
     }
 
     fn info(&mut self) -> Result<Info> {
-        let (mut files, mut dirs, mut links, mut content) = (0, 0, 0, 0);
+        let (mut files, mut dirs, mut links, mut special, mut content) = (0, 0, 0, 0, 0);
         for r in self.records()? {
             match r.kind {
                 Kind::File => {
@@ -3300,6 +3374,7 @@ impl Inner {
                 }
                 Kind::Dir => dirs += 1,
                 Kind::Symlink => links += 1,
+                Kind::Fifo | Kind::Socket | Kind::CharDev | Kind::BlockDev => special += 1,
                 Kind::Free | Kind::Xattr => {}
             }
         }
@@ -3328,6 +3403,7 @@ impl Inner {
             files,
             directories: dirs,
             symlinks: links,
+            special_files: special,
             content_bytes: content,
             trusted_bytes: ANCHOR_SIZE as u64,
             data_object_bytes: data,

@@ -729,3 +729,43 @@ const COMP_D: &str =
     "2f50fe7073ea1cfe490ae1df7ccea1f07b310d257dd95bac3b104811327b67a3ed38ea27ce28024e79158cc036a2bb62181e3bd023a34e1b5ef3920a05fb7ea98f02017df0d259e8354569f3693f60e143c2a956f1338752d37f7e4e6a49fdeb450adc045a5c02535e059b709265ab2496ab38da9ca9d44becd8546b4dba100e";
 const COMP_ZSTD_D: &str =
     "a933bccc04afdffbaf16c054c9fdc47ce66c23bed8a6beae6d1c676015ffbe5e9656a94bcf6de0e1127e4c64dcab22b89da2ed51575f4e2165c222a75c68053de8fed41f4a646d1da010faf3ef514d0b1e76c400624e69bd3c3af4efb754aa3481ad678a6e2a0de9f56fcfd035385073b92296bbbbdac8a3a4c750e7a96f01f5";
+
+/// Kinds 5 to 8 (file-format.md §4), checked byte by byte against the table rather than
+/// against bytes the code produced: a character device with device number 0x0103 keeps
+/// kind 7 in byte 0 and the number in `link` (bytes 120..128, little-endian), and a
+/// directory entry repeats the kind code. A record of an unknown kind does not parse.
+#[test]
+fn special_kinds_in_records_and_entries() {
+    let mut i = Inode::new(
+        Kind::CharDev,
+        SchemeId::MtEintGcm,
+        FILE,
+        TreeState {
+            leaves: 0,
+            root: ZERO_HASH,
+        },
+        0,
+    );
+    i.link = 0x0103;
+    let b = i.encode();
+    assert_eq!(b[0], 7);
+    assert_eq!(&b[120..128], &[0x03, 0x01, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(Inode::decode(&b).unwrap(), i);
+    for (code, kind) in [
+        (5, Kind::Fifo),
+        (6, Kind::Socket),
+        (7, Kind::CharDev),
+        (8, Kind::BlockDev),
+    ] {
+        let mut r = b;
+        r[0] = code;
+        assert_eq!(Inode::decode(&r).unwrap().kind, kind);
+        assert_eq!(Kind::of_entry(code), Some(kind));
+    }
+    let mut r = b;
+    r[0] = 9;
+    assert!(Inode::decode(&r).is_none());
+    assert_eq!(Kind::of_entry(0), None);
+    assert_eq!(Kind::of_entry(4), None, "no entry names an attribute file");
+    assert_eq!(Kind::of_entry(9), None);
+}

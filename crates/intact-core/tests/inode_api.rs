@@ -374,3 +374,158 @@ fn fsync_seals_only_when_the_inode_has_unsealed_changes() {
     assert_eq!(&buf, b"b1");
     assert_eq!(vol.attr(a).unwrap().mode, 0o600);
 }
+
+/// FIFOs, sockets and device nodes: inodes with no content, carried through links,
+/// renames, attribute changes and reopens like any other (mknod(2) through FUSE).
+#[test]
+fn special_files() {
+    let store = Arc::new(MemStore::new());
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
+    let d = vol
+        .create_at(ROOT_INO, "d", Kind::Dir, 0o755, 0, 0, None)
+        .unwrap()
+        .ino;
+    let rdev = (8 << 8) | 1; // old-style major 8, minor 1
+    let mut made = Vec::new();
+    for (name, kind) in [
+        ("fifo", Kind::Fifo),
+        ("sock", Kind::Socket),
+        ("chr", Kind::CharDev),
+        ("blk", Kind::BlockDev),
+    ] {
+        let a = vol
+            .mknod_at(ROOT_INO, name, kind, 0o640, rdev, 1000, 100)
+            .unwrap();
+        assert_eq!(
+            (a.kind, a.mode, a.uid, a.gid, a.nlink),
+            (kind, 0o640, 1000, 100, 1)
+        );
+        assert_eq!(a.rdev, if kind.is_device() { rdev } else { 0 }, "{name}");
+        assert_eq!(a.size, 0);
+        made.push((name, kind, a.ino));
+    }
+    // No content, no truncation (EINVAL, as ext4); no other kind through mknod.
+    let fifo = made[0].2;
+    assert!(vol.read_ino(fifo, 0, &mut [0u8; 4]).is_err());
+    assert!(matches!(
+        vol.setattr(
+            fifo,
+            &SetAttr {
+                size: Some(0),
+                ..Default::default()
+            }
+        ),
+        Err(Error::Invalid(_))
+    ));
+    assert_eq!(
+        fs_kind(vol.mknod_at(ROOT_INO, "x", Kind::Dir, 0o755, 0, 0, 0)),
+        FsErrorKind::NotSupported
+    );
+    assert_eq!(
+        fs_kind(vol.mknod_at(ROOT_INO, "fifo", Kind::Fifo, 0o644, 0, 0, 0)),
+        FsErrorKind::Exists
+    );
+    // A regular file through mknod is a regular file.
+    let f = vol
+        .mknod_at(ROOT_INO, "reg", Kind::File, 0o600, 0, 0, 0)
+        .unwrap();
+    assert_eq!(f.kind, Kind::File);
+    // Links, renames across directories, attribute changes.
+    vol.link_at(fifo, d, "fifo2").unwrap();
+    assert_eq!(vol.attr(fifo).unwrap().nlink, 2);
+    vol.rename_at(ROOT_INO, "chr", d, "chr", RenameMode::Replace)
+        .unwrap();
+    vol.setattr(
+        made[1].2,
+        &SetAttr {
+            mode: Some(0o600),
+            uid: Some(7),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    vol.unlink_at(ROOT_INO, "fifo").unwrap();
+    assert_eq!(vol.attr(fifo).unwrap().nlink, 1, "the other name keeps it");
+    // A hard link to a symlink too (link(2) does not follow): removing one name keeps
+    // the other, and the inode (this freed it and raised an alarm before).
+    let l = vol.symlink_at(ROOT_INO, "ln", "target", 0, 0).unwrap().ino;
+    vol.link_at(l, d, "ln2").unwrap();
+    vol.unlink_at(ROOT_INO, "ln").unwrap();
+    assert_eq!(vol.readlink_ino(l).unwrap(), "target");
+    vol.sync().unwrap();
+    let check = |vol: &intact_core::Volume| {
+        let names = |dir: u64| {
+            vol.readdir_ino(dir)
+                .unwrap()
+                .1
+                .into_iter()
+                .map(|e| (e.name, e.kind))
+                .collect::<Vec<_>>()
+        };
+        let root = names(ROOT_INO);
+        assert!(root.contains(&("sock".into(), Kind::Socket)), "{root:?}");
+        assert!(root.contains(&("blk".into(), Kind::BlockDev)), "{root:?}");
+        assert!(!root.iter().any(|(n, _)| n == "fifo" || n == "chr"));
+        let sub = names(d);
+        assert!(sub.contains(&("fifo2".into(), Kind::Fifo)), "{sub:?}");
+        assert!(sub.contains(&("chr".into(), Kind::CharDev)), "{sub:?}");
+        let chr = vol.lookup(d, "chr").unwrap();
+        assert_eq!((chr.rdev, chr.mode), (rdev, 0o640));
+        let sock = vol.lookup(ROOT_INO, "sock").unwrap();
+        assert_eq!((sock.mode, sock.uid, sock.rdev), (0o600, 7, 0));
+        assert_eq!(vol.lookup(d, "fifo2").unwrap().nlink, 1);
+        assert_eq!(
+            vol.readlink_ino(vol.lookup(d, "ln2").unwrap().ino).unwrap(),
+            "target"
+        );
+        assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+        let info = vol.info().unwrap();
+        assert_eq!((info.special_files, info.symlinks), (4, 1));
+    };
+    check(&vol);
+    drop(vol);
+    check(&open(store.clone(), &trusted).unwrap());
+}
+
+/// A directory's link count is 2 plus its subdirectories (its entry, its `.`, and each
+/// subdirectory's `..`), through mkdir, rmdir, renames across directories and reopens.
+#[test]
+fn directory_link_counts() {
+    let store = Arc::new(MemStore::new());
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
+    let mkdir = |p: u64, n: &str| {
+        vol.create_at(p, n, Kind::Dir, 0o755, 0, 0, None)
+            .unwrap()
+            .ino
+    };
+    let nlink = |vol: &intact_core::Volume, ino: u64| vol.attr(ino).unwrap().nlink;
+    assert_eq!(nlink(&vol, ROOT_INO), 2);
+    let a = mkdir(ROOT_INO, "a");
+    let b = mkdir(ROOT_INO, "b");
+    mkdir(a, "x");
+    mkdir(a, "y");
+    file(&vol, a, "f", b"not a directory");
+    vol.mknod_at(a, "p", Kind::Fifo, 0o644, 0, 0, 0).unwrap();
+    assert_eq!(
+        (nlink(&vol, ROOT_INO), nlink(&vol, a), nlink(&vol, b)),
+        (4, 4, 2)
+    );
+    vol.rmdir_at(a, "y").unwrap();
+    assert_eq!(nlink(&vol, a), 3);
+    vol.rename_at(a, "x", b, "x", RenameMode::Replace).unwrap();
+    assert_eq!((nlink(&vol, a), nlink(&vol, b)), (2, 3));
+    // Replacing an empty directory keeps the target's count.
+    mkdir(a, "z");
+    vol.rename_at(b, "x", a, "z", RenameMode::Replace).unwrap();
+    assert_eq!((nlink(&vol, a), nlink(&vol, b)), (3, 2));
+    vol.rename_at(ROOT_INO, "b", a, "b", RenameMode::Replace)
+        .unwrap();
+    assert_eq!((nlink(&vol, ROOT_INO), nlink(&vol, a)), (3, 4));
+    vol.sync().unwrap();
+    drop(vol);
+    let vol = open(store.clone(), &trusted).unwrap();
+    assert_eq!((nlink(&vol, ROOT_INO), nlink(&vol, a)), (3, 4));
+    assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+}

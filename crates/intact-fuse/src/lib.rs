@@ -123,7 +123,11 @@ fn file_type(k: Kind) -> FileType {
     match k {
         Kind::Dir => FileType::Directory,
         Kind::Symlink => FileType::Symlink,
-        _ => FileType::RegularFile,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::Socket => FileType::Socket,
+        Kind::CharDev => FileType::CharDevice,
+        Kind::BlockDev => FileType::BlockDevice,
+        Kind::File | Kind::Free | Kind::Xattr => FileType::RegularFile,
     }
 }
 
@@ -240,12 +244,11 @@ impl IntactFs {
             crtime: time(a.ctime_ns),
             kind: file_type(a.kind),
             perm: (a.mode & 0o7777) as u16,
-            // Directories report 1: tools such as find then do not infer subdirectory
-            // counts from it (as on btrfs).
-            nlink: if a.kind == Kind::Dir { 1 } else { a.nlink },
+            // A directory's: 2 plus its subdirectories, as on ext4.
+            nlink: a.nlink,
             uid: a.uid,
             gid: a.gid,
-            rdev: 0,
+            rdev: a.rdev,
             blksize: self.bs.max(4096),
             flags: 0,
         }
@@ -520,13 +523,31 @@ impl Filesystem for IntactFs {
         name: &OsStr,
         mode: u32,
         _umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
         let name = name_or_reply!(name, reply);
-        if mode & libc::S_IFMT != libc::S_IFREG {
-            // Devices, FIFOs and sockets are not stored (documented in docs/design.md).
-            return reply.error(Errno::EPERM);
+        let kind = match mode & libc::S_IFMT {
+            libc::S_IFREG => Kind::File,
+            libc::S_IFIFO => Kind::Fifo,
+            libc::S_IFSOCK => Kind::Socket,
+            libc::S_IFCHR => Kind::CharDev,
+            libc::S_IFBLK => Kind::BlockDev,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        if kind != Kind::File {
+            // FIFOs, sockets and device nodes: inodes with no content (the kernel does
+            // their I/O; the mount is nodev, so a device node here never opens a device).
+            let r = self.vol.mknod_at(
+                parent.0,
+                name,
+                kind,
+                mode & 0o7777,
+                rdev,
+                req.uid(),
+                req.gid(),
+            );
+            return self.entry(r, reply, "mknod");
         }
         let r = self
             .vol

@@ -701,15 +701,36 @@ fn run(cli: Cli) -> Result<ExitCode> {
             } else {
                 for e in entries {
                     if *long {
-                        let st = vol.stat(&join(path, &e.name))?;
+                        let p = join(path, &e.name);
+                        let st = vol.stat(&p)?;
                         let t = match st.kind {
                             Kind::Dir => 'd',
                             Kind::Symlink => 'l',
+                            Kind::Fifo => 'p',
+                            Kind::Socket => 's',
+                            Kind::CharDev => 'c',
+                            Kind::BlockDev => 'b',
                             _ => '-',
                         };
+                        // A device shows its number (major, minor) where a size would be,
+                        // as ls does; content-less inodes have no scheme.
+                        let size = if st.kind.is_device() {
+                            let d = u64::from(st.rdev);
+                            format!("{}, {}", libc::major(d), libc::minor(d))
+                        } else {
+                            st.size.to_string()
+                        };
+                        let scheme = match st.kind {
+                            Kind::File => st.scheme.as_str(),
+                            _ => "-",
+                        };
+                        let target = match st.kind {
+                            Kind::Symlink => format!(" -> {}", vol.readlink(&p)?),
+                            _ => String::new(),
+                        };
                         println!(
-                            "{t}{:04o} {:>12} {:<12} {}",
-                            st.mode, st.size, st.scheme, e.name
+                            "{t}{:04o} {:>12} {:<12} {}{target}",
+                            st.mode, size, scheme, e.name
                         );
                     } else {
                         println!("{}", e.name);
@@ -980,8 +1001,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 println!("scheme:             {}", i.scheme);
                 println!("block size:         {}", i.block_size);
                 println!(
-                    "files:              {} ({} directories, {} symlinks)",
-                    i.files, i.directories, i.symlinks
+                    "files:              {} ({} directories, {} symlinks, {} special)",
+                    i.files, i.directories, i.symlinks, i.special_files
                 );
                 println!("content bytes:      {}", i.content_bytes);
                 println!(

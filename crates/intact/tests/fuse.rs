@@ -1344,6 +1344,100 @@ fn a_full_backing_disk_fails_what_it_cannot_keep_and_the_mount_goes_on() {
     assert_eq!(fs::read(&got).unwrap(), keep);
 }
 
+/// mknod(2) of every special type through the mount (as root, as CI runs): create,
+/// stat, rename, hard link, unlink, chmod and chown, `intact ls -l`, and all of it again
+/// after a remount; a unix socket accepts a connection. Directory link counts after
+/// mkdir, rmdir and renames across directories, compared with what ext4 reports.
+#[test]
+fn special_files_and_directory_link_counts() {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::FileTypeExt;
+    let v = Vol::new("mt-eint");
+    let m = v.mount();
+    let mknod = |rel: &str, mode: u32, dev: u64| {
+        let c = std::ffi::CString::new(m.p(rel).as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path that outlives the call.
+        let r = unsafe { libc::mknod(c.as_ptr(), mode, dev) };
+        assert_eq!(r, 0, "mknod {rel}: {}", std::io::Error::last_os_error());
+    };
+    fs::create_dir(m.p("d")).unwrap();
+    mknod("fifo", libc::S_IFIFO | 0o640, 0);
+    mknod("chr", libc::S_IFCHR | 0o600, libc::makedev(1, 3));
+    mknod("blk", libc::S_IFBLK | 0o600, libc::makedev(7, 9));
+    let listener = std::os::unix::net::UnixListener::bind(m.p("sock")).unwrap();
+    {
+        let _c = std::os::unix::net::UnixStream::connect(m.p("sock")).unwrap();
+        listener.accept().unwrap();
+    }
+    drop(listener);
+    fs::hard_link(m.p("fifo"), m.p("d/fifo2")).unwrap();
+    fs::rename(m.p("chr"), m.p("d/chr")).unwrap();
+    fs::set_permissions(
+        m.p("blk"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o640),
+    )
+    .unwrap();
+    std::os::unix::fs::chown(m.p("sock"), Some(4242), Some(4343)).unwrap();
+    fs::remove_file(m.p("fifo")).unwrap();
+    // The mount is nodev: a device node never opens a device.
+    assert!(File::open(m.p("d/chr")).is_err());
+    // Directory link counts.
+    for d in ["d/s1", "d/s2", "e"] {
+        fs::create_dir(m.p(d)).unwrap();
+    }
+    fs::remove_dir(m.p("d/s2")).unwrap();
+    fs::rename(m.p("d/s1"), m.p("e/s1")).unwrap();
+    let check = |m: &Mount| {
+        let meta = |rel: &str| fs::symlink_metadata(m.p(rel)).unwrap();
+        assert!(meta("d/fifo2").file_type().is_fifo());
+        assert_eq!(meta("d/fifo2").nlink(), 1);
+        assert_eq!(meta("d/fifo2").mode() & 0o7777, 0o640);
+        assert!(meta("d/chr").file_type().is_char_device());
+        assert_eq!(meta("d/chr").rdev(), libc::makedev(1, 3));
+        assert!(meta("blk").file_type().is_block_device());
+        assert_eq!(meta("blk").rdev(), libc::makedev(7, 9));
+        assert_eq!(meta("blk").mode() & 0o7777, 0o640);
+        assert!(meta("sock").file_type().is_socket());
+        assert_eq!((meta("sock").uid(), meta("sock").gid()), (4242, 4343));
+        assert!(fs::symlink_metadata(m.p("fifo")).is_err());
+        assert!(fs::symlink_metadata(m.p("chr")).is_err());
+        // The root holds d and e; d holds no directory now; e holds s1.
+        assert_eq!(meta("").nlink(), 4);
+        assert_eq!(meta("d").nlink(), 2);
+        assert_eq!(meta("e").nlink(), 3);
+        assert_eq!(meta("e/s1").nlink(), 2);
+    };
+    check(&m);
+    m.unmount();
+    let (code, out, err) = v.cli(&["ls", "-l", "/d"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("c0600") && l.contains("1, 3") && l.ends_with(" chr")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("p0640") && l.ends_with(" fifo2")),
+        "{out}"
+    );
+    let (_, out, _) = v.cli(&["ls", "-l", "/"]);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with('s') && l.ends_with(" sock")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("b0640") && l.contains("7, 9")),
+        "{out}"
+    );
+    let m = v.mount();
+    check(&m);
+    m.unmount();
+    v.fsck_clean();
+}
+
 #[test]
 fn read_only_mount_and_second_writer() {
     let v = Vol::new("mt-eint");
