@@ -69,6 +69,10 @@ struct ObjState {
     /// A commit in flight changes this object: reads below `committed_len` see its final
     /// image, and writes are staged (see the module docs).
     on_base: bool,
+    /// Holds a sealed journal's changes that the store may not have yet
+    /// ([`Tx::stage_unapplied`]): writes are staged, since the store's length is not the
+    /// object's (a direct write past it would land under the journal's ranges).
+    pinned: bool,
 }
 
 impl ObjState {
@@ -385,7 +389,7 @@ impl Tx {
         }
         let end = off + data.len() as u64;
         let boundary = st.committed_len.unwrap_or(0);
-        let (staged, direct) = if read_only || st.cut.is_some() || st.on_base {
+        let (staged, direct) = if read_only || st.cut.is_some() || st.on_base || st.pinned {
             (data, &data[data.len()..])
         } else if off >= boundary {
             (&data[..0], data)
@@ -560,6 +564,15 @@ impl Tx {
         let was = std::mem::replace(&mut self.read_only, true);
         let r = self.stage_journal(bytes);
         self.read_only = was;
+        let (_, ops) = decode_journal(bytes)?;
+        for op in ops {
+            let name = match op {
+                Op::Write { name, .. } | Op::SetLen { name, .. } | Op::Delete { name } => name,
+            };
+            if let Some(st) = self.objs.get_mut(name) {
+                st.pinned = true;
+            }
+        }
         r
     }
 
@@ -902,6 +915,49 @@ mod tests {
         let bytes = load_journal(store.as_ref(), &key(), &r).unwrap();
         replay_journal(store.as_ref(), &bytes).unwrap();
         assert_eq!(store.read_all("a").unwrap().unwrap(), b"AB234567cd");
+    }
+
+    /// A sealed journal whose application failed is staged again into a fresh transaction
+    /// (going back after a failed commit). Its ranges may lie past the store's length (the
+    /// appends a commit in flight staged); a later write there must be staged too, or it
+    /// would land in the store under the journal's range and never be seen.
+    #[test]
+    fn writes_over_a_staged_unapplied_journal_are_seen() {
+        let store = Arc::new(MemStore::new());
+        store.write_at("o", 0, b"abcd").unwrap();
+        let mut tx = Tx::new(store.clone());
+        tx.write_at("o", 0, b"A").unwrap();
+        let c1 = tx.begin_commit(1, None).unwrap();
+        // While c1 is in flight, an append to its object is staged.
+        tx.write_at("o", 4, b"EFGH").unwrap();
+        c1.write_journal(store.as_ref(), &key()).unwrap();
+        c1.apply(store.as_ref()).unwrap();
+        tx.end_commit(&c1);
+        let c2 = tx.begin_commit(2, Some(0)).unwrap();
+        c2.write_journal(store.as_ref(), &key()).unwrap();
+        // Sealed, not applied: the store still ends at 4.
+        assert_eq!(store.read_all("o").unwrap().unwrap(), b"Abcd");
+        let j = load_journal(store.as_ref(), &key(), &c2.journal().unwrap()).unwrap();
+        let mut tx = Tx::new(store.clone());
+        tx.stage_unapplied(&j).unwrap();
+        let read = |tx: &mut Tx| {
+            let mut buf = [0u8; 8];
+            tx.read_at("o", 0, &mut buf).unwrap();
+            buf
+        };
+        assert_eq!(&read(&mut tx), b"AbcdEFGH");
+        tx.write_at("o", 5, b"z").unwrap();
+        assert_eq!(&read(&mut tx), b"AbcdEzGH");
+        assert_eq!(
+            store.read_all("o").unwrap().unwrap(),
+            b"Abcd",
+            "nothing direct"
+        );
+        // The next commit applies both.
+        let c3 = tx.begin_commit(3, Some(1)).unwrap();
+        c3.write_journal(store.as_ref(), &key()).unwrap();
+        c3.apply(store.as_ref()).unwrap();
+        assert_eq!(store.read_all("o").unwrap().unwrap(), b"AbcdEzGH");
     }
 
     #[test]

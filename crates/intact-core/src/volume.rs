@@ -1131,6 +1131,9 @@ impl Volume {
     pub fn take_lost(&self, ino: u64) -> Result<()> {
         let mut g = self.shared.lock();
         let g = &mut *g;
+        if let Some(e) = g.unsealed.discarded(ino) {
+            return Err(e); // the file itself is gone: every time
+        }
         let names = &g.names;
         g.unsealed.take_lost(ino, || {
             names
@@ -1152,6 +1155,9 @@ impl Volume {
         let g = self.lock()?;
         if g.read_only {
             return Ok(());
+        }
+        if let Some(e) = g.unsealed.discarded(ino) {
+            return Err(e);
         }
         let need = match g.files.get(&ino) {
             Some(of) if of.is_dirty() => g.commits_begun + 1,
@@ -2485,6 +2491,7 @@ impl Inner {
             let mut ino = self.header.count;
             // Numbers past the table's end that a front end may still hold (files a failed
             // commit discarded) are skipped; they stay free until the next open.
+            self.header_dirty = true;
             while self.stale.contains(&ino) {
                 self.write_record(ino, &Inode::free(self.header.free_head))?;
                 self.header.free_head = ino;
@@ -3084,6 +3091,13 @@ impl Inner {
             return Ok(None);
         }
         debug_assert!(!self.committing, "a commit is in flight");
+        if self.is_broken() {
+            // A half-updated file is never sealed: back to the last seal first.
+            self.mend();
+            if let Some(why) = &self.poisoned {
+                return Err(Error::Poisoned(why.clone()));
+            }
+        }
         let metrics = self.metrics.clone();
         let _a = Account::with_phase(&metrics, Phase::Root);
         let r = self.commit_prepare();

@@ -460,6 +460,10 @@ fn numbers_of_discarded_files_stay_unused_until_forgotten() {
         "a number the front end may hold was given away"
     );
     assert!(discarded(&vol, n.ino));
+    // Also after later seals: the program that wrote it never hears success.
+    vol.seal().unwrap();
+    assert!(matches!(vol.fsync(n.ino), Err(Error::Lost { .. })));
+    assert!(matches!(vol.take_lost(n.ino), Err(Error::Lost { .. })));
     // Each file reports its loss once (the failed sync reported the volume's).
     assert!(matches!(vol.fsync(a.ino), Err(Error::Lost { .. })));
     vol.fsync(a.ino).unwrap();

@@ -390,7 +390,14 @@ impl IntactFs {
     }
 
     fn new_fh(&self) -> FileHandle {
-        FileHandle(self.next_fh.fetch_add(1, Ordering::Relaxed))
+        FileHandle(self.next_fh.fetch_add(1, Ordering::Relaxed) << 1)
+    }
+
+    /// A handle of a file opened with `flags`; its low bit says it may write (its close
+    /// reports discarded changes: a reader's close does not take that report).
+    fn file_fh(&self, flags: i32) -> FileHandle {
+        let writes = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        FileHandle(self.new_fh().0 | u64::from(writes))
     }
 }
 
@@ -672,7 +679,7 @@ impl Filesystem for IntactFs {
             }
         }
         // The page cache stays valid across opens: nobody else writes the volume.
-        reply.opened(self.new_fh(), FopenFlags::FOPEN_KEEP_CACHE);
+        reply.opened(self.file_fh(flags.0), FopenFlags::FOPEN_KEEP_CACHE);
     }
 
     fn read(
@@ -715,13 +722,17 @@ impl Filesystem for IntactFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
         // close() does not seal (as on a local file system, fsync does); the periodic seal
-        // bounds what a crash can lose. It reports, once, changes a failed commit
-        // discarded (as Linux reports a writeback error at close).
+        // bounds what a crash can lose. The close of a descriptor that may write reports,
+        // once, changes a failed commit discarded (as Linux reports a writeback error at
+        // close).
+        if fh.0 & 1 == 0 {
+            return reply.ok();
+        }
         self.empty(self.vol.take_lost(ino.0), reply, "flush");
     }
 
@@ -971,7 +982,7 @@ impl Filesystem for IntactFs {
         name: &OsStr,
         mode: u32,
         _umask: u32,
-        _flags: i32,
+        flags: i32,
         reply: ReplyCreate,
     ) {
         let name = name_or_reply!(name, reply);
@@ -999,7 +1010,7 @@ impl Filesystem for IntactFs {
                     &self.opts.attr_ttl,
                     &self.fuse_attr(&a),
                     Generation(a.generation),
-                    self.new_fh(),
+                    self.file_fh(flags),
                     FopenFlags::FOPEN_KEEP_CACHE,
                 )
             }

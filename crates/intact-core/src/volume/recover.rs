@@ -183,11 +183,13 @@ impl Inner {
     /// poisons the volume when even that fails.
     pub(super) fn commit_failed(&mut self, n: u64, flight: Option<&InFlight>, cause: &Error) {
         let f = Failure::of(cause);
-        self.unsealed.failed.insert(n, f.clone());
-        while self.unsealed.failed.len() > FAILED_KEPT {
-            self.unsealed.failed.pop_first();
+        if !self.go_back(flight, f.clone()) {
+            // Its waiters hear of it (not when it sealed: then nothing of it was lost).
+            self.unsealed.failed.insert(n, f);
+            while self.unsealed.failed.len() > FAILED_KEPT {
+                self.unsealed.failed.pop_first();
+            }
         }
-        self.go_back(flight, f);
     }
 
     /// A request failed with `cause` after changing the engine's state halfway: see
@@ -209,16 +211,17 @@ impl Inner {
         }
     }
 
-    fn go_back(&mut self, flight: Option<&InFlight>, f: Failure) {
+    /// Returns whether the failed commit had sealed (going back found its anchor).
+    fn go_back(&mut self, flight: Option<&InFlight>, f: Failure) -> bool {
         self.unsealed.broken = None;
         let created = self.tx.created();
         self.tx.abandon();
         if f.crashed {
             self.poisoned = Some(f.cause);
-            return;
+            return false;
         }
         match self.back_to_seal(flight, &f, created) {
-            Ok(discarded) => {
+            Ok((sealed, discarded)) => {
                 tracing::warn!(
                     error = %f.cause,
                     inodes = discarded.len(),
@@ -235,6 +238,7 @@ impl Inner {
                             .spawn(move || hook(discarded));
                     }
                 }
+                sealed
             }
             Err(e) => {
                 tracing::error!(error = %e, "going back to the last seal failed");
@@ -242,20 +246,27 @@ impl Inner {
                     "{}; going back to the last seal failed too: {e}",
                     f.cause
                 ));
+                false
             }
         }
     }
 
     /// The reopen in place of the module docs, each step tried again after a store error
     /// (a store that failed once may fail again at once). `orphans`: the objects the
-    /// discarded transaction created. Returns the inodes the front end must drop.
+    /// discarded transaction created. Returns whether the failed commit had sealed, and
+    /// the inodes the front end must drop.
     fn back_to_seal(
         &mut self,
         flight: Option<&InFlight>,
         f: &Failure,
         orphans: Vec<String>,
-    ) -> Result<Vec<Discarded>> {
-        retry(|| self.settle(flight, &orphans))?;
+    ) -> Result<(bool, Vec<Discarded>)> {
+        let mut attempt = None;
+        let mut sealed = false;
+        retry(|| {
+            sealed = self.settle(flight, &orphans, &mut attempt)?;
+            Ok(())
+        })?;
         // What the front end must drop, before the state that knows it goes.
         let mut lost: Vec<u64> = self.unsealed.pending.keys().copied().collect();
         lost.extend(
@@ -286,23 +297,38 @@ impl Inner {
             .collect();
         out.sort_by_key(|d| d.ino);
         out.dedup_by_key(|d| d.ino);
-        Ok(out)
+        Ok((sealed, out))
     }
 
     /// Step 1: the trusted state. Finishes a commit that sealed before its I/O failed,
     /// reserves fresh counters under a new epoch (the commit point: after it the engine's
-    /// anchor is the new one), and deletes the discarded objects.
-    fn settle(&mut self, flight: Option<&InFlight>, orphans: &[String]) -> Result<()> {
+    /// anchor is the new one), and deletes the discarded objects. `attempt`: the anchor an
+    /// earlier try stored, if its store call failed (it may have landed all the same).
+    /// Returns whether the failed commit had sealed.
+    fn settle(
+        &mut self,
+        flight: Option<&InFlight>,
+        orphans: &[String],
+        attempt: &mut Option<Attempt>,
+    ) -> Result<bool> {
         let bytes = self.trusted.load()?.ok_or_else(|| {
             Error::AnchorCorrupt("the trusted anchor disappeared while the volume was open".into())
         })?;
+        if let Some(a) = attempt.take().filter(|a| a.bytes == bytes) {
+            // An earlier try's anchor landed although its store call failed.
+            return Ok(self.settled(a));
+        }
         let mut anchor = Anchor::decode(&bytes, &self.keys.anchor)?;
         if anchor.volume_id != self.anchor.volume_id {
             return Err(Error::AnchorCorrupt(
                 "the trusted anchor changed under the open volume".into(),
             ));
         }
-        let sealed_it = flight.is_some_and(|fl| anchor.epoch == fl.anchor.epoch);
+        // The failed commit's anchor carries the session's reservation; a going back's
+        // carries a new one.
+        let sealed_it = flight.is_some_and(|fl| {
+            anchor.epoch == fl.anchor.epoch && anchor.ctr_next == self.anchor.ctr_next
+        });
         if !(sealed_it || anchor.epoch == self.anchor.epoch) {
             return Err(Error::AnchorCorrupt(
                 "the trusted anchor changed under the open volume".into(),
@@ -333,21 +359,30 @@ impl Inner {
             .checked_add(CTR_RESERVATION)
             .ok_or_else(|| Error::Invalid("write counters exhausted".into()))?;
         anchor.epoch += 1;
-        let bytes = anchor.encode(&self.keys.anchor);
-        if let Err(e) = self.trusted.store(&bytes) {
-            // A store that failed after writing still holds the new anchor.
-            if self.trusted.load().ok().flatten().as_deref() != Some(&bytes[..]) {
-                return Err(e);
-            }
+        let a = Attempt {
+            bytes: anchor.encode(&self.keys.anchor),
+            anchor,
+            floor,
+            orphans,
+            sealed_it,
+        };
+        if let Err(e) = self.trusted.store(&a.bytes) {
+            *attempt = Some(a);
+            return Err(e);
         }
-        self.anchor = anchor;
-        self.ctr_floor = floor;
-        for name in &orphans {
+        Ok(self.settled(a))
+    }
+
+    /// The new anchor is stored: it becomes the engine's, and the discarded objects go.
+    fn settled(&mut self, a: Attempt) -> bool {
+        self.anchor = a.anchor;
+        self.ctr_floor = a.floor;
+        for name in &a.orphans {
             if let Err(e) = self.store.delete(name) {
                 tracing::warn!(object = %name, error = %e, "cannot delete an orphan object");
             }
         }
-        Ok(())
+        a.sealed_it
     }
 
     /// Step 2: the sealed inode table, as an open loads it; `reborn` (the numbers whose
@@ -394,6 +429,15 @@ impl Inner {
         }
         Ok(())
     }
+}
+
+/// A new anchor that going back tried to store.
+struct Attempt {
+    bytes: Vec<u8>,
+    anchor: Anchor,
+    floor: u64,
+    orphans: Vec<String>,
+    sealed_it: bool,
 }
 
 /// Runs `f` up to three times while it fails with a store error, pausing between tries.
