@@ -1105,13 +1105,17 @@ impl Volume {
     /// If a commit failed since the last call (its changes were discarded: see
     /// [`Error::Lost`]), this call reports it, once, as syncfs(2) reports writeback errors.
     pub fn sync(&self) -> Result<()> {
+        let generation = self.shared.lock().unsealed.generation();
         let r = self.seal();
         let mut g = self.shared.lock();
         if r.is_err() {
             g.unsealed.reported();
             return r;
         }
-        g.unsealed.take_unreported()
+        let earlier = g.unsealed.take_unreported();
+        // Changes made before this call were discarded while it waited, even if another
+        // caller took the report.
+        earlier.and(g.unsealed.lost_since(generation))
     }
 
     /// [`Volume::sync`] without the report of earlier failures (the periodic seal, which
@@ -1131,8 +1135,10 @@ impl Volume {
     pub fn take_lost(&self, ino: u64) -> Result<()> {
         let mut g = self.shared.lock();
         let g = &mut *g;
-        if let Some(e) = g.unsealed.discarded(ino) {
-            return Err(e); // the file itself is gone: every time
+        if g.stale.contains(&ino) {
+            if let Some(e) = g.unsealed.discarded(ino) {
+                return Err(e); // the file itself is gone: every time
+            }
         }
         let names = &g.names;
         g.unsealed.take_lost(ino, || {
@@ -1156,8 +1162,10 @@ impl Volume {
         if g.read_only {
             return Ok(());
         }
-        if let Some(e) = g.unsealed.discarded(ino) {
-            return Err(e);
+        if g.stale.contains(&ino) {
+            if let Some(e) = g.unsealed.discarded(ino) {
+                return Err(e);
+            }
         }
         let need = match g.files.get(&ino) {
             Some(of) if of.is_dirty() => g.commits_begun + 1,

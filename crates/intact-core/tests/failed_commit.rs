@@ -430,8 +430,11 @@ fn numbers_of_discarded_files_stay_unused_until_forgotten() {
         .unwrap();
     vol.write_ino(n.ino, 0, b"discarded").unwrap();
     vol.write_ino(a.ino, 0, b"SEALED, then changed").unwrap();
+    let epoch = vol.info().unwrap().epoch;
     let e = fail_next_sync(&store, &vol, 1).expect("the sync fails");
     assert!(matches!(e, Error::Io { .. }), "{e}");
+    // Going back is a new epoch (with a new counter reservation): epochs only grow.
+    assert!(vol.info().unwrap().epoch > epoch);
     // The front end is told to drop the new file (with its name) and the changed one.
     let mut gone = rx
         .recv_timeout(std::time::Duration::from_secs(10))
@@ -650,7 +653,18 @@ fn a_write_failing_at_the_file_dirty_limit_goes_back_too() {
             vol.stat("/big").is_err(),
             "{scheme:?}: created after the seal"
         );
-        assert!(matches!(vol.sync(), Err(Error::Lost { .. })), "{scheme:?}");
+        // The report carries the cause's errno (ENOSPC through FUSE, not a bare EIO).
+        let e = vol.sync().unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Lost {
+                    errno: Some(libc::ENOSPC),
+                    ..
+                }
+            ),
+            "{scheme:?}: {e:?}"
+        );
         vol.write_path("/s", 6, b", then more").unwrap();
         vol.sync().unwrap();
         assert!(vol.fsck(&mut |_| {}).unwrap().is_empty(), "{scheme:?}");
@@ -658,5 +672,118 @@ fn a_write_failing_at_the_file_dirty_limit_goes_back_too() {
         drop(vol);
         let vol = open(store.clone(), &trusted).unwrap();
         assert_eq!(read_all(&vol, "/s").unwrap(), b"sealed, then more");
+    }
+}
+
+/// Handles the front end holds on files that exist at the seal survive going back: a file
+/// open while it is unlinked afterwards is still kept until its last release.
+#[test]
+fn open_handles_survive_going_back() {
+    let store = Arc::new(FaultStore::new_mem());
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
+    vol.create_file("/a", None).unwrap();
+    vol.write_path("/a", 0, b"kept while open").unwrap();
+    vol.sync().unwrap();
+    let a = vol.stat("/a").unwrap().ino;
+    vol.open_handle(a).unwrap();
+    vol.write_path("/a", 0, b"KEPT").unwrap();
+    fail_next_sync(&store, &vol, 1).expect("the sync fails");
+    vol.unlink("/a").unwrap();
+    let mut buf = [0u8; 15];
+    assert_eq!(
+        vol.read_ino(a, 0, &mut buf).unwrap(),
+        15,
+        "open, so not freed"
+    );
+    assert_eq!(&buf, b"kept while open");
+    vol.release_handle(a).unwrap();
+    assert!(
+        vol.read_ino(a, 0, &mut buf).is_err(),
+        "freed at the last release"
+    );
+    vol.sync().unwrap();
+    assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+}
+
+/// A trusted store whose next `store` fails, after writing (`Some(true)`) or before
+/// (`Some(false)`).
+struct FlakyTrusted {
+    inner: MemTrusted,
+    fail: std::sync::Mutex<Option<bool>>,
+}
+
+impl intact_core::store::TrustedStore for FlakyTrusted {
+    fn load(&self) -> intact_core::Result<Option<Vec<u8>>> {
+        self.inner.load()
+    }
+    fn store(&self, bytes: &[u8]) -> intact_core::Result<()> {
+        if let Some(landed) = self.fail.lock().unwrap().take() {
+            if landed {
+                self.inner.store(bytes)?;
+            }
+            return Err(Error::io(
+                "trusted store",
+                std::io::Error::from_raw_os_error(libc::EIO),
+            ));
+        }
+        self.inner.store(bytes)
+    }
+    fn lock(&self, exclusive: bool) -> intact_core::Result<intact_core::store::TrustedLock> {
+        self.inner.lock(exclusive)
+    }
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+    fn remove(&self) -> intact_core::Result<()> {
+        self.inner.remove()
+    }
+}
+
+/// Going back stores a new anchor; if that store call fails, it is tried again. When the
+/// failed call had written the anchor all the same, the retry adopts it (it must not take
+/// it for someone else's anchor and poison the volume).
+#[test]
+fn a_failed_anchor_store_while_going_back_is_tried_again() {
+    use intact_core::store::TrustedStore;
+    for landed in [false, true] {
+        let store = Arc::new(FaultStore::new_mem());
+        let trusted = Arc::new(FlakyTrusted {
+            inner: MemTrusted::new(),
+            fail: std::sync::Mutex::new(None),
+        });
+        let t = trusted.clone();
+        let vol = Volume::create(
+            store.clone(),
+            move |_| Ok(Box::new(t) as Box<dyn TrustedStore>),
+            PW,
+            &intact_core::CreateOptions {
+                block_size: 4096,
+                scheme: SchemeId::MtEintGcm,
+                auto: false,
+                kdf: intact_core::crypto::KdfParams::TEST,
+            },
+            &intact_core::Options::default(),
+        )
+        .unwrap();
+        vol.create_file("/a", None).unwrap();
+        vol.write_path("/a", 0, b"sealed").unwrap();
+        vol.sync().unwrap();
+        vol.write_path("/a", 0, b"SEALED").unwrap();
+        // The commit fails at its first store call, before its seal; then going back's
+        // anchor store fails once.
+        *trusted.fail.lock().unwrap() = Some(landed);
+        fail_next_sync(&store, &vol, 1).expect("the sync fails");
+        assert!(
+            trusted.fail.lock().unwrap().is_none(),
+            "the anchor store was tried"
+        );
+        assert_eq!(read_all(&vol, "/a").unwrap(), b"sealed", "landed: {landed}");
+        vol.write_path("/a", 0, b"later!").unwrap();
+        vol.sync().unwrap();
+        assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+        drop(vol);
+        let vol = open(store.clone(), &trusted.inner).unwrap();
+        assert_eq!(read_all(&vol, "/a").unwrap(), b"later!");
     }
 }

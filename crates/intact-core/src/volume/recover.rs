@@ -54,6 +54,11 @@ pub(super) struct Unsealed {
     failed: BTreeMap<u64, Failure>,
     /// A failure not yet reported by [`Volume::sync`].
     unreported: Option<Failure>,
+    /// Going-backs that discarded something, and the last one's failure: a
+    /// [`Volume::sync`] during which one happened reports it (another caller may have
+    /// taken the report meanwhile).
+    generation: u64,
+    last: Option<Failure>,
     /// A request failed halfway through pushing a file through its scheme (a store error
     /// while flushing at the file's dirty limit): the engine goes back to the last seal
     /// before the next request ([`Inner::mend`]), once no commit is in flight.
@@ -80,7 +85,6 @@ impl Failure {
             cause: e.to_string(),
             errno: match e {
                 Error::Io { source, .. } => source.raw_os_error(),
-                Error::Lost { errno, .. } => *errno,
                 _ => None,
             },
             crashed: matches!(e, Error::Crashed),
@@ -172,6 +176,19 @@ impl Unsealed {
         self.unreported = None;
     }
 
+    /// Going-backs that discarded something so far (see [`Unsealed::lost_since`]).
+    pub(super) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The error for a caller that began at `generation`, if changes were discarded since.
+    pub(super) fn lost_since(&self, generation: u64) -> Result<()> {
+        match &self.last {
+            Some(f) if self.generation != generation => Err(f.error("the volume")),
+            _ => Ok(()),
+        }
+    }
+
     pub(super) fn set_hook(&mut self, hook: DiscardHook) {
         self.hook = Some(hook);
     }
@@ -229,6 +246,8 @@ impl Inner {
                     "a commit failed: went back to the last seal and goes on"
                 );
                 if !discarded.is_empty() {
+                    self.unsealed.generation += 1;
+                    self.unsealed.last = Some(f.clone());
                     self.unsealed.unreported = Some(f);
                 }
                 if let Some(hook) = self.unsealed.hook.clone() {
