@@ -400,8 +400,10 @@ impl Tx {
         };
         if !direct.is_empty() {
             let doff = end - direct.len() as u64;
-            crate::metrics::timed(Phase::StoreWait, || store.write_at(name, doff, direct))?;
+            // Marked first: a write that fails may still have created the object (a full
+            // file system), which is then among the ones to delete ([`Tx::created`]).
             st.direct = true;
+            crate::metrics::timed(Phase::StoreWait, || store.write_at(name, doff, direct))?;
         }
         if !staged.is_empty() {
             let added = insert_range(&mut st.ranges, off, staged);

@@ -1121,10 +1121,11 @@ impl Volume {
     /// [`Volume::sync`] without the report of earlier failures (the periodic seal, which
     /// has no user to tell).
     pub fn seal(&self) -> Result<()> {
-        let g = self.lock()?;
+        let mut g = self.lock()?;
         if g.read_only {
             return Ok(());
         }
+        g.probe_if_full();
         // A commit in flight began before this call and may miss what it must seal.
         let need = g.commits_begun + 1;
         self.note(self.commit_until(g, need))
@@ -1146,6 +1147,15 @@ impl Volume {
                 .get(&ino)
                 .map_or(format!("inode {ino}"), |(_, n)| n.clone())
         })
+    }
+
+    /// Whether writes that add data are refused because the store is full (after a commit
+    /// failed with ENOSPC and going back found no room; until a seal succeeds or finds
+    /// room). A front end may then stop caching writes (FUSE: direct I/O for new opens),
+    /// so that write(2) itself gets ENOSPC.
+    pub fn is_full(&self) -> bool {
+        // Through `lock`: a request that failed halfway is gone back from first.
+        self.lock().is_ok_and(|g| g.unsealed.is_full())
     }
 
     /// Calls `hook` (on a thread of its own) with the inodes a failed commit discarded
@@ -2414,6 +2424,7 @@ impl Inner {
 
     fn write_ino(&mut self, ino: u64, off: u64, data: &[u8]) -> Result<()> {
         self.check_writable()?;
+        self.unsealed.refuse_if_full()?;
         self.ensure_open(ino)?;
         let env = env!(self);
         let of = self.files.get_mut(&ino).expect("opened");
@@ -2437,6 +2448,10 @@ impl Inner {
         let env = env!(self);
         let of = self.files.get_mut(&ino).expect("opened");
         check_extent(&env, of, size)?;
+        if size > of.inode.size {
+            self.unsealed.refuse_if_full()?;
+        }
+        let of = self.files.get_mut(&ino).expect("opened");
         if let Err(e) = file_truncate(&env, &mut self.tx, of, size) {
             if e.is_tampered() || matches!(e, Error::Io { .. }) {
                 // The file's state may be half cut.
@@ -3151,6 +3166,7 @@ impl Inner {
             Ok(anchor) => {
                 self.anchor = anchor;
                 self.unsealed.applied(f.n);
+                self.unsealed.had_room();
                 Ok(())
             }
             Err(e) => {

@@ -224,6 +224,10 @@ fn run_with_fault(scheme: SchemeId, fault: Fault, k: u64) -> bool {
         }
         failed = true;
         store.set_plan(FaultPlan::default());
+        // Room again (a full disk was freed): the next seal finds it, and writes are
+        // accepted again.
+        vol.seal().unwrap();
+        assert!(!vol.is_full(), "{}", ctx(op));
         // Back at the last seal, or at the state the failed commit sealed.
         let now = snapshot(&vol);
         let reverted = now != cur;
@@ -643,11 +647,19 @@ fn a_write_failing_at_the_file_dirty_limit_goes_back_too() {
         let e = (0..64u64)
             .find_map(|i| vol.write_path("/big", i * chunk.len() as u64, &chunk).err())
             .expect("a write fails once the disk is full");
-        assert!(
-            matches!(&e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC)),
-            "{scheme:?}: {e}"
-        );
+        let enospc = |e: &Error| matches!(e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC));
+        assert!(enospc(&e), "{scheme:?}: {e}");
+        // Still full after going back: writes that add data are refused at once, not
+        // accepted to be lost at the next seal; what frees space still works.
+        assert!(vol.is_full(), "{scheme:?}");
+        let e = vol.write_path("/s", 0, b"x").unwrap_err();
+        assert!(enospc(&e), "{scheme:?}: {e}");
+        assert!(enospc(&vol.truncate("/s", 100).unwrap_err()));
+        vol.seal().unwrap(); // nothing to seal; the probe finds no room
+        assert!(vol.is_full());
         store.set_plan(FaultPlan::default());
+        vol.seal().unwrap();
+        assert!(!vol.is_full(), "{scheme:?}: room again");
         assert_eq!(read_all(&vol, "/s").unwrap(), b"sealed", "{scheme:?}");
         assert!(
             vol.stat("/big").is_err(),

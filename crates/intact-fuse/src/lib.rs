@@ -393,6 +393,16 @@ impl IntactFs {
         FileHandle(self.next_fh.fetch_add(1, Ordering::Relaxed) << 1)
     }
 
+    /// How a file is opened: through the page cache, kept across opens (nobody else
+    /// writes the volume), but with direct I/O while the store is full, so that write(2)
+    /// itself gets ENOSPC instead of a cache that cannot be written back.
+    fn open_flags(&self) -> FopenFlags {
+        match self.vol.is_full() {
+            true => FopenFlags::FOPEN_DIRECT_IO,
+            false => FopenFlags::FOPEN_KEEP_CACHE,
+        }
+    }
+
     /// A handle of a file opened with `flags`; its low bit says it may write (its close
     /// reports discarded changes: a reader's close does not take that report).
     fn file_fh(&self, flags: i32) -> FileHandle {
@@ -679,7 +689,7 @@ impl Filesystem for IntactFs {
             }
         }
         // The page cache stays valid across opens: nobody else writes the volume.
-        reply.opened(self.file_fh(flags.0), FopenFlags::FOPEN_KEEP_CACHE);
+        reply.opened(self.file_fh(flags.0), self.open_flags());
     }
 
     fn read(
@@ -1011,7 +1021,7 @@ impl Filesystem for IntactFs {
                     &self.fuse_attr(&a),
                     Generation(a.generation),
                     self.file_fh(flags),
-                    FopenFlags::FOPEN_KEEP_CACHE,
+                    self.open_flags(),
                 )
             }
             Err(e) => reply.error(self.fail("create", e)),

@@ -1438,6 +1438,55 @@ fn special_files_and_directory_link_counts() {
     v.fsck_clean();
 }
 
+/// A disk that stays full after a failed seal (filled by another program): files opened
+/// then get ENOSPC from write(2) itself, not a cached write lost later; once the other
+/// program's file is gone, the next seal finds room, and writes are cached and kept again.
+#[test]
+fn a_disk_that_stays_full_refuses_writes_at_write_until_space_is_freed() {
+    let mut tmpfs = None;
+    let v = Vol::with_backing("mt-eint", |dir| tmpfs = Some(Tmpfs::mount(dir, "16m")));
+    let _tmpfs = tmpfs;
+    let m = v.try_mount(&["--commit-interval", "0"]).unwrap();
+    let keep = pattern(3, 100_000);
+    fs::write(m.p("keep"), &keep).unwrap();
+    File::open(m.p("keep")).unwrap().sync_all().unwrap();
+    // Another program fills the disk.
+    let other = v.cipher().join("other-program.fill");
+    let mut fill = File::create(&other).unwrap();
+    let chunk = vec![0u8; 64 << 10];
+    while fill.write_all(&chunk).is_ok() {}
+    while fill.write_all(&chunk[..4096]).is_ok() {}
+    drop(fill);
+    let mut f = File::create(m.p("big")).unwrap();
+    let r = f.write_all(&[5u8; 1 << 20]).and_then(|()| f.sync_all());
+    assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::ENOSPC));
+    drop(f);
+    // Still full: a file opened now fails at write(2).
+    let mut f = File::create(m.p("after")).unwrap();
+    let e = f.write_all(&[7u8; 64 << 10]).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+    drop(f);
+    assert_eq!(fs::read(m.p("keep")).unwrap(), keep);
+    // The other program's file goes; the next seal (an fsync of the root) finds room.
+    fs::remove_file(&other).unwrap();
+    if let Err(e) = File::open(m.p("")).unwrap().sync_all() {
+        // The first reports the earlier loss, once.
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+        File::open(m.p("")).unwrap().sync_all().unwrap();
+    }
+    let mut f = File::create(m.p("after")).unwrap();
+    f.write_all(&[7u8; 64 << 10]).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    assert_eq!(integrity_failures(&v), 0);
+    m.unmount();
+    v.fsck_clean();
+    let got = v.root.join("after.out");
+    let (code, _, err) = v.cli(&["get", "/after", got.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(fs::read(&got).unwrap(), vec![7u8; 64 << 10]);
+}
+
 #[test]
 fn read_only_mount_and_second_writer() {
     let v = Vol::new("mt-eint");

@@ -33,6 +33,10 @@ use std::sync::Arc;
 
 /// Failed commits remembered for their waiters.
 const FAILED_KEPT: usize = 64;
+/// Bytes written (then deleted) to learn whether the store has room again.
+const PROBE_LEN: usize = 1 << 20;
+/// The object of that probe (outside `f/`, so never taken for an orphan).
+const PROBE_NAME: &str = "probe.space";
 
 /// What the engine tracks to undo and report a failed commit.
 #[derive(Default)]
@@ -66,6 +70,10 @@ pub(super) struct Unsealed {
     /// The journal the anchor names may not be applied in the store (staged again by a
     /// going back, until the next commit seals): a later going back stages it too.
     unapplied: bool,
+    /// A commit failed for want of space and the store still had none after going back:
+    /// writes that add data are refused at once (ENOSPC) instead of being accepted and
+    /// lost at the next seal, until a seal succeeds or a probe finds room.
+    full: bool,
     /// Told what was discarded.
     hook: Option<DiscardHook>,
 }
@@ -130,6 +138,27 @@ impl Unsealed {
     pub(super) fn applied(&mut self, n: u64) {
         self.unapplied = false;
         self.sealed(n);
+    }
+
+    /// A commit wrote to the store and sealed: it had room.
+    pub(super) fn had_room(&mut self) {
+        self.full = false;
+    }
+
+    /// Whether writes that add data are refused (see [`Unsealed::full`]).
+    pub(super) fn is_full(&self) -> bool {
+        self.full
+    }
+
+    /// A write that adds data: refused while the store is full.
+    pub(super) fn refuse_if_full(&self) -> Result<()> {
+        if self.full {
+            return Err(Error::io(
+                "the store (full since a commit failed for want of space; free some)",
+                std::io::Error::from_raw_os_error(libc::ENOSPC),
+            ));
+        }
+        Ok(())
     }
 
     /// Commit `n` sealed: what it held is no longer at risk.
@@ -220,6 +249,25 @@ impl Inner {
         self.unsealed.broken.is_some()
     }
 
+    /// Whether the store takes [`PROBE_LEN`] more bytes (written, then deleted).
+    pub(super) fn store_has_room(&self) -> bool {
+        let room = self
+            .store
+            .write_at(PROBE_NAME, 0, &vec![0u8; PROBE_LEN])
+            .and_then(|()| self.store.sync(&[PROBE_NAME.to_string()]))
+            .is_ok();
+        let _ = self.store.delete(PROBE_NAME);
+        room
+    }
+
+    /// While the store is full, finds whether it has room again (the periodic seal asks).
+    pub(super) fn probe_if_full(&mut self) {
+        if self.unsealed.full && self.store_has_room() {
+            tracing::info!("the store has room again: writes are accepted");
+            self.unsealed.full = false;
+        }
+    }
+
     /// Goes back to the last seal after [`Inner::broke`] (no commit may be in flight).
     pub(super) fn mend(&mut self) {
         debug_assert!(!self.committing, "a commit is in flight");
@@ -239,6 +287,9 @@ impl Inner {
         }
         match self.back_to_seal(flight, &f, created) {
             Ok((sealed, discarded)) => {
+                if f.errno == Some(libc::ENOSPC) {
+                    self.unsealed.full = !self.store_has_room();
+                }
                 tracing::warn!(
                     error = %f.cause,
                     inodes = discarded.len(),
