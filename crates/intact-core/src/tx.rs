@@ -564,17 +564,8 @@ impl Tx {
     /// them). For going back to a seal whose application failed without more store writes.
     pub fn stage_unapplied(&mut self, bytes: &[u8]) -> Result<()> {
         let was = std::mem::replace(&mut self.read_only, true);
-        let r = self.stage_journal(bytes);
+        let r = self.stage_ops(bytes, true);
         self.read_only = was;
-        let (_, ops) = decode_journal(bytes)?;
-        for op in ops {
-            let name = match op {
-                Op::Write { name, .. } | Op::SetLen { name, .. } | Op::Delete { name } => name,
-            };
-            if let Some(st) = self.objs.get_mut(name) {
-                st.pinned = true;
-            }
-        }
         r
     }
 
@@ -585,12 +576,30 @@ impl Tx {
             self.read_only,
             "a writable open replays the journal instead"
         );
+        self.stage_ops(bytes, false)
+    }
+
+    /// Stages every operation of a journal (the transaction must be read-only meanwhile,
+    /// so that nothing is written directly); `pin`: its objects stay staged after.
+    fn stage_ops(&mut self, bytes: &[u8], pin: bool) -> Result<()> {
         let (_, ops) = decode_journal(bytes)?;
         for op in ops {
-            match op {
-                Op::Write { name, off, data } => self.write_at(name, off, data)?,
-                Op::SetLen { name, len } => self.set_len(name, len)?,
-                Op::Delete { name } => self.delete(name)?,
+            let name = match op {
+                Op::Write { name, off, data } => {
+                    self.write_at(name, off, data)?;
+                    name
+                }
+                Op::SetLen { name, len } => {
+                    self.set_len(name, len)?;
+                    name
+                }
+                Op::Delete { name } => {
+                    self.delete(name)?;
+                    name
+                }
+            };
+            if pin {
+                self.objs.get_mut(name).expect("staged above").pinned = true;
             }
         }
         Ok(())

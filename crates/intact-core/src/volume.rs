@@ -277,6 +277,8 @@ pub struct Volume {
     metrics: Arc<Metrics>,
     integrity_failures: AtomicU64,
     seal_on_drop: std::sync::atomic::AtomicBool,
+    /// The engine's [`Volume::is_full`] flag.
+    full: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The engine and what its threads share (a seal at the dirty limit runs its I/O on a
@@ -910,6 +912,7 @@ impl Volume {
     fn wrap(inner: Inner) -> Volume {
         Volume {
             metrics: inner.metrics.clone(),
+            full: inner.unsealed.full_flag(),
             shared: Arc::new(Shared {
                 inner: Mutex::new(inner),
                 commit_done: Condvar::new(),
@@ -1112,10 +1115,9 @@ impl Volume {
             g.unsealed.reported();
             return r;
         }
-        let earlier = g.unsealed.take_unreported();
-        // Changes made before this call were discarded while it waited, even if another
-        // caller took the report.
-        earlier.and(g.unsealed.lost_since(generation))
+        // Also when changes made before this call were discarded while it waited, even if
+        // another caller took the report.
+        g.unsealed.report(generation)
     }
 
     /// [`Volume::sync`] without the report of earlier failures (the periodic seal, which
@@ -1136,10 +1138,8 @@ impl Volume {
     pub fn take_lost(&self, ino: u64) -> Result<()> {
         let mut g = self.shared.lock();
         let g = &mut *g;
-        if g.stale.contains(&ino) {
-            if let Some(e) = g.unsealed.discarded(ino) {
-                return Err(e); // the file itself is gone: every time
-            }
+        if let Some(e) = g.discarded(ino) {
+            return Err(e); // the file itself is gone: every time
         }
         let names = &g.names;
         g.unsealed.take_lost(ino, || {
@@ -1153,9 +1153,10 @@ impl Volume {
     /// failed with ENOSPC and going back found no room; until a seal succeeds or finds
     /// room). A front end may then stop caching writes (FUSE: direct I/O for new opens),
     /// so that write(2) itself gets ENOSPC.
+    /// Read without the engine lock (a front end asks at every open); after a request
+    /// that failed halfway, it turns true once the next request went back.
     pub fn is_full(&self) -> bool {
-        // Through `lock`: a request that failed halfway is gone back from first.
-        self.lock().is_ok_and(|g| g.unsealed.is_full())
+        self.full.load(Ordering::Relaxed)
     }
 
     /// Calls `hook` (on a thread of its own) with the inodes a failed commit discarded
@@ -1172,10 +1173,8 @@ impl Volume {
         if g.read_only {
             return Ok(());
         }
-        if g.stale.contains(&ino) {
-            if let Some(e) = g.unsealed.discarded(ino) {
-                return Err(e);
-            }
+        if let Some(e) = g.discarded(ino) {
+            return Err(e);
         }
         let need = match g.files.get(&ino) {
             Some(of) if of.is_dirty() => g.commits_begun + 1,
@@ -2317,7 +2316,6 @@ impl Inner {
         }
         if self.stale.contains(&ino) {
             return Err(self
-                .unsealed
                 .discarded(ino)
                 .unwrap_or_else(|| Error::fs("", FsErrorKind::NotFound)));
         }

@@ -649,8 +649,9 @@ fn a_write_failing_at_the_file_dirty_limit_goes_back_too() {
             .expect("a write fails once the disk is full");
         let enospc = |e: &Error| matches!(e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC));
         assert!(enospc(&e), "{scheme:?}: {e}");
-        // Still full after going back: writes that add data are refused at once, not
-        // accepted to be lost at the next seal; what frees space still works.
+        // Still full after going back (which the next request does): writes that add
+        // data are refused at once, not accepted to be lost at the next seal.
+        vol.stat("/s").unwrap();
         assert!(vol.is_full(), "{scheme:?}");
         let e = vol.write_path("/s", 0, b"x").unwrap_err();
         assert!(enospc(&e), "{scheme:?}: {e}");
@@ -757,27 +758,13 @@ impl intact_core::store::TrustedStore for FlakyTrusted {
 /// it for someone else's anchor and poison the volume).
 #[test]
 fn a_failed_anchor_store_while_going_back_is_tried_again() {
-    use intact_core::store::TrustedStore;
     for landed in [false, true] {
         let store = Arc::new(FaultStore::new_mem());
         let trusted = Arc::new(FlakyTrusted {
             inner: MemTrusted::new(),
             fail: std::sync::Mutex::new(None),
         });
-        let t = trusted.clone();
-        let vol = Volume::create(
-            store.clone(),
-            move |_| Ok(Box::new(t) as Box<dyn TrustedStore>),
-            PW,
-            &intact_core::CreateOptions {
-                block_size: 4096,
-                scheme: SchemeId::MtEintGcm,
-                auto: false,
-                kdf: intact_core::crypto::KdfParams::TEST,
-            },
-            &intact_core::Options::default(),
-        )
-        .unwrap();
+        let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
         vol.create_file("/a", None).unwrap();
         vol.write_path("/a", 0, b"sealed").unwrap();
         vol.sync().unwrap();

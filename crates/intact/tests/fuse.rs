@@ -1098,16 +1098,8 @@ fn intact_sync_seals_what_the_kernel_still_caches() {
     // SAFETY: within the mapping made above, which nothing else writes.
     unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), map as *mut u8, b.len()) };
     let e0 = v.epoch();
-    let out = Command::new(BIN)
-        .args(["--state", v.state().to_str().unwrap(), "sync"])
-        .arg(&m.mnt)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (code, _, err) = v.cli(&["sync", m.mnt.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
     assert!(v.epoch() > e0, "intact sync seals");
     m.crash();
     // SAFETY: the mapping made above, of that length, not used after this.
@@ -1126,16 +1118,8 @@ fn intact_umount_returns_after_the_daemon_sealed_and_exited() {
     let a = pattern(8, 2 << 20);
     fs::write(m.p("a"), &a).unwrap();
     let e0 = v.epoch();
-    let out = Command::new(BIN)
-        .args(["--state", v.state().to_str().unwrap(), "umount"])
-        .arg(&m.mnt)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (code, _, err) = v.cli(&["umount", m.mnt.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
     let mut child = m.child.take().unwrap();
     let status = child.try_wait().unwrap();
     assert!(
@@ -1311,19 +1295,8 @@ fn a_full_backing_disk_fails_what_it_cannot_keep_and_the_mount_goes_on() {
     assert_eq!(fs::read(m.p("keep")).unwrap(), keep);
     works("after", b"written after the disk was full");
     let sync = |code: i32| {
-        let out = Command::new(BIN)
-            .arg("--state")
-            .arg(v.state())
-            .arg("sync")
-            .arg(m.p(""))
-            .output()
-            .unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(code),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let (got, _, err) = v.cli(&["sync", m.mnt.to_str().unwrap()]);
+        assert_eq!(got, code, "{err}");
     };
     // The loss was reported to the program that wrote `big`; `intact sync` reports it
     // once more (the volume-wide report, as syncfs gives), then all is well.

@@ -29,6 +29,7 @@ use crate::error::{Error, Result, Subject};
 use crate::format::{Anchor, Kind};
 use crate::tx::load_journal;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Failed commits remembered for their waiters.
@@ -56,12 +57,11 @@ pub(super) struct Unsealed {
     discarded: HashMap<u64, Failure>,
     /// Failed commits by number (the latest [`FAILED_KEPT`]).
     failed: BTreeMap<u64, Failure>,
-    /// A failure not yet reported by [`Volume::sync`].
-    unreported: Option<Failure>,
-    /// Going-backs that discarded something, and the last one's failure: a
-    /// [`Volume::sync`] during which one happened reports it (another caller may have
-    /// taken the report meanwhile).
+    /// Going-backs that discarded something, and the last one's failure. A
+    /// [`Volume::sync`] reports it when one happened since the last report, or during the
+    /// call (another caller may have taken the report meanwhile).
     generation: u64,
+    reported: u64,
     last: Option<Failure>,
     /// A request failed halfway through pushing a file through its scheme (a store error
     /// while flushing at the file's dirty limit): the engine goes back to the last seal
@@ -73,7 +73,8 @@ pub(super) struct Unsealed {
     /// A commit failed for want of space and the store still had none after going back:
     /// writes that add data are refused at once (ENOSPC) instead of being accepted and
     /// lost at the next seal, until a seal succeeds or a probe finds room.
-    full: bool,
+    /// Shared with [`Volume`], which reads it without the engine lock.
+    full: Arc<AtomicBool>,
     /// Told what was discarded.
     hook: Option<DiscardHook>,
 }
@@ -142,17 +143,17 @@ impl Unsealed {
 
     /// A commit wrote to the store and sealed: it had room.
     pub(super) fn had_room(&mut self) {
-        self.full = false;
+        self.full.store(false, Ordering::Relaxed);
     }
 
-    /// Whether writes that add data are refused (see [`Unsealed::full`]).
-    pub(super) fn is_full(&self) -> bool {
-        self.full
+    /// The flag of [`Unsealed::full`], for [`Volume::is_full`].
+    pub(super) fn full_flag(&self) -> Arc<AtomicBool> {
+        self.full.clone()
     }
 
     /// A write that adds data: refused while the store is full.
     pub(super) fn refuse_if_full(&self) -> Result<()> {
-        if self.full {
+        if self.full.load(Ordering::Relaxed) {
             return Err(Error::io(
                 "the store (full since a commit failed for want of space; free some)",
                 std::io::Error::from_raw_os_error(libc::ENOSPC),
@@ -192,28 +193,23 @@ impl Unsealed {
         self.discarded.remove(&ino);
     }
 
-    /// Takes a failure [`Volume::sync`] has not reported.
-    pub(super) fn take_unreported(&mut self) -> Result<()> {
-        match self.unreported.take() {
-            Some(f) => Err(f.error("the volume")),
-            None => Ok(()),
-        }
-    }
-
     /// The failure of a [`Volume::sync`] is reported by it: not again by the next.
     pub(super) fn reported(&mut self) {
-        self.unreported = None;
+        self.reported = self.generation;
     }
 
-    /// Going-backs that discarded something so far (see [`Unsealed::lost_since`]).
+    /// Going-backs that discarded something so far (see [`Unsealed::report`]).
     pub(super) fn generation(&self) -> u64 {
         self.generation
     }
 
-    /// The error for a caller that began at `generation`, if changes were discarded since.
-    pub(super) fn lost_since(&self, generation: u64) -> Result<()> {
+    /// For a [`Volume::sync`] that began at `generation`: an error if changes were
+    /// discarded since the last report or during the call; either way, reported now.
+    pub(super) fn report(&mut self, generation: u64) -> Result<()> {
+        let unreported = self.reported != self.generation || generation != self.generation;
+        self.reported = self.generation;
         match &self.last {
-            Some(f) if self.generation != generation => Err(f.error("the volume")),
+            Some(f) if unreported => Err(f.error("the volume")),
             _ => Ok(()),
         }
     }
@@ -249,6 +245,15 @@ impl Inner {
         self.unsealed.broken.is_some()
     }
 
+    /// The error for a request on `ino`, if it is a number whose file a failed commit
+    /// discarded and the front end has not forgotten yet.
+    pub(super) fn discarded(&self, ino: u64) -> Option<Error> {
+        self.stale
+            .contains(&ino)
+            .then(|| self.unsealed.discarded(ino))
+            .flatten()
+    }
+
     /// Whether the store takes [`PROBE_LEN`] more bytes (written, then deleted).
     pub(super) fn store_has_room(&self) -> bool {
         let room = self
@@ -262,9 +267,9 @@ impl Inner {
 
     /// While the store is full, finds whether it has room again (the periodic seal asks).
     pub(super) fn probe_if_full(&mut self) {
-        if self.unsealed.full && self.store_has_room() {
+        if self.unsealed.full.load(Ordering::Relaxed) && self.store_has_room() {
             tracing::info!("the store has room again: writes are accepted");
-            self.unsealed.full = false;
+            self.unsealed.had_room();
         }
     }
 
@@ -287,8 +292,8 @@ impl Inner {
         }
         match self.back_to_seal(flight, &f, created) {
             Ok((sealed, discarded)) => {
-                if f.errno == Some(libc::ENOSPC) {
-                    self.unsealed.full = !self.store_has_room();
+                if f.errno == Some(libc::ENOSPC) && !self.store_has_room() {
+                    self.unsealed.full.store(true, Ordering::Relaxed);
                 }
                 tracing::warn!(
                     error = %f.cause,
@@ -298,8 +303,7 @@ impl Inner {
                 );
                 if !discarded.is_empty() {
                     self.unsealed.generation += 1;
-                    self.unsealed.last = Some(f.clone());
-                    self.unsealed.unreported = Some(f);
+                    self.unsealed.last = Some(f);
                 }
                 if let Some(hook) = self.unsealed.hook.clone() {
                     if !discarded.is_empty() {

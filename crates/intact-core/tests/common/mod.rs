@@ -9,9 +9,10 @@ use std::sync::Arc;
 
 pub const PW: &[u8] = b"correct horse";
 
-pub fn create(
+/// A new volume in `store`, anchored in `trusted` (a `MemTrusted`, or a wrapper of one).
+pub fn create<T: TrustedStore + Clone + 'static>(
     store: Arc<dyn UntrustedStore>,
-    trusted: &MemTrusted,
+    trusted: &T,
     scheme: SchemeId,
     bs: u32,
 ) -> Volume {
