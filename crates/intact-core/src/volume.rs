@@ -1193,9 +1193,6 @@ impl Volume {
     /// the next under the lock, runs its I/O without the lock, and ends it under the lock.
     fn commit_until(&self, mut g: MutexGuard<'_, Inner>, need: u64) -> Result<()> {
         loop {
-            if g.is_broken() && !g.committing {
-                g.mend();
-            }
             if let Some(why) = &g.poisoned {
                 return Err(Error::Poisoned(why.clone()));
             }
@@ -1851,9 +1848,7 @@ impl Drop for Volume {
         if !self.seal_on_drop.load(Ordering::Relaxed) {
             return;
         }
-        if g.is_broken() {
-            g.mend();
-        }
+        // (A broken engine goes back before this seal: `Inner::commit_begin`.)
         if !g.read_only && g.poisoned.is_none() {
             if let Err(e) = g.commit() {
                 tracing::error!(error = %e, "final seal on close failed");
