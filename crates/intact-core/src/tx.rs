@@ -971,6 +971,19 @@ mod tests {
         assert_eq!(store.read_all("o").unwrap().unwrap(), b"AbcdEzGH");
     }
 
+    /// A read that starts past 0 and spans a cut sees the store's bytes only below it.
+    #[test]
+    fn reads_past_a_cut_from_an_offset_see_zeros() {
+        let store = Arc::new(MemStore::new());
+        store.write_at("o", 0, b"0123456789").unwrap();
+        let mut tx = Tx::new(store.clone());
+        tx.set_len("o", 4).unwrap();
+        tx.set_len("o", 10).unwrap();
+        let mut buf = [0xffu8; 8];
+        assert_eq!(tx.read_at("o", 2, &mut buf).unwrap(), 8);
+        assert_eq!(&buf, b"23\0\0\0\0\0\0");
+    }
+
     #[test]
     fn ranges_merge_and_truncate() {
         let mut r = BTreeMap::new();

@@ -1179,8 +1179,12 @@ impl Volume {
         let need = match g.files.get(&ino) {
             Some(of) if of.is_dirty() => g.commits_begun + 1,
             Some(of) => of.sealed_by,
-            // Not open: clean, but possibly evicted by the commit that sealed its change.
-            None => g.commits_begun,
+            // Not open: clean, but possibly evicted by the commit in flight, which holds its
+            // change; if that one fails, the loss is reported below.
+            None => {
+                drop(self.shared.wait_idle(g));
+                return self.note(self.take_lost(ino));
+            }
         };
         let r = self.commit_until(g, need);
         // A failure is reported once: by this call if it saw one, else the discarded
@@ -1197,10 +1201,9 @@ impl Volume {
                 return Err(Error::Poisoned(why.clone()));
             }
             if g.commits_ended >= need {
-                return match g.unsealed.failed(need) {
-                    Some(e) => Err(e),
-                    None => Ok(()),
-                };
+                // A commit that failed was reported to the caller that ran it; the others
+                // hear of what they lost from `take_lost` or the volume's generation.
+                return Ok(());
             }
             if !g.committing {
                 let Some(f) = g.commit_begin()? else {
@@ -2136,7 +2139,7 @@ fn file_truncate(env: &Env, tx: &mut Tx, of: &mut OpenFile, size: u64) -> Result
 /// Pushes dirty blocks through the scheme (Update / Append), extending with holes where the
 /// file grew past its stored blocks. Runs are assembled in `run` (a buffer the engine keeps,
 /// so large flushes do not fault in fresh pages every time) and encrypted in place. On an
-/// error the file's remaining dirty blocks are gone: callers must poison the volume.
+/// error the file's remaining dirty blocks are gone: callers must mark the engine broken.
 fn flush_data(env: &Env, tx: &mut Tx, of: &mut OpenFile, run: &mut Vec<u8>) -> Result<()> {
     let sch = scheme(of.inode.scheme);
     let bs = env.bs as u64;
@@ -3140,10 +3143,7 @@ impl Inner {
                 Ok(None)
             }
             Err(e) => {
-                // The number is used up: a waiter for it hears of the failure.
-                self.commits_begun += 1;
-                self.commits_ended = self.commits_begun;
-                self.commit_failed(self.commits_ended, None, &e);
+                self.commit_failed(None, &e);
                 Err(e)
             }
         }
@@ -3163,7 +3163,7 @@ impl Inner {
                 Ok(())
             }
             Err(e) => {
-                self.commit_failed(f.n, Some(f), &e);
+                self.commit_failed(Some(f), &e);
                 Err(e)
             }
         }

@@ -658,6 +658,7 @@ fn a_write_failing_at_the_file_dirty_limit_goes_back_too() {
         assert!(enospc(&vol.truncate("/s", 100).unwrap_err()));
         vol.seal().unwrap(); // nothing to seal; the probe finds no room
         assert!(vol.is_full());
+        vol.truncate("/s", 6).unwrap(); // the same size takes no room
         store.set_plan(FaultPlan::default());
         vol.seal().unwrap();
         assert!(!vol.is_full(), "{scheme:?}: room again");
@@ -785,4 +786,168 @@ fn a_failed_anchor_store_while_going_back_is_tried_again() {
         let vol = open(store.clone(), &trusted.inner).unwrap();
         assert_eq!(read_all(&vol, "/a").unwrap(), b"later!");
     }
+}
+
+/// An fsync of a file the failed commit did not touch succeeds: the loss is reported to
+/// those who lost something, not to every caller.
+#[test]
+fn an_untouched_file_fsyncs_after_a_failure() {
+    let store = Arc::new(FaultStore::new_mem());
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
+    for p in ["/a", "/c"] {
+        vol.create_file(p, None).unwrap();
+        vol.write_path(p, 0, b"sealed").unwrap();
+    }
+    vol.sync().unwrap();
+    vol.write_path("/a", 0, b"SEALED").unwrap();
+    fail_next_sync(&store, &vol, 1).expect("the sync fails");
+    vol.fsync(vol.stat("/c").unwrap().ino).unwrap();
+    let a = vol.stat("/a").unwrap().ino;
+    assert!(matches!(vol.fsync(a), Err(Error::Lost { .. })));
+    vol.fsync(a).unwrap();
+}
+
+/// Tampering found by a truncation that already dropped the file's unsealed blocks past
+/// the new end: the engine goes back too, so the loss of those writes is reported.
+#[test]
+fn a_truncation_failing_halfway_goes_back_too() {
+    let bs = 4096;
+    let store = Arc::new(FaultStore::new_mem());
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, bs as u32);
+    vol.create_file("/t", None).unwrap();
+    vol.write_path("/t", 0, &pattern(1, 3 * bs)).unwrap();
+    vol.sync().unwrap();
+    vol.write_path("/t", 2 * bs as u64, &pattern(2, bs))
+        .unwrap();
+    store.set_plan(FaultPlan {
+        corrupt_reads_of: Some(names(&vol, "/t").data),
+        ..Default::default()
+    });
+    let e = vol.truncate("/t", bs as u64 / 2).unwrap_err();
+    assert!(e.is_tampered(), "{e}");
+    store.set_plan(FaultPlan::default());
+    assert_eq!(
+        read_all(&vol, "/t").unwrap(),
+        pattern(1, 3 * bs),
+        "back at the seal"
+    );
+    assert!(
+        matches!(vol.sync(), Err(Error::Lost { .. })),
+        "the write was lost"
+    );
+    assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+}
+
+/// A store whose syncs wait while a gate is closed: a commit's I/O is held in flight.
+struct Gated {
+    inner: Arc<FaultStore<MemStore>>,
+    /// (closed, a sync is waiting)
+    gate: std::sync::Mutex<(bool, bool)>,
+    cv: std::sync::Condvar,
+}
+
+impl Gated {
+    fn set(&self, closed: bool) {
+        self.gate.lock().unwrap().0 = closed;
+        self.cv.notify_all();
+    }
+
+    fn wait_for_a_sync(&self) {
+        let mut g = self.gate.lock().unwrap();
+        while !g.1 {
+            g = self.cv.wait(g).unwrap();
+        }
+    }
+}
+
+impl UntrustedStore for Gated {
+    fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> intact_core::Result<usize> {
+        self.inner.read_at(name, off, buf)
+    }
+    fn write_at(&self, name: &str, off: u64, data: &[u8]) -> intact_core::Result<()> {
+        self.inner.write_at(name, off, data)
+    }
+    fn len(&self, name: &str) -> intact_core::Result<Option<u64>> {
+        self.inner.len(name)
+    }
+    fn set_len(&self, name: &str, len: u64) -> intact_core::Result<()> {
+        self.inner.set_len(name, len)
+    }
+    fn delete(&self, name: &str) -> intact_core::Result<()> {
+        self.inner.delete(name)
+    }
+    fn sync(&self, names: &[String]) -> intact_core::Result<()> {
+        let mut g = self.gate.lock().unwrap();
+        g.1 = true;
+        self.cv.notify_all();
+        while g.0 {
+            g = self.cv.wait(g).unwrap();
+        }
+        g.1 = false;
+        drop(g);
+        self.inner.sync(names)
+    }
+    fn sync_all(&self) -> intact_core::Result<()> {
+        self.inner.sync_all()
+    }
+    fn list(&self) -> intact_core::Result<Vec<String>> {
+        self.inner.list()
+    }
+}
+
+/// Files created and removed while a commit is in flight belong to the next commit: when
+/// that one fails, the new file is discarded (its number answers the failure) and the
+/// removed one is back, although the commit in flight sealed meanwhile.
+#[test]
+fn changes_made_while_a_commit_is_in_flight_go_back_with_the_next() {
+    let faults = Arc::new(FaultStore::new_mem());
+    let gated = Arc::new(Gated {
+        inner: faults.clone(),
+        gate: std::sync::Mutex::new((false, false)),
+        cv: std::sync::Condvar::new(),
+    });
+    let trusted = MemTrusted::new();
+    let vol = Arc::new(create(gated.clone(), &trusted, SchemeId::MtEintGcm, 4096));
+    vol.create_file("/x", None).unwrap();
+    vol.write_path("/x", 0, b"kept").unwrap();
+    vol.create_file("/y", None).unwrap();
+    vol.sync().unwrap();
+    vol.write_path("/y", 0, b"in flight").unwrap();
+    gated.set(true);
+    let syncer = {
+        let vol = vol.clone();
+        std::thread::spawn(move || vol.sync())
+    };
+    gated.wait_for_a_sync();
+    // The commit is in flight: these belong to the next one.
+    let n = vol.create_file("/n", None).unwrap();
+    vol.unlink("/x").unwrap();
+    gated.set(false);
+    syncer.join().unwrap().unwrap();
+    assert_eq!(read_all(&vol, "/y").unwrap(), b"in flight");
+    faults.set_plan(FaultPlan {
+        fail_eio_on: Some(faults.attempts() + 1),
+        ..Default::default()
+    });
+    vol.sync().unwrap_err();
+    faults.set_plan(FaultPlan::default());
+    assert_eq!(
+        read_all(&vol, "/x").unwrap(),
+        b"kept",
+        "the removal went back"
+    );
+    assert!(vol.stat("/n").is_err());
+    assert!(
+        discarded(&vol, n),
+        "the new file's number answers the failure"
+    );
+    assert_eq!(
+        read_all(&vol, "/y").unwrap(),
+        b"in flight",
+        "sealed in flight"
+    );
+    vol.sync().unwrap();
+    assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
 }

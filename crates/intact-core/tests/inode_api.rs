@@ -405,7 +405,29 @@ fn special_files() {
         assert_eq!(a.size, 0);
         made.push((name, kind, a.ino));
     }
-    // No content, no truncation (EINVAL, as ext4); no other kind through mknod.
+    // A regular file truncates through setattr; a directory is EISDIR; a FIFO has no
+    // content and no truncation (EINVAL, as ext4); no other kind through mknod.
+    let f = file(&vol, ROOT_INO, "plain", b"0123456789");
+    let a = vol
+        .setattr(
+            f,
+            &SetAttr {
+                size: Some(4),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(a.size, 4);
+    assert_eq!(
+        fs_kind(vol.setattr(
+            d,
+            &SetAttr {
+                size: Some(0),
+                ..Default::default()
+            }
+        )),
+        FsErrorKind::IsADirectory
+    );
     let fifo = made[0].2;
     assert!(vol.read_ino(fifo, 0, &mut [0u8; 4]).is_err());
     assert!(matches!(

@@ -540,8 +540,10 @@ mod tests {
         full(s.set_len("a", 3));
         full(s.replace("b", b"new"));
         assert_eq!(s.read_all("a").unwrap().unwrap(), b"12");
-        // What takes no space still works.
+        // What takes no space still works (a write ending exactly at the end too).
         s.write_at("a", 0, b"x").unwrap();
+        s.write_at("a", 1, b"2").unwrap();
+        s.set_len("a", 2).unwrap();
         s.set_len("a", 1).unwrap();
         s.write_at("c", 0, b"c").unwrap_err();
         s.set_plan(FaultPlan::default());

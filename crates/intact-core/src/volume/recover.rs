@@ -12,9 +12,10 @@
 //! the store), and reloads the inode table. Nothing sealed is lost, and nothing unsealed
 //! is half-kept. What the engine discarded, it reports:
 //!
-//! - every waiter on the failed commit gets an error, and so does the next fsync (or
-//!   close) of each file whose unsealed changes were discarded, and the next
-//!   [`Volume::sync`] (as Linux reports a writeback error to the next fsync and syncfs);
+//! - the call that ran the failed commit gets its error; the next fsync (or close) of
+//!   each file whose unsealed changes were discarded, and the next [`Volume::sync`] (or
+//!   one that waited meanwhile), get [`Error::Lost`] (as Linux reports a writeback error
+//!   to the next fsync and syncfs);
 //! - the front end hears which inodes to drop from its caches ([`Volume::on_discard`]);
 //! - inode numbers that name no file any more (files created since the seal) stay
 //!   unused until the front end forgets them, as numbers freed by unlink do, so that a
@@ -28,12 +29,10 @@ use super::{InFlight, Inner, CTR_RESERVATION};
 use crate::error::{Error, Result, Subject};
 use crate::format::{Anchor, Kind};
 use crate::tx::load_journal;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// Failed commits remembered for their waiters.
-const FAILED_KEPT: usize = 64;
 /// Bytes written (then deleted) to learn whether the store has room again.
 const PROBE_LEN: usize = 1 << 20;
 /// The object of that probe (outside `f/`, so never taken for an orphan).
@@ -55,8 +54,6 @@ pub(super) struct Unsealed {
     /// front end still sends for them get the failure, not ENOENT (a program writing to a
     /// file that a full disk discarded hears ENOSPC).
     discarded: HashMap<u64, Failure>,
-    /// Failed commits by number (the latest [`FAILED_KEPT`]).
-    failed: BTreeMap<u64, Failure>,
     /// Going-backs that discarded something, and the last one's failure. A
     /// [`Volume::sync`] reports it when one happened since the last report, or during the
     /// call (another caller may have taken the report meanwhile).
@@ -168,11 +165,6 @@ impl Unsealed {
         self.pending.retain(|_, c| *c > n);
     }
 
-    /// The error for a waiter on commit `n`, if it failed.
-    pub(super) fn failed(&self, n: u64) -> Option<Error> {
-        self.failed.get(&n).map(|f| f.error(format!("commit {n}")))
-    }
-
     /// Takes the discarded changes of `ino`, reported as an error once.
     pub(super) fn take_lost(&mut self, ino: u64, what: impl FnOnce() -> String) -> Result<()> {
         match self.lost.remove(&ino) {
@@ -220,18 +212,13 @@ impl Unsealed {
 }
 
 impl Inner {
-    /// Commit `n` failed with `cause` (`flight`: the commit whose I/O failed; `None` when
+    /// A commit failed with `cause` (`flight`: the commit whose I/O failed; `None` when
     /// its locked phase did). Goes back to the last seal and records what was lost, or
-    /// poisons the volume when even that fails.
-    pub(super) fn commit_failed(&mut self, n: u64, flight: Option<&InFlight>, cause: &Error) {
-        let f = Failure::of(cause);
-        if !self.go_back(flight, f.clone()) {
-            // Its waiters hear of it (not when it sealed: then nothing of it was lost).
-            self.unsealed.failed.insert(n, f);
-            while self.unsealed.failed.len() > FAILED_KEPT {
-                self.unsealed.failed.pop_first();
-            }
-        }
+    /// poisons the volume when even that fails. Waiters hear of the loss through what
+    /// was lost: the per-file reports ([`Volume::fsync`]) and the volume's generation
+    /// ([`Volume::sync`]).
+    pub(super) fn commit_failed(&mut self, flight: Option<&InFlight>, cause: &Error) {
+        self.go_back(flight, Failure::of(cause));
     }
 
     /// A request failed with `cause` after changing the engine's state halfway: see
@@ -281,17 +268,16 @@ impl Inner {
         }
     }
 
-    /// Returns whether the failed commit had sealed (going back found its anchor).
-    fn go_back(&mut self, flight: Option<&InFlight>, f: Failure) -> bool {
+    fn go_back(&mut self, flight: Option<&InFlight>, f: Failure) {
         self.unsealed.broken = None;
         let created = self.tx.created();
         self.tx.abandon();
         if f.crashed {
             self.poisoned = Some(f.cause);
-            return false;
+            return;
         }
         match self.back_to_seal(flight, &f, created) {
-            Ok((sealed, discarded)) => {
+            Ok(discarded) => {
                 if f.errno == Some(libc::ENOSPC) && !self.store_has_room() {
                     self.unsealed.full.store(true, Ordering::Relaxed);
                 }
@@ -312,7 +298,6 @@ impl Inner {
                             .spawn(move || hook(discarded));
                     }
                 }
-                sealed
             }
             Err(e) => {
                 tracing::error!(error = %e, "going back to the last seal failed");
@@ -320,27 +305,21 @@ impl Inner {
                     "{}; going back to the last seal failed too: {e}",
                     f.cause
                 ));
-                false
             }
         }
     }
 
     /// The reopen in place of the module docs, each step tried again after a store error
     /// (a store that failed once may fail again at once). `orphans`: the objects the
-    /// discarded transaction created. Returns whether the failed commit had sealed, and
-    /// the inodes the front end must drop.
+    /// discarded transaction created. Returns the inodes the front end must drop.
     fn back_to_seal(
         &mut self,
         flight: Option<&InFlight>,
         f: &Failure,
         orphans: Vec<String>,
-    ) -> Result<(bool, Vec<Discarded>)> {
+    ) -> Result<Vec<Discarded>> {
         let mut attempt = None;
-        let mut sealed = false;
-        retry(|| {
-            sealed = self.settle(flight, &orphans, &mut attempt)?;
-            Ok(())
-        })?;
+        retry(|| self.settle(flight, &orphans, &mut attempt))?;
         // What the front end must drop, before the state that knows it goes.
         let mut lost: Vec<u64> = self.unsealed.pending.keys().copied().collect();
         lost.extend(
@@ -371,26 +350,26 @@ impl Inner {
             .collect();
         out.sort_by_key(|d| d.ino);
         out.dedup_by_key(|d| d.ino);
-        Ok((sealed, out))
+        Ok(out)
     }
 
     /// Step 1: the trusted state. Finishes a commit that sealed before its I/O failed,
     /// reserves fresh counters under a new epoch (the commit point: after it the engine's
     /// anchor is the new one), and deletes the discarded objects. `attempt`: the anchor an
     /// earlier try stored, if its store call failed (it may have landed all the same).
-    /// Returns whether the failed commit had sealed.
     fn settle(
         &mut self,
         flight: Option<&InFlight>,
         orphans: &[String],
         attempt: &mut Option<Attempt>,
-    ) -> Result<bool> {
+    ) -> Result<()> {
         let bytes = self.trusted.load()?.ok_or_else(|| {
             Error::AnchorCorrupt("the trusted anchor disappeared while the volume was open".into())
         })?;
         if let Some(a) = attempt.take().filter(|a| a.bytes == bytes) {
             // An earlier try's anchor landed although its store call failed.
-            return Ok(self.settled(a));
+            self.settled(a);
+            return Ok(());
         }
         let mut anchor = Anchor::decode(&bytes, &self.keys.anchor)?;
         if anchor.volume_id != self.anchor.volume_id {
@@ -438,17 +417,17 @@ impl Inner {
             anchor,
             floor,
             orphans,
-            sealed_it,
         };
         if let Err(e) = self.trusted.store(&a.bytes) {
             *attempt = Some(a);
             return Err(e);
         }
-        Ok(self.settled(a))
+        self.settled(a);
+        Ok(())
     }
 
     /// The new anchor is stored: it becomes the engine's, and the discarded objects go.
-    fn settled(&mut self, a: Attempt) -> bool {
+    fn settled(&mut self, a: Attempt) {
         self.anchor = a.anchor;
         self.ctr_floor = a.floor;
         for name in &a.orphans {
@@ -456,7 +435,6 @@ impl Inner {
                 tracing::warn!(object = %name, error = %e, "cannot delete an orphan object");
             }
         }
-        a.sealed_it
     }
 
     /// Step 2: the sealed inode table, as an open loads it; `reborn` (the numbers whose
@@ -511,7 +489,6 @@ struct Attempt {
     anchor: Anchor,
     floor: u64,
     orphans: Vec<String>,
-    sealed_it: bool,
 }
 
 /// Runs `f` up to three times while it fails with a store error, pausing between tries.
