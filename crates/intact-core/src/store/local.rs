@@ -6,6 +6,7 @@
 //! fsyncs the named files plus every directory whose entries changed (creation, deletion)
 //! on the way to them; `sync_all` uses `syncfs(2)` on the root's file system.
 
+use super::record::{logged, FsCall, FsLog};
 use super::{check_name, UntrustedStore};
 use crate::error::{Error, Result};
 use std::collections::{HashMap, HashSet};
@@ -48,6 +49,9 @@ pub struct LocalDirStore {
     root_fd: File,
     /// The file system's largest file, probed on first use ([`probe_max_len`]).
     max_len: std::sync::OnceLock<u64>,
+    /// Where the calls that change the file system are recorded, for the crash-state
+    /// tests ([`LocalDirStore::open_logged`]).
+    log: Option<Arc<FsLog>>,
 }
 
 /// Objects per `sync` beyond which one `syncfs` replaces per-object `fdatasync`s (a seal
@@ -116,7 +120,21 @@ impl LocalDirStore {
             known_dirs: Mutex::new(HashSet::new()),
             root_fd,
             max_len: std::sync::OnceLock::new(),
+            log: None,
         })
+    }
+
+    /// Opens a store that records every call changing the file system in `log`, and
+    /// runs its calls one at a time so that the log's order is theirs (the crash-state
+    /// tests: [`super::record`]).
+    pub fn open_logged(root: impl Into<PathBuf>, log: Arc<FsLog>) -> Result<Self> {
+        let mut s = Self::open(root)?;
+        s.log = Some(log);
+        Ok(s)
+    }
+
+    fn log(&self) -> Option<&FsLog> {
+        self.log.as_deref()
     }
 
     /// Creates the root directory (and its parents) if needed, then opens the store.
@@ -157,7 +175,11 @@ impl LocalDirStore {
         for comp in &comps[..comps.len() - 1] {
             let child = dir.join(comp);
             if !self.known_dirs.lock().unwrap().contains(&child) {
-                match fs::create_dir(&child) {
+                match logged(
+                    self.log(),
+                    || fs::create_dir(&child),
+                    |r| FsCall::Mkdir(r(&child)),
+                ) {
                     Ok(()) => self.mark_dirty(dir),
                     Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
                     Err(e) => return Err(Error::io(name, e)),
@@ -188,13 +210,21 @@ impl LocalDirStore {
                     return Ok(None);
                 }
                 self.make_parents(name)?;
-                let f = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(false)
-                    .open(&path)
-                    .map_err(|e| Error::io(name, e))?;
+                let create = || {
+                    OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .create_new(true)
+                        .open(&path)
+                };
+                let f = match logged(self.log(), create, |r| FsCall::Create(r(&path))) {
+                    // Created by another process since the open above: no new entry.
+                    Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                        OpenOptions::new().read(true).write(true).open(&path)
+                    }
+                    r => r,
+                }
+                .map_err(|e| Error::io(name, e))?;
                 self.mark_dirty(parent_of(&path));
                 Handle {
                     file: Arc::new(f),
@@ -224,7 +254,11 @@ impl LocalDirStore {
 
     /// Fsyncs `dir`, re-marking it dirty when that fails.
     fn fsync_dir(&self, dir: &Path) -> Result<()> {
-        let res = File::open(dir).and_then(|d| d.sync_all());
+        let res = logged(
+            self.log(),
+            || File::open(dir).and_then(|d| d.sync_all()),
+            |r| FsCall::FsyncDir(r(dir)),
+        );
         res.map_err(|e| {
             self.mark_dirty(dir.to_path_buf());
             Error::io(dir.display().to_string(), e)
@@ -318,7 +352,16 @@ impl UntrustedStore for LocalDirStore {
         Self::check(name)?;
         let file = self.handle(name, true, true)?.expect("created");
         // A write past the end leaves a hole, which reads as zeros.
-        file.write_all_at(data, off).map_err(|e| Error::io(name, e))
+        logged(
+            self.log(),
+            || file.write_all_at(data, off),
+            |r| FsCall::Write {
+                path: r(&self.path_of(name)),
+                off,
+                data: data.to_vec(),
+            },
+        )
+        .map_err(|e| Error::io(name, e))
     }
 
     fn len(&self, name: &str) -> Result<Option<u64>> {
@@ -338,7 +381,15 @@ impl UntrustedStore for LocalDirStore {
     fn set_len(&self, name: &str, len: u64) -> Result<()> {
         Self::check(name)?;
         let file = self.handle(name, true, true)?.expect("created");
-        file.set_len(len).map_err(|e| Error::io(name, e))
+        logged(
+            self.log(),
+            || file.set_len(len),
+            |r| FsCall::SetLen {
+                path: r(&self.path_of(name)),
+                len,
+            },
+        )
+        .map_err(|e| Error::io(name, e))
     }
 
     fn delete(&self, name: &str) -> Result<()> {
@@ -346,7 +397,11 @@ impl UntrustedStore for LocalDirStore {
         let path = self.path_of(name);
         let mut handles = self.handles.lock().unwrap();
         handles.remove(name);
-        match fs::remove_file(&path) {
+        match logged(
+            self.log(),
+            || fs::remove_file(&path),
+            |r| FsCall::Unlink(r(&path)),
+        ) {
             Ok(()) => {
                 self.mark_dirty(parent_of(&path));
                 Ok(())
@@ -371,7 +426,12 @@ impl UntrustedStore for LocalDirStore {
             Self::check(name)?;
             if let Some(file) = self.handle(name, false, false)? {
                 // fdatasync also flushes the metadata needed to read the data back (the size).
-                file.sync_data().map_err(|e| Error::io(name.as_str(), e))?;
+                logged(
+                    self.log(),
+                    || file.sync_data(),
+                    |r| FsCall::Fsync(r(&self.path_of(name))),
+                )
+                .map_err(|e| Error::io(name.as_str(), e))?;
             }
             self.sync_dirs_for(name)?;
         }
@@ -382,13 +442,13 @@ impl UntrustedStore for LocalDirStore {
         let taken = std::mem::take(&mut *self.dirty_dirs.lock().unwrap());
         // SAFETY: `root_fd` is an open file owned by `self`, so its fd is valid for the
         // duration of the call; syncfs only reads the descriptor and touches no memory of ours.
-        let rc = unsafe { libc::syncfs(self.root_fd.as_raw_fd()) };
-        if rc != 0 {
+        let syncfs = || match unsafe { libc::syncfs(self.root_fd.as_raw_fd()) } {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        };
+        if let Err(e) = logged(self.log(), syncfs, |_| FsCall::Syncfs) {
             self.dirty_dirs.lock().unwrap().extend(taken);
-            return Err(Error::io(
-                self.root.display().to_string(),
-                io::Error::last_os_error(),
-            ));
+            return Err(Error::io(self.root.display().to_string(), e));
         }
         Ok(())
     }
@@ -417,10 +477,23 @@ impl UntrustedStore for LocalDirStore {
         let base = path.file_name().and_then(|s| s.to_str()).unwrap_or("obj");
         let seq = self.tmp_seq.fetch_add(1, Ordering::Relaxed);
         let tmp = dir.join(format!("{TMP_PREFIX}{base}.{}.{seq}", std::process::id()));
+        let log = self.log();
         let write_tmp = || -> io::Result<()> {
-            let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-            f.write_all(data)?;
-            f.sync_all()
+            let mut f = logged(
+                log,
+                || OpenOptions::new().write(true).create_new(true).open(&tmp),
+                |r| FsCall::Create(r(&tmp)),
+            )?;
+            logged(
+                log,
+                || f.write_all(data),
+                |r| FsCall::Write {
+                    path: r(&tmp),
+                    off: 0,
+                    data: data.to_vec(),
+                },
+            )?;
+            logged(log, || f.sync_all(), |r| FsCall::Fsync(r(&tmp)))
         };
         if let Err(e) = write_tmp() {
             let _ = fs::remove_file(&tmp);
@@ -429,7 +502,12 @@ impl UntrustedStore for LocalDirStore {
         {
             let mut handles = self.handles.lock().unwrap();
             handles.remove(name);
-            if let Err(e) = fs::rename(&tmp, &path) {
+            let rename = || fs::rename(&tmp, &path);
+            let call = |r: &dyn Fn(&Path) -> PathBuf| FsCall::Rename {
+                from: r(&tmp),
+                to: r(&path),
+            };
+            if let Err(e) = logged(log, rename, call) {
                 let _ = fs::remove_file(&tmp);
                 return Err(Error::io(name, e));
             }

@@ -14,6 +14,7 @@ mod counting;
 mod fault;
 mod local;
 mod memory;
+pub mod record;
 mod trusted;
 
 pub use counting::{CountingStore, IoCounts, IoStats};

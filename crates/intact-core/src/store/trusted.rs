@@ -1,6 +1,7 @@
 //! The trusted store: the constant-size anchor the adversary can neither modify nor roll
 //! back, plus the volume lock.
 
+use super::record::{logged, FsCall, FsLog};
 use crate::error::{Error, Result};
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, ErrorKind, Write};
@@ -76,6 +77,8 @@ impl TrustedLock {
 pub struct LocalStateDir {
     dir: PathBuf,
     volume: String,
+    /// Where the calls that change the file system are recorded (the crash-state tests).
+    log: Option<Arc<FsLog>>,
 }
 
 static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -90,7 +93,14 @@ impl LocalStateDir {
         Ok(LocalStateDir {
             dir: dir.join(volume_id_hex),
             volume: volume_id_hex.to_string(),
+            log: None,
         })
+    }
+
+    /// The same state directory, recording its calls in `log` ([`super::record`]).
+    pub fn with_log(mut self, log: Arc<FsLog>) -> Self {
+        self.log = Some(log);
+        self
     }
 
     /// The default base directory: `$XDG_STATE_HOME/intact`, else
@@ -135,9 +145,11 @@ impl LocalStateDir {
     }
 
     fn sync_dir(&self) -> Result<()> {
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| Error::io(self.dir.display().to_string(), e))
+        let sync = || File::open(&self.dir).and_then(|d| d.sync_all());
+        logged(self.log.as_deref(), sync, |r| {
+            FsCall::FsyncDir(r(&self.dir))
+        })
+        .map_err(|e| Error::io(self.dir.display().to_string(), e))
     }
 }
 
@@ -157,15 +169,28 @@ impl TrustedStore for LocalStateDir {
         let tmp = self
             .dir
             .join(format!("anchor.tmp.{}.{seq}", std::process::id()));
+        let (log, anchor) = (self.log.as_deref(), self.anchor_path());
         let write = || -> io::Result<()> {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            f.write_all(bytes)?;
-            f.sync_all()?;
-            fs::rename(&tmp, self.anchor_path())
+            let create = || {
+                OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&tmp)
+            };
+            let mut f = logged(log, create, |r| FsCall::Create(r(&tmp)))?;
+            let data = |r: &dyn Fn(&Path) -> PathBuf| FsCall::Write {
+                path: r(&tmp),
+                off: 0,
+                data: bytes.to_vec(),
+            };
+            logged(log, || f.write_all(bytes), data)?;
+            logged(log, || f.sync_all(), |r| FsCall::Fsync(r(&tmp)))?;
+            let rename = |r: &dyn Fn(&Path) -> PathBuf| FsCall::Rename {
+                from: r(&tmp),
+                to: r(&anchor),
+            };
+            logged(log, || fs::rename(&tmp, &anchor), rename)
         };
         if let Err(e) = write() {
             let _ = fs::remove_file(&tmp);
@@ -227,7 +252,11 @@ impl TrustedStore for LocalStateDir {
 
     fn remove(&self) -> Result<()> {
         let path = self.anchor_path();
-        match fs::remove_file(&path) {
+        match logged(
+            self.log.as_deref(),
+            || fs::remove_file(&path),
+            |r| FsCall::Unlink(r(&path)),
+        ) {
             Ok(()) => self.sync_dir(),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
             Err(e) => Err(Error::io(path.display().to_string(), e)),

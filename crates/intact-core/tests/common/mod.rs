@@ -7,6 +7,8 @@ use intact_core::store::{MemTrusted, TrustedStore, UntrustedStore};
 use intact_core::{CreateOptions, Options, Volume};
 use std::sync::Arc;
 
+pub mod workload;
+
 pub const PW: &[u8] = b"correct horse";
 
 /// A new volume in `store`, anchored in `trusted` (a `MemTrusted`, or a wrapper of one).

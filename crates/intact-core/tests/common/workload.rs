@@ -1,0 +1,128 @@
+//! The scripted workload of the crash tests (`crash.rs` over the fault store in memory,
+//! `crash_states.rs` over the real local-directory store).
+
+use super::*;
+use intact_core::format::ROOT_INO;
+use intact_core::volume::{Kind, RenameMode, XattrMode, SCHEME_XATTR};
+use intact_core::{Result, Volume};
+use std::collections::BTreeMap;
+
+/// The expected tree: `p` a file's bytes, `p/` a directory, `p@name` an extended attribute.
+pub type Model = BTreeMap<String, Vec<u8>>;
+
+/// Content that alternates by seed between random-looking, incompressible bytes (odd seeds)
+/// and text (even seeds), so that RAND-EINT / COMP-EINT blocks move in and out of RTree as
+/// the workload overwrites them.
+pub fn flip(seed: u8, len: usize) -> Vec<u8> {
+    if !seed.is_multiple_of(2) {
+        noise(seed, len)
+    } else {
+        text(seed, len)
+    }
+}
+
+/// The workload: operations interleaved with sync points. `points` gets a copy of the
+/// model before each sync and `done` the number of syncs that returned; `synced` is called
+/// as each returns.
+pub fn workload_with(
+    vol: &Volume,
+    bs: usize,
+    points: &mut Vec<Model>,
+    done: &mut usize,
+    pattern: fn(u8, usize) -> Vec<u8>,
+    synced: &mut dyn FnMut(),
+) -> Result<()> {
+    let mut m: Model = BTreeMap::new();
+    let mut sync = |m: &Model, points: &mut Vec<Model>, done: &mut usize| -> Result<()> {
+        points.push(m.clone());
+        vol.sync()?;
+        *done = points.len();
+        synced();
+        Ok(())
+    };
+    let put = |m: &mut Model, path: &str, off: usize, data: &[u8]| -> Result<()> {
+        vol.write_path(path, off as u64, data)?;
+        let f = m.get_mut(path).expect("created");
+        if f.len() < off + data.len() {
+            f.resize(off + data.len(), 0);
+        }
+        f[off..off + data.len()].copy_from_slice(data);
+        Ok(())
+    };
+    vol.create_file("/f1", None)?;
+    m.insert("/f1".into(), vec![]);
+    put(&mut m, "/f1", 0, &pattern(1, 3 * bs + 100))?;
+    sync(&m, points, done)?;
+
+    put(&mut m, "/f1", bs + 7, &pattern(2, bs))?;
+    vol.create_file("/f2", None)?;
+    m.insert("/f2".into(), vec![]);
+    put(&mut m, "/f2", 0, &pattern(3, 10 * bs + 1))?;
+    sync(&m, points, done)?;
+
+    vol.truncate("/f1", (bs + bs / 2) as u64)?;
+    m.get_mut("/f1").unwrap().truncate(bs + bs / 2);
+    put(&mut m, "/f2", 10 * bs + 1, &pattern(4, 2 * bs))?;
+    vol.mkdir("/d")?;
+    m.insert("/d/".into(), vec![]);
+    vol.rename("/f2", "/d/f2")?;
+    let f2 = m.remove("/f2").unwrap();
+    m.insert("/d/f2".into(), f2);
+    sync(&m, points, done)?;
+
+    vol.unlink("/f1")?;
+    m.remove("/f1");
+    vol.create_file("/f3", None)?;
+    m.insert("/f3".into(), vec![]);
+    put(&mut m, "/f3", 5 * bs, &pattern(5, 3))?; // sparse
+    put(&mut m, "/f3", 0, &pattern(6, bs / 2))?;
+    sync(&m, points, done)?;
+
+    put(&mut m, "/d/f2", 0, &pattern(7, 12 * bs + 1))?;
+    vol.truncate("/f3", 0)?;
+    m.get_mut("/f3").unwrap().clear();
+    put(&mut m, "/f3", 0, &pattern(8, 2 * bs))?;
+    vol.create_file("/d/f4", None)?;
+    m.insert("/d/f4".into(), vec![]);
+    sync(&m, points, done)?;
+
+    // The inode-level operations of the FUSE adapter: a hard link, an extended attribute
+    // (model key `path@name`), a file unlinked while open (still open at most crashes),
+    // re-encryption under another scheme, and an atomic exchange.
+    let f3 = vol.lookup(ROOT_INO, "f3")?.ino;
+    let d = vol.lookup(ROOT_INO, "d")?.ino;
+    vol.link_at(f3, d, "h")?;
+    m.insert("/d/h".into(), m["/f3"].clone());
+    vol.setxattr(f3, "user.k", b"v1", XattrMode::Set)?;
+    m.insert("/f3@user.k".into(), b"v1".to_vec());
+    m.insert("/d/h@user.k".into(), b"v1".to_vec());
+    let tmp = vol
+        .create_at(ROOT_INO, "tmp", Kind::File, 0o644, 0, 0, None)?
+        .ino;
+    vol.open_handle(tmp)?;
+    vol.write_ino(tmp, 0, &pattern(9, 3 * bs))?;
+    vol.unlink_at(ROOT_INO, "tmp")?;
+    vol.write_ino(tmp, 3 * bs as u64, b"more")?;
+    sync(&m, points, done)?;
+
+    put(&mut m, "/d/f4", 0, &pattern(10, 2 * bs + 3))?;
+    let f4 = vol.lookup(d, "f4")?.ino;
+    let other = if vol.stat("/d/f4")?.scheme == "mt-eint-cbc" {
+        "mt-eint"
+    } else {
+        "mt-eint-cbc"
+    };
+    vol.setxattr(f4, SCHEME_XATTR, other.as_bytes(), XattrMode::Set)?;
+    vol.rename_at(ROOT_INO, "f3", d, "f2", RenameMode::Exchange)?;
+    let (a, b) = (m.remove("/f3").unwrap(), m.remove("/d/f2").unwrap());
+    m.insert("/f3".into(), b);
+    m.insert("/d/f2".into(), a);
+    let x = m.remove("/f3@user.k").unwrap();
+    m.insert("/d/f2@user.k".into(), x);
+    vol.setxattr(f3, "user.k", b"v2", XattrMode::Replace)?;
+    m.insert("/d/f2@user.k".into(), b"v2".to_vec());
+    m.insert("/d/h@user.k".into(), b"v2".to_vec());
+    vol.release_handle(tmp)?;
+    sync(&m, points, done)?;
+    Ok(())
+}
