@@ -667,6 +667,7 @@ mod tests {
     #[test]
     fn a_log_records_in_order_with_relative_paths() {
         let log = FsLog::new("/base");
+        assert!(log.is_empty());
         let r: io::Result<()> =
             log.run(|| Ok(()), |rel| FsCall::Mkdir(rel(Path::new("/base/a/b"))));
         r.unwrap();
