@@ -6,40 +6,13 @@
 
 mod common;
 
-use common::workload::{flip, workload_with, Model};
+use common::workload::{flip, read_state, workload_with, Model};
 use common::*;
 use intact_core::format::SchemeId;
 use intact_core::store::{CrashImage, FaultPlan, FaultStore, MemStore, MemTrusted, UntrustedStore};
-use intact_core::volume::{Kind, SCHEME_XATTR};
-use intact_core::{Result, Volume};
+use intact_core::Volume;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-fn read_state(vol: &Volume) -> Result<Model> {
-    let mut m = BTreeMap::new();
-    let mut stack = vec!["/".to_string()];
-    while let Some(dir) = stack.pop() {
-        for e in vol.readdir(&dir)? {
-            let p = format!("{}{}", dir, e.name);
-            match e.kind {
-                Kind::Dir => {
-                    m.insert(format!("{p}/"), vec![]);
-                    stack.push(format!("{p}/"));
-                }
-                _ => {
-                    m.insert(p.clone(), read_all(vol, &p)?);
-                    for name in vol.listxattr(e.ino)? {
-                        if name != SCHEME_XATTR {
-                            let v = vol.getxattr(e.ino, &name)?;
-                            m.insert(format!("{p}@{name}"), v);
-                        }
-                    }
-                }
-            }
-        }
-    }
-    Ok(m)
-}
 
 fn check_recovered(
     image: MemStore,

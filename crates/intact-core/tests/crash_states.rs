@@ -29,12 +29,12 @@
 
 mod common;
 
-use common::workload::{flip, workload_with};
+use common::workload::{flip, read_state, workload_with};
 use common::{mixed, PW};
-use intact_core::format::{Kind, SchemeId, ROOT_INO};
+use intact_core::format::{SchemeId, ROOT_INO};
 use intact_core::store::record::{Choice, CrashModel, FsCall, FsLog, Tree};
 use intact_core::store::{LocalDirStore, LocalStateDir, TrustedStore, UntrustedStore};
-use intact_core::volume::{XattrMode, SCHEME_XATTR};
+use intact_core::volume::XattrMode;
 use intact_core::{CreateOptions, Options, Result, Volume};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::hash::{Hash, Hasher};
@@ -145,17 +145,8 @@ fn parent_ino(vol: &Volume, path: &str) -> Result<(u64, String)> {
 /// Runs operation `op` (the `i`th of the workload) on the volume and the model.
 fn apply(op: &str, i: usize, vol: &Volume, m: &mut Model) -> Result<()> {
     let seed = (i * 16 + OPS.iter().position(|o| *o == op).unwrap()) as u8;
-    let needs_file = [
-        "overwrite",
-        "append",
-        "truncate",
-        "rename",
-        "link",
-        "unlink",
-        "setxattr",
-    ];
     let first = m.first_file().unwrap_or_default();
-    if first.is_empty() && needs_file.contains(&op) {
+    if first.is_empty() && !["write", "mkdir", "rmdir", "symlink"].contains(&op) {
         // Every file is gone (two unlinks): a new one instead.
         return apply("write", i, vol, m);
     }
@@ -238,35 +229,6 @@ fn apply(op: &str, i: usize, vol: &Volume, m: &mut Model) -> Result<()> {
         _ => unreachable!("{op}"),
     }
     Ok(())
-}
-
-/// The whole tree of a volume.
-fn read_state(vol: &Volume) -> Result<Flat> {
-    let mut out = Flat::new();
-    let mut stack = vec![String::new()];
-    while let Some(dir) = stack.pop() {
-        for e in vol.readdir(if dir.is_empty() { "/" } else { &dir })? {
-            let p = format!("{dir}/{}", e.name);
-            match e.kind {
-                Kind::Dir => {
-                    out.insert(format!("{p}/"), vec![]);
-                    stack.push(p);
-                }
-                Kind::Symlink => {
-                    out.insert(p.clone(), format!("-> {}", vol.readlink(&p)?).into_bytes());
-                }
-                _ => {
-                    out.insert(p.clone(), common::read_all(vol, &p)?);
-                    for name in vol.listxattr(e.ino)? {
-                        if name != SCHEME_XATTR {
-                            out.insert(format!("{p}@{name}"), vol.getxattr(e.ino, &name)?);
-                        }
-                    }
-                }
-            }
-        }
-    }
-    Ok(out)
 }
 
 fn opts() -> Options {

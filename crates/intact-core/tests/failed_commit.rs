@@ -840,60 +840,37 @@ fn a_truncation_failing_halfway_goes_back_too() {
     assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
 }
 
-/// A store whose syncs wait while a gate is closed: a commit's I/O is held in flight.
-struct Gated {
-    inner: Arc<FaultStore<MemStore>>,
+/// Syncs that wait while a gate is closed: a commit's I/O is held in flight.
+#[derive(Default)]
+struct Gate {
     /// (closed, a sync is waiting)
-    gate: std::sync::Mutex<(bool, bool)>,
+    state: std::sync::Mutex<(bool, bool)>,
     cv: std::sync::Condvar,
 }
 
-impl Gated {
+impl Gate {
     fn set(&self, closed: bool) {
-        self.gate.lock().unwrap().0 = closed;
+        self.state.lock().unwrap().0 = closed;
         self.cv.notify_all();
     }
 
     fn wait_for_a_sync(&self) {
-        let mut g = self.gate.lock().unwrap();
+        let mut g = self.state.lock().unwrap();
         while !g.1 {
             g = self.cv.wait(g).unwrap();
         }
     }
 }
 
-impl UntrustedStore for Gated {
-    fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> intact_core::Result<usize> {
-        self.inner.read_at(name, off, buf)
-    }
-    fn write_at(&self, name: &str, off: u64, data: &[u8]) -> intact_core::Result<()> {
-        self.inner.write_at(name, off, data)
-    }
-    fn len(&self, name: &str) -> intact_core::Result<Option<u64>> {
-        self.inner.len(name)
-    }
-    fn set_len(&self, name: &str, len: u64) -> intact_core::Result<()> {
-        self.inner.set_len(name, len)
-    }
-    fn delete(&self, name: &str) -> intact_core::Result<()> {
-        self.inner.delete(name)
-    }
-    fn sync(&self, names: &[String]) -> intact_core::Result<()> {
-        let mut g = self.gate.lock().unwrap();
+impl SyncHook for Gate {
+    fn before_sync(&self) {
+        let mut g = self.state.lock().unwrap();
         g.1 = true;
         self.cv.notify_all();
         while g.0 {
             g = self.cv.wait(g).unwrap();
         }
         g.1 = false;
-        drop(g);
-        self.inner.sync(names)
-    }
-    fn sync_all(&self) -> intact_core::Result<()> {
-        self.inner.sync_all()
-    }
-    fn list(&self) -> intact_core::Result<Vec<String>> {
-        self.inner.list()
     }
 }
 
@@ -903,10 +880,9 @@ impl UntrustedStore for Gated {
 #[test]
 fn changes_made_while_a_commit_is_in_flight_go_back_with_the_next() {
     let faults = Arc::new(FaultStore::new_mem());
-    let gated = Arc::new(Gated {
+    let gated = Arc::new(Hooked {
         inner: faults.clone(),
-        gate: std::sync::Mutex::new((false, false)),
-        cv: std::sync::Condvar::new(),
+        hook: Gate::default(),
     });
     let trusted = MemTrusted::new();
     let vol = Arc::new(create(gated.clone(), &trusted, SchemeId::MtEintGcm, 4096));
@@ -915,16 +891,16 @@ fn changes_made_while_a_commit_is_in_flight_go_back_with_the_next() {
     vol.create_file("/y", None).unwrap();
     vol.sync().unwrap();
     vol.write_path("/y", 0, b"in flight").unwrap();
-    gated.set(true);
+    gated.hook.set(true);
     let syncer = {
         let vol = vol.clone();
         std::thread::spawn(move || vol.sync())
     };
-    gated.wait_for_a_sync();
+    gated.hook.wait_for_a_sync();
     // The commit is in flight: these belong to the next one.
     let n = vol.create_file("/n", None).unwrap();
     vol.unlink("/x").unwrap();
-    gated.set(false);
+    gated.hook.set(false);
     syncer.join().unwrap().unwrap();
     assert_eq!(read_all(&vol, "/y").unwrap(), b"in flight");
     faults.set_plan(FaultPlan {

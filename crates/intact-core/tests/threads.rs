@@ -72,53 +72,29 @@ fn concurrent_writers_readers_and_syncs() {
     assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
 }
 
-/// A store whose syncs take a while, and that counts syncs begun and ended: a request that
-/// starts and ends inside one sync ran while a seal's I/O was in flight.
-struct SlowSync {
-    inner: MemStore,
+/// Syncs that take a while, counted as they begin and end: a request that starts and
+/// ends inside one sync ran while a seal's I/O was in flight.
+#[derive(Default)]
+struct SyncTimes {
     begun: std::sync::atomic::AtomicU64,
     ended: std::sync::atomic::AtomicU64,
 }
 
-impl SlowSync {
-    fn new() -> SlowSync {
-        SlowSync {
-            inner: MemStore::new(),
-            begun: std::sync::atomic::AtomicU64::new(0),
-            ended: std::sync::atomic::AtomicU64::new(0),
-        }
+impl SyncHook for SyncTimes {
+    fn before_sync(&self) {
+        self.begun.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    fn after_sync(&self) {
+        self.ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
-impl intact_core::store::UntrustedStore for SlowSync {
-    fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> intact_core::Result<usize> {
-        self.inner.read_at(name, off, buf)
-    }
-    fn write_at(&self, name: &str, off: u64, data: &[u8]) -> intact_core::Result<()> {
-        self.inner.write_at(name, off, data)
-    }
-    fn len(&self, name: &str) -> intact_core::Result<Option<u64>> {
-        self.inner.len(name)
-    }
-    fn set_len(&self, name: &str, len: u64) -> intact_core::Result<()> {
-        self.inner.set_len(name, len)
-    }
-    fn delete(&self, name: &str) -> intact_core::Result<()> {
-        self.inner.delete(name)
-    }
-    fn sync(&self, names: &[String]) -> intact_core::Result<()> {
-        use std::sync::atomic::Ordering::SeqCst;
-        self.begun.fetch_add(1, SeqCst);
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        let r = self.inner.sync(names);
-        self.ended.fetch_add(1, SeqCst);
-        r
-    }
-    fn sync_all(&self) -> intact_core::Result<()> {
-        self.inner.sync_all()
-    }
-    fn list(&self) -> intact_core::Result<Vec<String>> {
-        self.inner.list()
+/// A store in memory whose syncs take a while.
+fn slow_sync() -> Hooked<MemStore, SyncTimes> {
+    Hooked {
+        inner: MemStore::new(),
+        hook: SyncTimes::default(),
     }
 }
 
@@ -130,7 +106,7 @@ impl intact_core::store::UntrustedStore for SlowSync {
 fn requests_complete_during_seals_and_match_the_model() {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 
-    let slow = Arc::new(SlowSync::new());
+    let slow = Arc::new(slow_sync());
     let store: Arc<dyn intact_core::store::UntrustedStore> = slow.clone();
     let trusted = MemTrusted::new();
     let vol = Arc::new(create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096));
@@ -175,9 +151,9 @@ fn requests_complete_during_seals_and_match_the_model() {
                             _ => 0,
                         };
                         let data = pattern(seed, len);
-                        let (b0, e0) = (slow.begun.load(SeqCst), slow.ended.load(SeqCst));
+                        let (b0, e0) = (slow.hook.begun.load(SeqCst), slow.hook.ended.load(SeqCst));
                         vol.write_path(&path, off as u64, &data).unwrap();
-                        if b0 == e0 + 1 && slow.ended.load(SeqCst) == e0 {
+                        if b0 == e0 + 1 && slow.hook.ended.load(SeqCst) == e0 {
                             overlapped.fetch_add(1, SeqCst);
                         }
                         if model.len() < off + len {
@@ -219,7 +195,7 @@ fn requests_complete_during_seals_and_match_the_model() {
 /// and reads the last content.
 #[test]
 fn background_seal_at_the_dirty_limit_and_drop_right_after() {
-    let slow = Arc::new(SlowSync::new());
+    let slow = Arc::new(slow_sync());
     let store: Arc<dyn intact_core::store::UntrustedStore> = slow.clone();
     let trusted = MemTrusted::new();
     let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
@@ -229,7 +205,7 @@ fn background_seal_at_the_dirty_limit_and_drop_right_after() {
         vol.write_path("/f", (k << 20) as u64, chunk).unwrap();
     }
     vol.sync().unwrap();
-    let synced = slow.begun.load(std::sync::atomic::Ordering::SeqCst);
+    let synced = slow.hook.begun.load(std::sync::atomic::Ordering::SeqCst);
     // Overwrites are staged in memory: past 32 MiB of them a seal begins.
     let last = pattern(2, SIZE);
     for (k, chunk) in last.chunks(1 << 20).enumerate() {
@@ -237,7 +213,7 @@ fn background_seal_at_the_dirty_limit_and_drop_right_after() {
     }
     // The seal runs on its own thread: its first sync comes soon, with no call of ours.
     let t0 = std::time::Instant::now();
-    while slow.begun.load(std::sync::atomic::Ordering::SeqCst) == synced {
+    while slow.hook.begun.load(std::sync::atomic::Ordering::SeqCst) == synced {
         assert!(
             t0.elapsed() < std::time::Duration::from_secs(10),
             "48 MiB of overwrites began no seal on their own"

@@ -134,3 +134,47 @@ pub fn mixed(seed: u8, len: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+/// What a test does around each `sync` of a store wrapped in [`Hooked`].
+pub trait SyncHook: Send + Sync {
+    /// Runs before the inner store's sync.
+    fn before_sync(&self) {}
+    /// Runs after it, whatever it returned.
+    fn after_sync(&self) {}
+}
+
+/// A store that passes every call to `inner` and runs `hook` around its syncs.
+pub struct Hooked<S, H> {
+    pub inner: S,
+    pub hook: H,
+}
+
+impl<S: UntrustedStore, H: SyncHook> UntrustedStore for Hooked<S, H> {
+    fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> intact_core::Result<usize> {
+        self.inner.read_at(name, off, buf)
+    }
+    fn write_at(&self, name: &str, off: u64, data: &[u8]) -> intact_core::Result<()> {
+        self.inner.write_at(name, off, data)
+    }
+    fn len(&self, name: &str) -> intact_core::Result<Option<u64>> {
+        self.inner.len(name)
+    }
+    fn set_len(&self, name: &str, len: u64) -> intact_core::Result<()> {
+        self.inner.set_len(name, len)
+    }
+    fn delete(&self, name: &str) -> intact_core::Result<()> {
+        self.inner.delete(name)
+    }
+    fn sync(&self, names: &[String]) -> intact_core::Result<()> {
+        self.hook.before_sync();
+        let r = self.inner.sync(names);
+        self.hook.after_sync();
+        r
+    }
+    fn sync_all(&self) -> intact_core::Result<()> {
+        self.inner.sync_all()
+    }
+    fn list(&self) -> intact_core::Result<Vec<String>> {
+        self.inner.list()
+    }
+}

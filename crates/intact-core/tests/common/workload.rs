@@ -126,3 +126,32 @@ pub fn workload_with(
     sync(&m, points, done)?;
     Ok(())
 }
+
+/// The whole tree of a volume, as a [`Model`] (a symlink reads `-> target`).
+pub fn read_state(vol: &Volume) -> Result<Model> {
+    let mut out = Model::new();
+    let mut stack = vec![String::new()];
+    while let Some(dir) = stack.pop() {
+        for e in vol.readdir(if dir.is_empty() { "/" } else { &dir })? {
+            let p = format!("{dir}/{}", e.name);
+            match e.kind {
+                Kind::Dir => {
+                    out.insert(format!("{p}/"), vec![]);
+                    stack.push(p);
+                }
+                Kind::Symlink => {
+                    out.insert(p.clone(), format!("-> {}", vol.readlink(&p)?).into_bytes());
+                }
+                _ => {
+                    out.insert(p.clone(), read_all(vol, &p)?);
+                    for name in vol.listxattr(e.ino)? {
+                        if name != SCHEME_XATTR {
+                            out.insert(format!("{p}@{name}"), vol.getxattr(e.ino, &name)?);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
+}
