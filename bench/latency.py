@@ -33,6 +33,9 @@ import time
 import multiprocessing as mp
 
 PW = "intact-latency-password"
+# The bulk writer goes back to offset 0 past this many bytes (BULK_WRAP_MB, default 1024):
+# past it, its writes overwrite sealed data (journaled) instead of appending.
+BULK_WRAP = int(os.environ.get("BULK_WRAP_MB", "1024")) << 20
 
 
 def intact_bin():
@@ -150,7 +153,7 @@ def bulk(mnt, stop_at, q):
     off = 0
     while time.time() < stop_at:
         timed(lat, "bulk", os.pwrite, fd, chunk, off)
-        off = (off + len(chunk)) % (1 << 30)
+        off = (off + len(chunk)) % BULK_WRAP
     os.close(fd)
     q.put(lat)
 

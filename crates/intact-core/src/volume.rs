@@ -48,6 +48,9 @@ const KEEP_NAMES: usize = 1 << 20;
 /// Dirty plaintext held across all files before the engine seals on its own. The part of a
 /// seal that holds the engine lock (encrypting what is dirty) grows with it.
 const TOTAL_DIRTY_LIMIT: usize = 32 << 20;
+/// Bytes a file writes between two commits before it counts as a heavy writer: past twice
+/// the dirty limits, only heavy writers wait for a commit ([`Volume::after_write`]).
+const THROTTLE_SHARE: usize = 4 << 20;
 /// Longest extended-attribute value.
 pub const XATTR_VALUE_MAX: usize = 64 << 10;
 /// Default largest total of extended-attribute names and values per inode
@@ -346,6 +349,9 @@ struct OpenFile {
     sealed_by: u64,
     /// What the `auto` policy observed this session (files with `inode.auto` only).
     obs: Observed,
+    /// Bytes written to this file since commit number `.0` began: past the dirty limits,
+    /// only a file that wrote a large share waits for a commit ([`Volume::after_write`]).
+    written: (u64, usize),
 }
 
 /// Blocks read and written, and how many of the sampled ones looked random (IsRand).
@@ -1038,7 +1044,7 @@ impl Volume {
             g.expect_kind(ino, path, Kind::File)?;
             g.write_ino(ino, off, data)
         })();
-        let r = r.and_then(|()| self.after_write(g));
+        let r = r.and_then(|()| self.after_write(g, None));
         self.note(r.map_err(|e| e.at_path(path)))
     }
 
@@ -1050,7 +1056,7 @@ impl Volume {
             g.expect_kind(ino, path, Kind::File)?;
             g.truncate_ino(ino, size)
         })();
-        let r = r.and_then(|()| self.after_write(g));
+        let r = r.and_then(|()| self.after_write(g, None));
         self.note(r.map_err(|e| e.at_path(path)))
     }
 
@@ -1229,17 +1235,26 @@ impl Volume {
         Ok(g)
     }
 
-    /// After a request that wrote: past the dirty limits, a commit begins (its locked
-    /// phase here) and its I/O runs on a thread of its own, so that no request waits for
-    /// it. Past twice the limits, this request waits for a commit to end: writers are
-    /// slowed so memory stays bounded, never stopped behind the lock.
-    fn after_write(&self, mut g: MutexGuard<'_, Inner>) -> Result<()> {
+    /// After a request that wrote (to `ino`, when it names one): past the dirty limits, a
+    /// commit begins (its locked phase here) and its I/O runs on a thread of its own, so
+    /// that no request waits for it. Past twice the limits, the request waits for a commit
+    /// to end if its file wrote at least [`THROTTLE_SHARE`] since the last commit began
+    /// (the writer that fills memory is slowed; a small write of another file, such as a
+    /// create or a log line, never waits behind a bulk writer's seal). Past four times the
+    /// limits every writer waits, so memory stays bounded whatever the number of files.
+    fn after_write(&self, mut g: MutexGuard<'_, Inner>, ino: Option<u64>) -> Result<()> {
         if !g.commit_wanted || g.read_only {
             return Ok(());
         }
-        let over =
-            g.tx.overlay_bytes() >= 2 * OVERLAY_LIMIT || g.dirty_bytes >= 2 * TOTAL_DIRTY_LIMIT;
-        if over {
+        let over = |k: usize| {
+            g.tx.overlay_bytes() >= k * OVERLAY_LIMIT || g.dirty_bytes >= k * TOTAL_DIRTY_LIMIT
+        };
+        let heavy = ino.is_none_or(|ino| {
+            g.files
+                .get(&ino)
+                .is_some_and(|f| f.written.0 == g.commits_begun && f.written.1 >= THROTTLE_SHARE)
+        });
+        if over(4) || (heavy && over(2)) {
             let need = g.commits_begun + 1;
             return self.commit_until(g, need);
         }
@@ -1354,7 +1369,11 @@ impl Volume {
             },
             other => other,
         });
-        let after = if writes { self.after_write(g) } else { Ok(()) };
+        let after = if writes {
+            self.after_write(g, Some(ino))
+        } else {
+            Ok(())
+        };
         let r = match (r, after) {
             (Ok(v), Ok(())) => Ok(v),
             (Err(e), _) | (Ok(_), Err(e)) => Err(e),
@@ -1946,6 +1965,7 @@ impl OpenFile {
             subdirs: None,
             sealed_by: 0,
             obs: Observed::default(),
+            written: (0, 0),
         })
     }
 
@@ -2426,6 +2446,10 @@ impl Inner {
         let of = self.files.get_mut(&ino).expect("opened");
         let before = of.dirty.len();
         file_write(&env, &mut self.tx, of, off, data)?;
+        if of.written.0 != self.commits_begun {
+            of.written = (self.commits_begun, 0);
+        }
+        of.written.1 = of.written.1.saturating_add(data.len());
         self.dirty_bytes += of.dirty.len().saturating_sub(before) * env.bs;
         if of.dirty.len() * env.bs >= FILE_DIRTY_LIMIT {
             self.dirty_bytes = self.dirty_bytes.saturating_sub(of.dirty.len() * env.bs);

@@ -840,40 +840,6 @@ fn a_truncation_failing_halfway_goes_back_too() {
     assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
 }
 
-/// Syncs that wait while a gate is closed: a commit's I/O is held in flight.
-#[derive(Default)]
-struct Gate {
-    /// (closed, a sync is waiting)
-    state: std::sync::Mutex<(bool, bool)>,
-    cv: std::sync::Condvar,
-}
-
-impl Gate {
-    fn set(&self, closed: bool) {
-        self.state.lock().unwrap().0 = closed;
-        self.cv.notify_all();
-    }
-
-    fn wait_for_a_sync(&self) {
-        let mut g = self.state.lock().unwrap();
-        while !g.1 {
-            g = self.cv.wait(g).unwrap();
-        }
-    }
-}
-
-impl SyncHook for Gate {
-    fn before_sync(&self) {
-        let mut g = self.state.lock().unwrap();
-        g.1 = true;
-        self.cv.notify_all();
-        while g.0 {
-            g = self.cv.wait(g).unwrap();
-        }
-        g.1 = false;
-    }
-}
-
 /// Files created and removed while a commit is in flight belong to the next commit: when
 /// that one fails, the new file is discarded (its number answers the failure) and the
 /// removed one is back, although the commit in flight sealed meanwhile.

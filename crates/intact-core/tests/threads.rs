@@ -226,3 +226,89 @@ fn background_seal_at_the_dirty_limit_and_drop_right_after() {
     assert_eq!(read_all(&vol, "/f").unwrap(), last);
     assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
 }
+
+/// Past twice the dirty limits, the writer that filled memory waits for the commit in
+/// flight; a small write of another file does not (a create or a log line never waits
+/// behind a bulk writer's seal). The commit's syncs are held by a gate, so "waits" is
+/// exact: the bulk writer stops making progress until the gate opens, while the small
+/// write returns with the gate still closed.
+#[test]
+fn past_twice_the_dirty_limits_only_the_heavy_writer_waits() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+    let gated = Arc::new(Hooked {
+        inner: MemStore::new(),
+        hook: Gate::default(),
+    });
+    let store: Arc<dyn intact_core::store::UntrustedStore> = gated.clone();
+    let trusted = MemTrusted::new();
+    let vol = Arc::new(create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096));
+    // Overwrites are staged in memory: 32 MiB of them begin a seal, 64 MiB more (the next
+    // transaction's, while that seal is held in flight) are twice the limit.
+    const SIZE: usize = 112 << 20;
+    vol.create_file("/bulk", None).unwrap();
+    vol.create_file("/small", None).unwrap();
+    for (k, chunk) in pattern(1, SIZE).chunks(1 << 20).enumerate() {
+        vol.write_path("/bulk", (k << 20) as u64, chunk).unwrap();
+    }
+    vol.write_path("/small", 0, b"sealed").unwrap();
+    vol.sync().unwrap();
+    let bulk = vol
+        .lookup(intact_core::format::ROOT_INO, "bulk")
+        .unwrap()
+        .ino;
+    let small = vol
+        .lookup(intact_core::format::ROOT_INO, "small")
+        .unwrap()
+        .ino;
+
+    gated.hook.set(true);
+    let done = Arc::new(AtomicUsize::new(0));
+    let last = pattern(2, SIZE);
+    let writer = {
+        let (vol, done, last) = (vol.clone(), done.clone(), last.clone());
+        std::thread::spawn(move || {
+            for (k, chunk) in last.chunks(1 << 20).enumerate() {
+                vol.write_ino(bulk, (k << 20) as u64, chunk).unwrap();
+                done.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+    };
+    gated.hook.wait_for_a_sync();
+    // The bulk writer stops once it is past twice the limit (it cannot get through all
+    // 112 MiB while the seal is held).
+    let mut seen = usize::MAX;
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = done.load(Ordering::SeqCst);
+        assert!(now < SIZE >> 20, "the bulk writer never waited");
+        if now == seen {
+            break;
+        }
+        seen = now;
+    }
+    assert!(
+        seen >= 64,
+        "stopped after {seen} MiB, before twice the limit"
+    );
+    // A small write of another file returns while the seal is still held.
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let vol = vol.clone();
+        std::thread::spawn(move || tx.send(vol.write_ino(small, 0, b"a log line")).unwrap());
+    }
+    let r = rx.recv_timeout(Duration::from_secs(20));
+    assert!(
+        matches!(r, Ok(Ok(()))),
+        "a small write waited behind the bulk writer's seal: {r:?}"
+    );
+    assert_eq!(done.load(Ordering::SeqCst), seen, "the bulk writer went on");
+    gated.hook.set(false);
+    writer.join().unwrap();
+    vol.sync().unwrap();
+    drop(vol);
+    let vol = open(store, &trusted).unwrap();
+    assert_eq!(read_all(&vol, "/bulk").unwrap(), last);
+    assert_eq!(read_all(&vol, "/small").unwrap(), b"a log line");
+    assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+}

@@ -178,3 +178,37 @@ impl<S: UntrustedStore, H: SyncHook> UntrustedStore for Hooked<S, H> {
         self.inner.list()
     }
 }
+
+/// Syncs that wait while a gate is closed: a commit's I/O is held in flight.
+#[derive(Default)]
+pub struct Gate {
+    /// (closed, a sync is waiting)
+    state: std::sync::Mutex<(bool, bool)>,
+    cv: std::sync::Condvar,
+}
+
+impl Gate {
+    pub fn set(&self, closed: bool) {
+        self.state.lock().unwrap().0 = closed;
+        self.cv.notify_all();
+    }
+
+    pub fn wait_for_a_sync(&self) {
+        let mut g = self.state.lock().unwrap();
+        while !g.1 {
+            g = self.cv.wait(g).unwrap();
+        }
+    }
+}
+
+impl SyncHook for Gate {
+    fn before_sync(&self) {
+        let mut g = self.state.lock().unwrap();
+        g.1 = true;
+        self.cv.notify_all();
+        while g.0 {
+            g = self.cv.wait(g).unwrap();
+        }
+        g.1 = false;
+    }
+}
