@@ -1249,12 +1249,14 @@ impl Volume {
         let over = |k: usize| {
             g.tx.overlay_bytes() >= k * OVERLAY_LIMIT || g.dirty_bytes >= k * TOTAL_DIRTY_LIMIT
         };
-        let heavy = ino.is_none_or(|ino| {
-            g.files
-                .get(&ino)
-                .is_some_and(|f| f.written.0 == g.commits_begun && f.written.1 >= THROTTLE_SHARE)
-        });
-        if over(4) || (heavy && over(2)) {
+        let heavy = || {
+            ino.is_none_or(|ino| {
+                g.files.get(&ino).is_some_and(|f| {
+                    f.written.0 == g.commits_begun && f.written.1 >= THROTTLE_SHARE
+                })
+            })
+        };
+        if over(4) || (over(2) && heavy()) {
             let need = g.commits_begun + 1;
             return self.commit_until(g, need);
         }

@@ -1952,25 +1952,25 @@ impl Rng {
     }
 }
 
-/// One worker's loop over its own directory `dir` (names f0..f5) until an operation fails
-/// (the daemon is gone). `known` is shared with the test, which reads it after the kill.
+/// One worker's loop over its own directory `rel` of the mount `mnt` (names f0..f5) until
+/// an operation fails (the daemon is gone). `known`, keyed by names relative to the mount,
+/// is shared with the test, which reads it after the kill.
 fn sigkill_worker(
-    dir: PathBuf,
+    mnt: &Path,
+    rel: &str,
     seed: u64,
     known: &std::sync::Mutex<std::collections::BTreeMap<String, Known>>,
 ) {
     let mut rng = Rng(seed | 1);
+    let dir = mnt.join(rel);
     let set = |name: &str, k: Known| {
-        known
-            .lock()
-            .unwrap()
-            .insert(format!("{}/{name}", dir.display()), k);
+        known.lock().unwrap().insert(format!("{rel}/{name}"), k);
     };
     let get = |name: &str| {
         known
             .lock()
             .unwrap()
-            .get(&format!("{}/{name}", dir.display()))
+            .get(&format!("{rel}/{name}"))
             .cloned()
             .unwrap_or(Known::Acked(None))
     };
@@ -2065,23 +2065,21 @@ fn sigkill_rounds(scheme: &str, rounds: u64, seed: u64) -> usize {
         let m = v.try_mount(&["--commit-interval", "1"]).unwrap();
         let known = Arc::new(Mutex::new(BTreeMap::new()));
         for (name, content) in &state {
-            known.lock().unwrap().insert(
-                m.p(name).display().to_string(),
-                Known::Acked(content.clone()),
-            );
+            known
+                .lock()
+                .unwrap()
+                .insert(name.clone(), Known::Acked(content.clone()));
         }
         let workers: Vec<_> = (0..3)
             .map(|w| {
-                let dir = m.p(&format!("w{w}"));
-                let _ = fs::create_dir(&dir);
+                let rel = format!("w{w}");
+                let _ = fs::create_dir(m.p(&rel));
                 File::open(&m.mnt).unwrap().sync_all().unwrap();
-                let known = known.clone();
-                let s = rng.next();
-                std::thread::spawn(move || sigkill_worker(dir, s, &known))
+                let (known, mnt, s) = (known.clone(), m.mnt.clone(), rng.next());
+                std::thread::spawn(move || sigkill_worker(&mnt, &rel, s, &known))
             })
             .collect();
         std::thread::sleep(Duration::from_millis(100 + rng.below(900)));
-        let mnt = m.mnt.clone();
         m.crash();
         for w in workers {
             w.join().unwrap();
@@ -2095,11 +2093,7 @@ fn sigkill_rounds(scheme: &str, rounds: u64, seed: u64) -> usize {
         let m = v.mount();
         let known = known.lock().unwrap().clone();
         state.clear();
-        for (abs, k) in known {
-            let rel = abs
-                .strip_prefix(&format!("{}/", mnt.display()))
-                .unwrap()
-                .to_string();
+        for (rel, k) in known {
             let got = match fs::read(m.p(&rel)) {
                 Ok(b) => Some(b),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
