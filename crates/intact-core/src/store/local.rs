@@ -6,12 +6,12 @@
 //! fsyncs the named files plus every directory whose entries changed (creation, deletion)
 //! on the way to them; `sync_all` uses `syncfs(2)` on the root's file system.
 
-use super::record::{logged, FsCall, FsLog};
+use super::record::{create_synced, logged, rename, FsCall, FsLog};
 use super::{check_name, UntrustedStore};
 use crate::error::{Error, Result};
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, ErrorKind, Write};
+use std::io::{self, ErrorKind};
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -478,36 +478,14 @@ impl UntrustedStore for LocalDirStore {
         let seq = self.tmp_seq.fetch_add(1, Ordering::Relaxed);
         let tmp = dir.join(format!("{TMP_PREFIX}{base}.{}.{seq}", std::process::id()));
         let log = self.log();
-        let write_tmp = || -> io::Result<()> {
-            let mut f = logged(
-                log,
-                || OpenOptions::new().write(true).create_new(true).open(&tmp),
-                |r| FsCall::Create(r(&tmp)),
-            )?;
-            logged(
-                log,
-                || f.write_all(data),
-                |r| FsCall::Write {
-                    path: r(&tmp),
-                    off: 0,
-                    data: data.to_vec(),
-                },
-            )?;
-            logged(log, || f.sync_all(), |r| FsCall::Fsync(r(&tmp)))
-        };
-        if let Err(e) = write_tmp() {
+        if let Err(e) = create_synced(log, &mut OpenOptions::new(), &tmp, data) {
             let _ = fs::remove_file(&tmp);
             return Err(Error::io(name, e));
         }
         {
             let mut handles = self.handles.lock().unwrap();
             handles.remove(name);
-            let rename = || fs::rename(&tmp, &path);
-            let call = |r: &dyn Fn(&Path) -> PathBuf| FsCall::Rename {
-                from: r(&tmp),
-                to: r(&path),
-            };
-            if let Err(e) = logged(log, rename, call) {
+            if let Err(e) = rename(log, &tmp, &path) {
                 let _ = fs::remove_file(&tmp);
                 return Err(Error::io(name, e));
             }

@@ -135,6 +135,39 @@ pub(crate) fn logged<T>(
     }
 }
 
+/// Creates `path` (which must not exist) with `opts` (`create_new` is set here), writes
+/// `data` and fsyncs it, recording the three calls in `log` when there is one: the first
+/// half of a replacement by rename, shared by the object store and the anchor.
+pub(crate) fn create_synced(
+    log: Option<&FsLog>,
+    opts: &mut fs::OpenOptions,
+    path: &Path,
+    data: &[u8],
+) -> io::Result<()> {
+    use std::io::Write;
+    let mut f = logged(
+        log,
+        || opts.write(true).create_new(true).open(path),
+        |r| FsCall::Create(r(path)),
+    )?;
+    let write = |r: &dyn Fn(&Path) -> PathBuf| FsCall::Write {
+        path: r(path),
+        off: 0,
+        data: data.to_vec(),
+    };
+    logged(log, || f.write_all(data), write)?;
+    logged(log, || f.sync_all(), |r| FsCall::Fsync(r(path)))
+}
+
+/// `rename(from, to)`, recorded in `log` when there is one.
+pub(crate) fn rename(log: Option<&FsLog>, from: &Path, to: &Path) -> io::Result<()> {
+    let call = |r: &dyn Fn(&Path) -> PathBuf| FsCall::Rename {
+        from: r(from),
+        to: r(to),
+    };
+    logged(log, || fs::rename(from, to), call)
+}
+
 /// The regular files and directories under a directory (symbolic links and the like are
 /// left out: the stores make none). Paths are relative.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]

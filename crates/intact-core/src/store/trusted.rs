@@ -1,10 +1,10 @@
 //! The trusted store: the constant-size anchor the adversary can neither modify nor roll
 //! back, plus the volume lock.
 
-use super::record::{logged, FsCall, FsLog};
+use super::record::{create_synced, logged, rename, FsCall, FsLog};
 use crate::error::{Error, Result};
 use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::{self, ErrorKind, Write};
+use std::io::{self, ErrorKind};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -171,26 +171,8 @@ impl TrustedStore for LocalStateDir {
             .join(format!("anchor.tmp.{}.{seq}", std::process::id()));
         let (log, anchor) = (self.log.as_deref(), self.anchor_path());
         let write = || -> io::Result<()> {
-            let create = || {
-                OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(&tmp)
-            };
-            let mut f = logged(log, create, |r| FsCall::Create(r(&tmp)))?;
-            let data = |r: &dyn Fn(&Path) -> PathBuf| FsCall::Write {
-                path: r(&tmp),
-                off: 0,
-                data: bytes.to_vec(),
-            };
-            logged(log, || f.write_all(bytes), data)?;
-            logged(log, || f.sync_all(), |r| FsCall::Fsync(r(&tmp)))?;
-            let rename = |r: &dyn Fn(&Path) -> PathBuf| FsCall::Rename {
-                from: r(&tmp),
-                to: r(&anchor),
-            };
-            logged(log, || fs::rename(&tmp, &anchor), rename)
+            create_synced(log, OpenOptions::new().mode(0o600), &tmp, bytes)?;
+            rename(log, &tmp, &anchor)
         };
         if let Err(e) = write() {
             let _ = fs::remove_file(&tmp);
