@@ -1937,20 +1937,9 @@ enum Known {
     Changed,
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+/// The tests' seeded generator (rand's StdRng: the same run for the same seed).
+type Rng = rand::rngs::StdRng;
+use rand::{Rng as _, RngCore as _, SeedableRng as _};
 
 /// One worker's loop over its own directory `rel` of the mount `mnt` (names f0..f5) until
 /// an operation fails (the daemon is gone). `known`, keyed by names relative to the mount,
@@ -1961,7 +1950,7 @@ fn sigkill_worker(
     seed: u64,
     known: &std::sync::Mutex<std::collections::BTreeMap<String, Known>>,
 ) {
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::seed_from_u64(seed);
     let dir = mnt.join(rel);
     let set = |name: &str, k: Known| {
         known.lock().unwrap().insert(format!("{rel}/{name}"), k);
@@ -1976,15 +1965,15 @@ fn sigkill_worker(
     };
     let sync_dir = || File::open(&dir).and_then(|d| d.sync_all());
     for round in 0u64.. {
-        let name = format!("f{}", rng.below(6));
+        let name = format!("f{}", rng.gen_range(0..6));
         let path = dir.join(&name);
         let before = get(&name);
-        let op = rng.below(6);
+        let op = rng.gen_range(0..6);
         let r: std::io::Result<()> = (|| {
             match (op, &before) {
                 // A whole new content, fsynced.
                 (0 | 1, _) => {
-                    let len = [0, 1, 4095, 4096, 4097, 70_000][rng.below(6) as usize];
+                    let len = [0, 1, 4095, 4096, 4097, 70_000][rng.gen_range(0..6) as usize];
                     let data = pattern(seed ^ round, len);
                     set(&name, Known::Changed);
                     let mut f = File::create(&path)?;
@@ -1994,8 +1983,8 @@ fn sigkill_worker(
                 }
                 // An overwrite inside (or past the end of) an acknowledged file, fdatasync.
                 (2, Known::Acked(Some(old))) => {
-                    let off = rng.below(old.len() as u64 + 5000) as usize;
-                    let data = pattern(seed ^ round ^ 7, 1 + rng.below(9000) as usize);
+                    let off = rng.gen_range(0..old.len() as u64 + 5000) as usize;
+                    let data = pattern(seed ^ round ^ 7, 1 + rng.gen_range(0..9000) as usize);
                     let mut new = old.clone();
                     if new.len() < off + data.len() {
                         new.resize(off + data.len(), 0);
@@ -2009,7 +1998,7 @@ fn sigkill_worker(
                 }
                 // A truncation, fsynced.
                 (3, Known::Acked(Some(old))) => {
-                    let len = rng.below(old.len() as u64 + 3000) as usize;
+                    let len = rng.gen_range(0..old.len() as u64 + 3000) as usize;
                     let mut new = old.clone();
                     new.resize(len, 0);
                     set(&name, Known::Changed);
@@ -2020,7 +2009,7 @@ fn sigkill_worker(
                 }
                 // A rename over another name, then fsync of the directory.
                 (4, Known::Acked(Some(_))) => {
-                    let to = format!("f{}", rng.below(6));
+                    let to = format!("f{}", rng.gen_range(0..6));
                     if to != name {
                         set(&name, Known::Changed);
                         set(&to, Known::Changed);
@@ -2057,7 +2046,7 @@ fn sigkill_rounds(scheme: &str, rounds: u64, seed: u64) -> usize {
     use std::collections::BTreeMap;
     use std::sync::{Arc, Mutex};
     let v = Vol::new(scheme);
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::seed_from_u64(seed);
     let mut checked = 0;
     // Relative name ("w0/f3") -> what is on the volume after the last check.
     let mut state: BTreeMap<String, Option<Vec<u8>>> = BTreeMap::new();
@@ -2075,11 +2064,11 @@ fn sigkill_rounds(scheme: &str, rounds: u64, seed: u64) -> usize {
                 let rel = format!("w{w}");
                 let _ = fs::create_dir(m.p(&rel));
                 File::open(&m.mnt).unwrap().sync_all().unwrap();
-                let (known, mnt, s) = (known.clone(), m.mnt.clone(), rng.next());
+                let (known, mnt, s) = (known.clone(), m.mnt.clone(), rng.next_u64());
                 std::thread::spawn(move || sigkill_worker(&mnt, &rel, s, &known))
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(100 + rng.below(900)));
+        std::thread::sleep(Duration::from_millis(100 + rng.gen_range(0..900)));
         m.crash();
         for w in workers {
             w.join().unwrap();
