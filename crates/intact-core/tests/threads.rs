@@ -312,3 +312,79 @@ fn past_twice_the_dirty_limits_only_the_heavy_writer_waits() {
     assert_eq!(read_all(&vol, "/small").unwrap(), b"a log line");
     assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
 }
+
+/// Many light writers (none reaches the heavy writer's share, none fills its own dirty
+/// limit) while a seal is held in flight: past twice the dirty limits none of them waits,
+/// past four times every one does, so the dirty plaintext held stays bounded at four times
+/// the limit (128 MiB) whatever the number of files.
+#[test]
+fn dirty_data_of_light_writers_is_bounded_at_four_times_the_limit() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+    const FILES: usize = 200;
+    let gated = Arc::new(Hooked {
+        inner: MemStore::new(),
+        hook: Gate::default(),
+    });
+    let store: Arc<dyn intact_core::store::UntrustedStore> = gated.clone();
+    let trusted = MemTrusted::new();
+    let vol = Arc::new(create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096));
+    for i in 0..FILES {
+        vol.create_file(&format!("/s{i}"), None).unwrap();
+    }
+    vol.create_file("/first", None).unwrap();
+    vol.sync().unwrap();
+    let inos: Vec<u64> = (0..FILES)
+        .map(|i| {
+            vol.lookup(intact_core::format::ROOT_INO, &format!("s{i}"))
+                .unwrap()
+                .ino
+        })
+        .collect();
+    // A seal held in flight: nothing written after it can be sealed until it ends.
+    gated.hook.set(true);
+    vol.write_path("/first", 0, b"in flight").unwrap();
+    let syncer = {
+        let vol = vol.clone();
+        std::thread::spawn(move || vol.sync())
+    };
+    gated.hook.wait_for_a_sync();
+    let done = Arc::new(AtomicUsize::new(0));
+    let writer = {
+        let (vol, done) = (vol.clone(), done.clone());
+        std::thread::spawn(move || {
+            for (i, ino) in inos.iter().enumerate() {
+                vol.write_ino(*ino, 0, &pattern(i as u8, 1 << 20)).unwrap();
+                done.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+    };
+    let mut seen = usize::MAX;
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = done.load(Ordering::SeqCst);
+        assert!(now < FILES, "{now} MiB held dirty: memory is not bounded");
+        if now == seen {
+            break;
+        }
+        seen = now;
+    }
+    // 1 MiB per file: the writes stop at four times the 32 MiB limit, not at twice it.
+    assert!(
+        (120..=132).contains(&seen),
+        "light writers stopped after {seen} MiB, not at four times the limit"
+    );
+    gated.hook.set(false);
+    syncer.join().unwrap().unwrap();
+    writer.join().unwrap();
+    vol.sync().unwrap();
+    drop(vol);
+    let vol = open(store, &trusted).unwrap();
+    for i in (0..FILES).step_by(37) {
+        assert_eq!(
+            read_all(&vol, &format!("/s{i}")).unwrap(),
+            pattern(i as u8, 1 << 20)
+        );
+    }
+    assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+}
