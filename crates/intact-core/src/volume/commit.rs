@@ -1,0 +1,348 @@
+//! Seals: the three phases of a commit (docs/design.md, "Commits in flight"), group
+//! commit for sync and fsync, and the dirty limits.
+
+#[allow(unused_imports)]
+use super::*;
+
+/// A commit between its phases (docs/design.md, "Commits"): what its I/O needs, taken
+/// under the engine lock by [`Inner::commit_begin`].
+pub(super) struct InFlight {
+    /// Its number (see [`Inner::commits_begun`]).
+    pub(super) n: u64,
+    pub(super) commit: Commit,
+    /// The anchor that seals it, but for the journal's reference (known once written).
+    pub(super) anchor: Anchor,
+    pub(super) anchor_key: SubKey,
+    pub(super) journal_key: SubKey,
+    pub(super) store: Arc<dyn UntrustedStore>,
+    pub(super) trusted: Arc<dyn TrustedStore>,
+}
+
+impl InFlight {
+    /// Phase B, without the engine lock: direct writes and the journal made durable, the
+    /// anchor sealed, the journal applied in place; returns the sealed anchor. The order is
+    /// the crash-safety argument of docs/design.md: nothing the anchor names can be missing
+    /// when it is sealed, and nothing is overwritten in place before the journal holding it
+    /// is sealed.
+    pub(super) fn run(&self) -> Result<Anchor> {
+        let mut anchor = self.anchor.clone();
+        anchor.journal = self
+            .commit
+            .write_journal(self.store.as_ref(), &self.journal_key)?;
+        let bytes = anchor.encode(&self.anchor_key);
+        self.trusted.store(&bytes)?;
+        self.commit.apply(self.store.as_ref())?;
+        // The untrusted copy (for `recover-anchor` only) is written in place and not
+        // synced: it never protects anything, and a lost or torn copy fails its MAC.
+        self.store.write_at(ANCHOR_COPY_NAME, 0, &bytes)?;
+        Ok(anchor)
+    }
+}
+
+impl Inner {
+    /// A whole commit, synchronously, under the lock (opening, closing, and work that
+    /// needs no commit in flight; see [`Volume::idle`]).
+    pub(super) fn commit(&mut self) -> Result<()> {
+        debug_assert!(!self.committing, "a commit is in flight");
+        match self.commit_begin()? {
+            None => Ok(()),
+            Some(f) => {
+                let r = f.run();
+                self.commit_end(&f, r)
+            }
+        }
+    }
+    /// Phase A of a commit, under the lock: flushes every dirty file through its scheme,
+    /// writes the records and the inode table, and takes the result out of the
+    /// transaction with the anchor that will seal it. `None`: nothing to seal. On an
+    /// error the engine goes back to the last seal ([`recover`]).
+    pub(super) fn commit_begin(&mut self) -> Result<Option<InFlight>> {
+        if self.read_only {
+            return Ok(None);
+        }
+        debug_assert!(!self.committing, "a commit is in flight");
+        if self.is_broken() {
+            // A half-updated file is never sealed: back to the last seal first.
+            self.mend();
+            if let Some(why) = &self.poisoned {
+                return Err(Error::Poisoned(why.clone()));
+            }
+        }
+        let metrics = self.metrics.clone();
+        let _a = Account::with_phase(&metrics, Phase::Root);
+        let r = self.commit_prepare();
+        self.dirty_bytes = 0;
+        self.commit_wanted = false;
+        match r {
+            Ok(Some((commit, anchor))) => {
+                self.commits_begun += 1;
+                self.committing = true;
+                Ok(Some(InFlight {
+                    n: self.commits_begun,
+                    commit,
+                    anchor,
+                    anchor_key: self.keys.anchor.clone(),
+                    journal_key: self.keys.journal.clone(),
+                    store: self.store.clone(),
+                    trusted: self.trusted.clone(),
+                }))
+            }
+            Ok(None) => {
+                self.commits_begun += 1;
+                self.commits_ended = self.commits_begun;
+                self.unsealed.applied(self.commits_ended);
+                Ok(None)
+            }
+            Err(e) => {
+                self.commit_failed(None, &e);
+                Err(e)
+            }
+        }
+    }
+    /// Phase C of a commit, under the lock, once its I/O ([`InFlight::run`]) returned `r`:
+    /// the sealed anchor becomes the engine's, or the engine goes back to the last seal.
+    pub(super) fn commit_end(&mut self, f: &InFlight, r: Result<Anchor>) -> Result<()> {
+        self.tx.end_commit(&f.commit);
+        self.committing = false;
+        self.commits_ended = f.n;
+        match r {
+            Ok(anchor) => {
+                self.anchor = anchor;
+                self.unsealed.applied(f.n);
+                self.unsealed.had_room();
+                Ok(())
+            }
+            Err(e) => {
+                self.commit_failed(Some(f), &e);
+                Err(e)
+            }
+        }
+    }
+    pub(super) fn commit_prepare(&mut self) -> Result<Option<(Commit, Anchor)>> {
+        self.apply_auto_policy()?;
+        // 1. Directory contents, then file data, then records into the inode table.
+        let dirty: Vec<u64> = self
+            .files
+            .iter()
+            .filter(|(_, f)| f.is_dirty())
+            .map(|(i, _)| *i)
+            .collect();
+        let this_commit = self.commits_begun + 1;
+        for ino in dirty {
+            let env = env!(self);
+            self.unsealed.pending(ino, this_commit);
+            let of = self.files.get_mut(&ino).expect("listed");
+            of.sealed_by = this_commit;
+            if of.dir_dirty {
+                let bytes = encode_dir(of.dir.as_ref().expect("dirty dir is loaded"));
+                file_write(&env, &mut self.tx, of, 0, &bytes)?;
+                file_truncate(&env, &mut self.tx, of, bytes.len() as u64)?;
+                of.dir_dirty = false;
+            }
+            if of.xattrs_dirty {
+                let bytes = encode_xattrs(&of.xattrs.as_ref().expect("dirty set is loaded").map);
+                file_write(&env, &mut self.tx, of, 0, &bytes)?;
+                file_truncate(&env, &mut self.tx, of, bytes.len() as u64)?;
+                of.xattrs_dirty = false;
+            }
+            flush_data(&env, &mut self.tx, of, &mut self.scratch)?;
+            finish_record(&self.keys, &mut self.tx, of)?;
+            of.record_dirty = false;
+            let rec = of.inode.clone();
+            self.write_record(ino, &rec)?;
+        }
+        if self.header_dirty {
+            self.write_header()?;
+            self.header_dirty = false;
+        }
+        // 2. The inode table itself.
+        let env = env!(self);
+        flush_data(&env, &mut self.tx, &mut self.itable, &mut self.scratch)?;
+        finish_record(&self.keys, &mut self.tx, &mut self.itable)?;
+        if !self.tx.is_dirty() && self.itable.inode == self.anchor.itable {
+            return Ok(None);
+        }
+        // 3. The journal and the anchor that seals it; the I/O is [`InFlight::run`].
+        let epoch = self.anchor.epoch + 1;
+        let commit = self
+            .tx
+            .begin_commit(epoch, self.anchor.journal.map(|j| j.slot))?;
+        // The journal's reference is filled in by [`InFlight::run`]; the engine takes the
+        // sealed anchor at [`Inner::commit_end`] (the next commit begins after that).
+        let anchor = Anchor {
+            volume_id: self.anchor.volume_id,
+            epoch,
+            ctr_next: self.anchor.ctr_next,
+            journal: None,
+            itable: self.itable.inode.clone(),
+        };
+        if self.files.len() > KEEP_OPEN {
+            // Directories, and files unlinked while referenced (`forget` finds them here
+            // without reading their record). Every state is clean at this point.
+            self.files
+                .retain(|_, f| f.inode.kind == Kind::Dir || f.inode.nlink == 0);
+        }
+        if self.names.len() > KEEP_NAMES {
+            // Only error messages use them; lookups repopulate what is in use.
+            self.names.clear();
+        }
+        Ok(Some((commit, anchor)))
+    }
+}
+
+impl Volume {
+    /// Seals everything written so far: after this returns, a crash loses none of it,
+    /// and a rollback of any of it is detected. Concurrent calls share seals (group
+    /// commit), and the seal's I/O runs without the engine's lock, so requests on other
+    /// files go on meanwhile (docs/design.md, "Commits").
+    ///
+    /// If a commit failed since the last call (its changes were discarded: see
+    /// [`Error::Lost`]), this call reports it, once, as syncfs(2) reports writeback errors.
+    pub fn sync(&self) -> Result<()> {
+        let generation = self.shared.lock().unsealed.generation();
+        let r = self.seal();
+        let mut g = self.shared.lock();
+        if r.is_err() {
+            g.unsealed.reported();
+            return r;
+        }
+        // Also when changes made before this call were discarded while it waited, even if
+        // another caller took the report.
+        g.unsealed.report(generation)
+    }
+    /// [`Volume::sync`] without the report of earlier failures (the periodic seal, which
+    /// has no user to tell).
+    pub fn seal(&self) -> Result<()> {
+        let mut g = self.lock()?;
+        if g.read_only {
+            return Ok(());
+        }
+        g.probe_if_full();
+        // A commit in flight began before this call and may miss what it must seal.
+        let need = g.commits_begun + 1;
+        self.note(self.commit_until(g, need))
+    }
+    /// Reports, once, that a failed commit discarded unsealed changes of `ino` (the FUSE
+    /// adapter calls it at close, as Linux reports a writeback error there).
+    pub fn take_lost(&self, ino: u64) -> Result<()> {
+        let mut g = self.shared.lock();
+        let g = &mut *g;
+        if let Some(e) = g.discarded(ino) {
+            return Err(e); // the file itself is gone: every time
+        }
+        let names = &g.names;
+        g.unsealed.take_lost(ino, || {
+            names
+                .get(&ino)
+                .map_or(format!("inode {ino}"), |(_, n)| n.clone())
+        })
+    }
+    /// Makes inode `ino` durable and rollback-protected (fsync, fdatasync, fsyncdir): returns
+    /// at once when nothing of it is unsealed, waits for the seal in flight when that one
+    /// holds its last change, and otherwise seals (a group commit, as [`Volume::sync`]).
+    pub fn fsync(&self, ino: u64) -> Result<()> {
+        let g = self.lock()?;
+        if g.read_only {
+            return Ok(());
+        }
+        if let Some(e) = g.discarded(ino) {
+            return Err(e);
+        }
+        let need = match g.files.get(&ino) {
+            Some(of) if of.is_dirty() => g.commits_begun + 1,
+            Some(of) => of.sealed_by,
+            // Not open: clean, but possibly evicted by the commit in flight, which holds its
+            // change; if that one fails, the loss is reported below.
+            None => {
+                drop(self.shared.wait_idle(g));
+                return self.note(self.take_lost(ino));
+            }
+        };
+        let r = self.commit_until(g, need);
+        // A failure is reported once: by this call if it saw one, else the discarded
+        // changes of an earlier failure are.
+        let lost = self.take_lost(ino);
+        self.note(r.and(lost))
+    }
+    /// Runs commits until commit number `need` has ended: waits for one in flight, begins
+    /// the next under the lock, runs its I/O without the lock, and ends it under the lock.
+    pub(super) fn commit_until(&self, mut g: MutexGuard<'_, Inner>, need: u64) -> Result<()> {
+        loop {
+            if let Some(why) = &g.poisoned {
+                return Err(Error::Poisoned(why.clone()));
+            }
+            if g.commits_ended >= need {
+                // A commit that failed was reported to the caller that ran it; the others
+                // hear of what they lost from `take_lost` or the volume's generation.
+                return Ok(());
+            }
+            if !g.committing {
+                let Some(f) = g.commit_begin()? else {
+                    return Ok(());
+                };
+                drop(g);
+                return self.shared.finish(&f);
+            }
+            g = self.shared.wait(g);
+        }
+    }
+    /// The engine lock with no commit in flight (for work that reads the store directly,
+    /// or seals synchronously).
+    pub(super) fn idle(&self) -> Result<MutexGuard<'_, Inner>> {
+        let mut g = self.shared.wait_idle(self.lock()?);
+        if g.is_broken() {
+            g.mend();
+        }
+        if let Some(why) = &g.poisoned {
+            return Err(Error::Poisoned(why.clone()));
+        }
+        Ok(g)
+    }
+    /// After a request that wrote (to `ino`, when it names one): past the dirty limits, a
+    /// commit begins (its locked phase here) and its I/O runs on a thread of its own, so
+    /// that no request waits for it. Past twice the limits, the request waits for a commit
+    /// to end if its file wrote at least [`THROTTLE_SHARE`] since the last commit began
+    /// (the writer that fills memory is slowed; a small write of another file, such as a
+    /// create or a log line, never waits behind a bulk writer's seal). Past four times the
+    /// limits every writer waits, so memory stays bounded whatever the number of files.
+    pub(super) fn after_write(&self, mut g: MutexGuard<'_, Inner>, ino: Option<u64>) -> Result<()> {
+        if !g.commit_wanted || g.read_only {
+            return Ok(());
+        }
+        let over = |k: usize| {
+            g.tx.overlay_bytes() >= k * OVERLAY_LIMIT || g.dirty_bytes >= k * TOTAL_DIRTY_LIMIT
+        };
+        let heavy = || {
+            ino.is_none_or(|ino| {
+                g.files.get(&ino).is_some_and(|f| {
+                    f.written.0 == g.commits_begun && f.written.1 >= THROTTLE_SHARE
+                })
+            })
+        };
+        if over(4) || (over(2) && heavy()) {
+            let need = g.commits_begun + 1;
+            return self.commit_until(g, need);
+        }
+        if g.committing {
+            return Ok(());
+        }
+        let Some(f) = g.commit_begin()? else {
+            return Ok(());
+        };
+        drop(g);
+        let f = Arc::new(f);
+        let (shared, bg) = (self.shared.clone(), f.clone());
+        let spawned = std::thread::Builder::new()
+            .name("intact-seal".into())
+            .spawn(move || {
+                if let Err(e) = shared.finish(&bg) {
+                    tracing::error!(error = %e, "seal at the dirty limit failed");
+                }
+            });
+        match spawned {
+            Ok(_) => Ok(()),
+            // No thread to be had: run it here.
+            Err(_) => self.shared.finish(&f),
+        }
+    }
+}

@@ -1,0 +1,464 @@
+//! One file's blocks under its scheme: the open-file state ([`OpenFile`]), reads, writes,
+//! truncation and the push of dirty blocks through the scheme. Knows nothing of commits,
+//! the inode table or directories (it is handed the record it needs).
+
+#[allow(unused_imports)]
+use super::*;
+
+pub(super) struct OpenFile {
+    pub(super) inode: Inode,
+    pub(super) state: FileState,
+    pub(super) dirty: BTreeMap<u64, Vec<u8>>,
+    pub(super) record_dirty: bool,
+    pub(super) dir: Option<BTreeMap<String, (u64, Kind)>>,
+    pub(super) dir_dirty: bool,
+    /// The decoded attribute set of a hidden [`Kind::Xattr`] inode (loaded on first use,
+    /// written back whole at the seal when `xattrs_dirty`): a get, set or remove costs one
+    /// map operation.
+    pub(super) xattrs: Option<XattrSet>,
+    pub(super) xattrs_dirty: bool,
+    /// A directory's subdirectories, counted when first asked after a change of its
+    /// entries (`None`: not counted).
+    pub(super) subdirs: Option<u32>,
+    /// The commit that holds this inode's last change (0: none since it was loaded):
+    /// an fsync waits for it, no more ([`Volume::fsync`]).
+    pub(super) sealed_by: u64,
+    /// What the `auto` policy observed this session (files with `inode.auto` only).
+    pub(super) obs: Observed,
+    /// Bytes written to this file since commit number `.0` began: past the dirty limits,
+    /// only a file that wrote a large share waits for a commit ([`Volume::after_write`]).
+    pub(super) written: (u64, usize),
+}
+
+/// Blocks read and written, and how many of the sampled ones looked random (IsRand).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Observed {
+    pub(super) reads: u64,
+    pub(super) writes: u64,
+    pub(super) random: u64,
+    pub(super) sampled: u64,
+}
+
+impl Observed {
+    pub(super) fn sample(&mut self, block: &[u8]) {
+        self.sampled += 1;
+        self.random += crate::entropy::is_rand(block) as u64;
+    }
+
+    /// Counts blocks read (whole blocks in `run`), sampling every fourth for entropy.
+    pub(super) fn observe(&mut self, run: &[u8], bs: usize) {
+        for (k, blk) in run.chunks_exact(bs).enumerate() {
+            self.reads += 1;
+            if k % 4 == 0 {
+                self.sample(blk);
+            }
+        }
+    }
+
+    pub(super) fn total(&self) -> u64 {
+        self.reads + self.writes
+    }
+}
+
+impl OpenFile {
+    pub(super) fn load(
+        inode: Inode,
+        keys: &Keys,
+        tx: &mut Tx,
+        subject: Subject,
+    ) -> Result<OpenFile> {
+        let names = ObjectNames::of(&inode.id);
+        let ctr_hash = |b: &[u8]| keys.ctrs.mac(&[b"ctrs", &inode.id, b]);
+        // Read exactly the spilled arrays' trusted length: bytes past it may be the remains of
+        // a transaction that never sealed, and the store's length is not to be trusted.
+        let spilled = match &inode.counters {
+            TrustedCounters::Spilled { intervals, .. } => {
+                let len = 12 + 16 * *intervals as usize;
+                let mut buf = vec![0u8; len];
+                tx.read_at(&names.ctrs, 0, &mut buf)?;
+                Some(buf)
+            }
+            TrustedCounters::Inline(_) => None,
+        };
+        let ctrs = check_ctr(&inode.counters, spilled.as_deref(), &ctr_hash)
+            .map_err(|e| Error::tampered(subject.clone(), None, format!("write counters: {e}")))?;
+        let fresh = inode.scheme.uses_counter_intervals();
+        let covered = match inode.scheme.partial_tree() {
+            true => inode.tree.leaves <= ctrs.blocks(),
+            false => inode.tree.leaves == ctrs.blocks(),
+        };
+        if fresh && !covered {
+            return Err(Error::tampered(
+                subject,
+                None,
+                "counter intervals do not cover the file's blocks",
+            ));
+        }
+        let state = FileState {
+            subject,
+            id: inode.id,
+            keys: crypto::FileKeys::derive(&keys.master, &inode.id),
+            names,
+            tree: inode.tree,
+            ctrs,
+            ctr_hw: inode.ctr_hw,
+            rtree: crate::scheme::RTreeIndex::for_scheme(inode.scheme),
+        };
+        Ok(OpenFile {
+            inode,
+            state,
+            dirty: BTreeMap::new(),
+            record_dirty: false,
+            dir: None,
+            dir_dirty: false,
+            xattrs: None,
+            xattrs_dirty: false,
+            subdirs: None,
+            sealed_by: 0,
+            obs: Observed::default(),
+            written: (0, 0),
+        })
+    }
+
+    pub(super) fn is_dirty(&self) -> bool {
+        !self.dirty.is_empty() || self.record_dirty || self.dir_dirty || self.xattrs_dirty
+    }
+}
+
+/// Where block `b` meets the byte range `[off, off + len)`: the range in the buffer and
+/// the range in the block (empty when they do not meet).
+pub(super) fn block_part(
+    bs: u64,
+    b: u64,
+    off: u64,
+    len: usize,
+) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+    let s = (b * bs).max(off);
+    let e = ((b + 1) * bs).min(off + len as u64).max(s);
+    (
+        (s - off) as usize..(e - off) as usize,
+        (s - b * bs) as usize..(e - b * bs) as usize,
+    )
+}
+
+pub(super) fn copy_block_part(bs: u64, b: u64, block: &[u8], off: u64, buf: &mut [u8]) {
+    let (to, from) = block_part(bs, b, off, buf.len());
+    buf[to].copy_from_slice(&block[from]);
+}
+
+/// Reads a file's bytes, from its dirty blocks or through its scheme.
+pub(super) fn file_read(
+    env: &Env,
+    tx: &mut Tx,
+    of: &mut OpenFile,
+    off: u64,
+    buf: &mut [u8],
+) -> Result<usize> {
+    let size = of.inode.size;
+    if off >= size || buf.is_empty() {
+        return Ok(0);
+    }
+    let n = (buf.len() as u64).min(size - off) as usize;
+    let buf = &mut buf[..n];
+    let bs = env.bs as u64;
+    let sch = scheme(of.inode.scheme);
+    let (first, last) = (off / bs, (off + n as u64 - 1) / bs);
+    let stored = of.state.blocks();
+    let mut b = first;
+    let mut tmp = Vec::new();
+    while b <= last {
+        if let Some(d) = of.dirty.get(&b) {
+            copy_block_part(bs, b, d, off, buf);
+            b += 1;
+            continue;
+        }
+        if b >= stored {
+            let (to, _) = block_part(bs, b, off, buf.len());
+            buf[to].fill(0);
+            b += 1;
+            continue;
+        }
+        let mut e = b;
+        while e < last && e + 1 < stored && !of.dirty.contains_key(&(e + 1)) && e - b < 1023 {
+            e += 1;
+        }
+        tmp.resize(((e - b + 1) * bs) as usize, 0);
+        sch.read_blocks(env, &mut of.state, tx, b, &mut tmp)?;
+        if of.inode.auto {
+            of.obs.observe(&tmp, env.bs);
+        }
+        for k in b..=e {
+            copy_block_part(
+                bs,
+                k,
+                &tmp[((k - b) * bs) as usize..((k - b + 1) * bs) as usize],
+                off,
+                buf,
+            );
+        }
+        b = e + 1;
+    }
+    Ok(n)
+}
+
+/// One block's current plaintext (dirty, stored, or zeros past the stored end).
+pub(super) fn load_block(env: &Env, tx: &mut Tx, of: &mut OpenFile, b: u64) -> Result<Vec<u8>> {
+    if let Some(d) = of.dirty.get(&b) {
+        return Ok(d.clone());
+    }
+    let mut blk = vec![0u8; env.bs];
+    if b < of.state.blocks() {
+        scheme(of.inode.scheme).read_blocks(env, &mut of.state, tx, b, &mut blk)?;
+    }
+    Ok(blk)
+}
+
+/// Refuses a length the file's scheme cannot reach: past the nonce's block limit, or (for
+/// `aead`, which writes gaps as encrypted zeros) a gap too large to fill. Checked before
+/// anything changes, so the error never surfaces later at a seal.
+pub(super) fn check_extent(env: &Env, of: &OpenFile, size: u64) -> Result<()> {
+    let blocks = size.div_ceil(env.bs as u64);
+    let stored = of
+        .state
+        .blocks()
+        .max(of.dirty.keys().next_back().map_or(0, |b| b + 1));
+    let gap_ok = of.inode.scheme != SchemeId::Aead
+        || blocks <= stored
+        || blocks - stored <= crate::scheme::AEAD_MAX_GAP;
+    // The store's largest object (the backing file system's largest file): a length that
+    // would need more is refused now, not by the seal that would store it.
+    let fits = scheme(of.inode.scheme).data_len(env.bs, blocks) <= env.max_object;
+    if blocks > crypto::MAX_BLOCKS || !gap_ok || !fits {
+        return Err(Error::fs("", FsErrorKind::TooLarge));
+    }
+    Ok(())
+}
+
+pub(super) fn file_write(
+    env: &Env,
+    tx: &mut Tx,
+    of: &mut OpenFile,
+    off: u64,
+    data: &[u8],
+) -> Result<()> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    let bs = env.bs as u64;
+    let end = off
+        .checked_add(data.len() as u64)
+        .ok_or_else(|| Error::fs("", FsErrorKind::TooLarge))?;
+    check_extent(env, of, end)?;
+    for b in off / bs..=(end - 1) / bs {
+        let s = (b * bs).max(off);
+        let e = ((b + 1) * bs).min(end);
+        let src = &data[(s - off) as usize..(e - off) as usize];
+        if of.inode.auto {
+            of.obs.writes += 1;
+            if e - s == bs {
+                of.obs.sample(src);
+            }
+        }
+        if e - s == bs {
+            of.dirty.insert(b, src.to_vec());
+            continue;
+        }
+        if let Some(d) = of.dirty.get_mut(&b) {
+            d[(s - b * bs) as usize..(e - b * bs) as usize].copy_from_slice(src);
+            continue;
+        }
+        let mut blk = load_block(env, tx, of, b)?;
+        blk[(s - b * bs) as usize..(e - b * bs) as usize].copy_from_slice(src);
+        of.dirty.insert(b, blk);
+    }
+    of.inode.size = of.inode.size.max(end);
+    of.inode.mtime_ns = now_ns();
+    of.inode.ctime_ns = of.inode.mtime_ns;
+    of.record_dirty = true;
+    Ok(())
+}
+
+/// Sets a file's length: drops dirty blocks past it, zeroes the tail of a new partial last
+/// block (so a later extension reads zeros), and truncates the scheme's blocks.
+pub(super) fn file_truncate(env: &Env, tx: &mut Tx, of: &mut OpenFile, size: u64) -> Result<()> {
+    let bs = env.bs as u64;
+    let new_blocks = size.div_ceil(bs);
+    of.dirty.retain(|&b, _| b < new_blocks);
+    if size < of.inode.size {
+        if !size.is_multiple_of(bs) {
+            let b = size / bs;
+            let mut blk = load_block(env, tx, of, b)?;
+            blk[(size % bs) as usize..].fill(0);
+            of.dirty.insert(b, blk);
+        }
+        if new_blocks < of.state.blocks() {
+            scheme(of.inode.scheme).resize(env, &mut of.state, tx, new_blocks)?;
+        }
+    }
+    if size != of.inode.size {
+        of.inode.size = size;
+        of.inode.mtime_ns = now_ns();
+        of.inode.ctime_ns = of.inode.mtime_ns;
+        of.record_dirty = true;
+    }
+    Ok(())
+}
+
+/// Pushes dirty blocks through the scheme (Update / Append), extending with holes where the
+/// file grew past its stored blocks. Runs are assembled in `run` (a buffer the engine keeps,
+/// so large flushes do not fault in fresh pages every time) and encrypted in place. On an
+/// error the file's remaining dirty blocks are gone: callers must mark the engine broken.
+pub(super) fn flush_data(
+    env: &Env,
+    tx: &mut Tx,
+    of: &mut OpenFile,
+    run: &mut Vec<u8>,
+) -> Result<()> {
+    let sch = scheme(of.inode.scheme);
+    let bs = env.bs as u64;
+    let dirty = std::mem::take(&mut of.dirty);
+    let mut it = dirty.into_iter().peekable();
+    while let Some((first, blk)) = it.next() {
+        run.clear();
+        run.extend_from_slice(&blk);
+        let mut next = first + 1;
+        while let Some((b, _)) = it.peek() {
+            if *b != next {
+                break;
+            }
+            run.extend_from_slice(&it.next().expect("peeked").1);
+            next += 1;
+        }
+        if first > of.state.blocks() {
+            sch.resize(env, &mut of.state, tx, first)?;
+        }
+        sch.write_blocks(env, &mut of.state, tx, first, run)?;
+    }
+    let target = of.inode.size.div_ceil(bs);
+    if of.state.blocks() < target {
+        sch.resize(env, &mut of.state, tx, target)?;
+    }
+    Ok(())
+}
+
+/// auth_ctr (Fig. 6) and the TS_F fields of the record, after a flush.
+pub(super) fn finish_record(keys: &Keys, tx: &mut Tx, of: &mut OpenFile) -> Result<()> {
+    let id = of.inode.id;
+    let hash = |b: &[u8]| keys.ctrs.mac(&[b"ctrs", &id, b]);
+    let (tc, spill) = auth_ctr(&of.state.ctrs, L_CTR, &hash);
+    match spill {
+        Some(bytes) => {
+            tx.write_at(&of.state.names.ctrs, 0, &bytes)?;
+            tx.set_len(&of.state.names.ctrs, bytes.len() as u64)?;
+        }
+        None => {
+            if matches!(of.inode.counters, TrustedCounters::Spilled { .. }) {
+                tx.set_len(&of.state.names.ctrs, 0)?;
+            }
+        }
+    }
+    of.inode.counters = tc;
+    of.inode.tree = of.state.tree;
+    of.inode.ctr_hw = of.state.ctr_hw;
+    Ok(())
+}
+
+/// Blocks that hold data (holes excluded): counter 0 marks a hole in the counter
+/// intervals (schemes without them report every block they hold).
+pub(super) fn stored_blocks(of: &OpenFile) -> u64 {
+    let blocks = of.state.blocks();
+    if !of.inode.scheme.uses_counter_intervals() {
+        return blocks;
+    }
+    of.state
+        .ctrs
+        .runs(0, blocks)
+        .filter(|r| r.2 != 0)
+        .map(|r| r.1)
+        .sum::<u64>()
+        + of.dirty.len() as u64
+}
+
+impl Inner {
+    pub(super) fn read_ino(&mut self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
+        self.ensure_open(ino)?;
+        let env = env!(self);
+        let of = self.files.get_mut(&ino).expect("opened");
+        file_read(&env, &mut self.tx, of, off, buf)
+    }
+    pub(super) fn write_ino(&mut self, ino: u64, off: u64, data: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        self.unsealed.refuse_if_full()?;
+        self.ensure_open(ino)?;
+        let env = env!(self);
+        let of = self.files.get_mut(&ino).expect("opened");
+        let before = of.dirty.len();
+        file_write(&env, &mut self.tx, of, off, data)?;
+        if of.written.0 != self.commits_begun {
+            of.written = (self.commits_begun, 0);
+        }
+        of.written.1 = of.written.1.saturating_add(data.len());
+        self.dirty_bytes += of.dirty.len().saturating_sub(before) * env.bs;
+        if of.dirty.len() * env.bs >= FILE_DIRTY_LIMIT {
+            self.dirty_bytes = self.dirty_bytes.saturating_sub(of.dirty.len() * env.bs);
+            if let Err(e) = flush_data(&env, &mut self.tx, of, &mut self.scratch) {
+                // The file's state is half pushed through its scheme.
+                self.broke(&e);
+                return Err(e);
+            }
+        }
+        self.maybe_commit()
+    }
+    pub(super) fn truncate_ino(&mut self, ino: u64, size: u64) -> Result<()> {
+        self.check_writable()?;
+        self.ensure_open(ino)?;
+        let env = env!(self);
+        let of = self.files.get_mut(&ino).expect("opened");
+        check_extent(&env, of, size)?;
+        if size > of.inode.size {
+            self.unsealed.refuse_if_full()?;
+        }
+        let of = self.files.get_mut(&ino).expect("opened");
+        if let Err(e) = file_truncate(&env, &mut self.tx, of, size) {
+            if e.is_tampered() || matches!(e, Error::Io { .. }) {
+                // The file's state may be half cut.
+                self.broke(&e);
+            }
+            return Err(e);
+        }
+        self.maybe_commit()
+    }
+    /// Past the dirty limits, asks for a commit (begun by the front end's request once it
+    /// leaves the lock: [`Volume::after_write`]).
+    /// Makes blocks `[first, end)` of file `ino` holes through its scheme (dropping any
+    /// dirty copies); false when the scheme stores no hole inside a file.
+    pub(super) fn punch_blocks(&mut self, ino: u64, first: u64, end: u64) -> Result<bool> {
+        self.check_writable()?;
+        self.ensure_open(ino)?;
+        let env = env!(self);
+        let of = self.files.get_mut(&ino).expect("opened");
+        let sch = scheme(of.inode.scheme);
+        // Stored blocks first: a scheme that cannot punch changes nothing.
+        let stored_end = end.min(of.state.blocks());
+        if first < stored_end
+            && !sch.punch(&env, &mut of.state, &mut self.tx, first, stored_end - first)?
+        {
+            return Ok(false);
+        }
+        let before = of.dirty.len();
+        of.dirty.retain(|&b, _| b < first || b >= end);
+        self.dirty_bytes = self
+            .dirty_bytes
+            .saturating_sub((before - of.dirty.len()) * env.bs);
+        of.inode.mtime_ns = now_ns();
+        of.inode.ctime_ns = of.inode.mtime_ns;
+        of.record_dirty = true;
+        Ok(true)
+    }
+    pub(super) fn maybe_commit(&mut self) -> Result<()> {
+        if self.tx.overlay_bytes() >= OVERLAY_LIMIT || self.dirty_bytes >= TOTAL_DIRTY_LIMIT {
+            self.commit_wanted = true;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,322 @@
+//! The checker (every block of every file), orphans, volume facts and integrity metrics.
+
+#[allow(unused_imports)]
+use super::*;
+
+/// Verifies every stored block of a file; returns every failure (one per failing block).
+pub(super) fn check_all_blocks(
+    env: &Env,
+    tx: &mut Tx,
+    of: &mut OpenFile,
+    progress: &mut dyn FnMut(u64),
+) -> std::result::Result<(), Vec<Error>> {
+    const CHUNK: u64 = 256;
+    let sch = scheme(of.inode.scheme);
+    let blocks = of.state.blocks();
+    let mut errs = Vec::new();
+    let mut buf = vec![0u8; CHUNK as usize * env.bs];
+    let mut b = 0;
+    while b < blocks {
+        let n = (blocks - b).min(CHUNK);
+        let chunk = &mut buf[..(n as usize * env.bs)];
+        if sch.read_blocks(env, &mut of.state, tx, b, chunk).is_err() {
+            for k in b..b + n {
+                if let Err(e) = sch.read_blocks(env, &mut of.state, tx, k, &mut chunk[..env.bs]) {
+                    errs.push(e);
+                }
+            }
+        }
+        progress(n * env.bs as u64);
+        b += n;
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(errs)
+    }
+}
+
+impl Inner {
+    pub(super) fn fsck(&mut self, progress: &mut dyn FnMut(u64)) -> Result<Vec<FsckFailure>> {
+        let mut failures = Vec::new();
+        let fail = |path: &str, e: Error| match e {
+            Error::Tampered { block, what, .. } => FsckFailure {
+                path: path.to_string(),
+                block,
+                what,
+            },
+            other => FsckFailure {
+                path: path.to_string(),
+                block: None,
+                what: other.to_string(),
+            },
+        };
+        // The whole inode table.
+        let env = env!(self);
+        if let Err(e) = check_all_blocks(&env, &mut self.tx, &mut self.itable, &mut |_| {}) {
+            failures.extend(e.into_iter().map(|e| fail("<inode table>", e)));
+            return Ok(failures);
+        }
+        let mut reached = std::collections::HashSet::new();
+        let mut stack = vec![("/".to_string(), ROOT_INO)];
+        // Files unlinked while open are not lost: the next writable open frees them.
+        let mut u = self.header.unlinked_head;
+        while u != 0 && !reached.contains(&u) {
+            stack.push((format!("<unlinked inode {u}>"), u));
+            reached.insert(u);
+            u = match self.open_ino(u) {
+                Ok(of) => of.inode.link,
+                Err(e) => {
+                    failures.push(fail("<unlinked list>", e));
+                    0
+                }
+            };
+        }
+        while let Some((path, ino)) = stack.pop() {
+            reached.insert(ino);
+            if let Err(e) = self.ensure_open(ino) {
+                failures.push(fail(&path, e));
+                continue;
+            }
+            let env = env!(self);
+            let of = self.files.get_mut(&ino).expect("opened");
+            if let Err(errs) = check_all_blocks(&env, &mut self.tx, of, progress) {
+                failures.extend(errs.into_iter().map(|e| fail(&path, e)));
+                continue;
+            }
+            if of.inode.xattr != 0 {
+                stack.push((
+                    format!("{path} (extended attributes)"),
+                    of.inode.xattr as u64,
+                ));
+            }
+            if of.inode.kind == Kind::Dir {
+                match self.dir_entries(ino, &path) {
+                    Ok(entries) => {
+                        for (name, (child, _)) in entries.iter().rev() {
+                            let p = if path == "/" {
+                                format!("/{name}")
+                            } else {
+                                format!("{path}/{name}")
+                            };
+                            stack.push((p, *child));
+                        }
+                    }
+                    Err(e) => failures.push(fail(&path, e)),
+                }
+            }
+        }
+        for ino in ROOT_INO..self.header.count {
+            if reached.contains(&ino) {
+                continue;
+            }
+            match self.read_record(ino) {
+                Ok(r) if r.kind == Kind::Free => {}
+                Ok(_) => failures.push(FsckFailure {
+                    path: format!("<inode {ino}>"),
+                    block: None,
+                    what: "allocated but not referenced by any directory (lost file)".into(),
+                }),
+                Err(e) => failures.push(fail("<inode table>", e)),
+            }
+        }
+        Ok(failures)
+    }
+    /// Every inode record (root onwards), with open files' in-memory state.
+    pub(super) fn records(&mut self) -> Result<Vec<Inode>> {
+        (ROOT_INO..self.header.count)
+            .map(|ino| match self.files.get(&ino) {
+                Some(of) => Ok(of.inode.clone()),
+                None => self.read_record(ino),
+            })
+            .collect()
+    }
+    pub(super) fn orphans(&mut self) -> Result<Vec<String>> {
+        let mut live = std::collections::HashSet::new();
+        live.insert(hex::encode(self.itable.inode.id));
+        for r in self.records()? {
+            if r.kind != Kind::Free {
+                live.insert(hex::encode(r.id));
+            }
+        }
+        let mut out: Vec<String> = self
+            .store
+            .list()?
+            .into_iter()
+            .filter(|n| n.starts_with("f/"))
+            .filter(|n| {
+                let id = n
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or("")
+                    .split('.')
+                    .next()
+                    .unwrap_or("");
+                !live.contains(id)
+            })
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+    pub(super) fn info(&mut self) -> Result<Info> {
+        let (mut files, mut dirs, mut links, mut special, mut content) = (0, 0, 0, 0, 0);
+        for r in self.records()? {
+            match r.kind {
+                Kind::File => {
+                    files += 1;
+                    content += r.size;
+                }
+                Kind::Dir => dirs += 1,
+                Kind::Symlink => links += 1,
+                Kind::Fifo | Kind::Socket | Kind::CharDev | Kind::BlockDev => special += 1,
+                Kind::Free | Kind::Xattr => {}
+            }
+        }
+        let itable_prefix = hex::encode(self.itable.inode.id);
+        let (mut data, mut integrity, mut itable) = (0, 0, 0);
+        for name in self.store.list()? {
+            let len = self.store.len(&name)?.unwrap_or(0);
+            if name.contains(&itable_prefix) {
+                itable += len;
+                continue;
+            }
+            match crate::store::ObjectClass::of(&name) {
+                crate::store::ObjectClass::Data => data += len,
+                crate::store::ObjectClass::Integrity => integrity += len,
+                _ => {}
+            }
+        }
+        Ok(Info {
+            volume_id: self.config.volume_id.clone(),
+            scheme: if self.default_auto {
+                AUTO.to_string()
+            } else {
+                self.default_scheme.name().to_string()
+            },
+            block_size: self.bs as u32,
+            files,
+            directories: dirs,
+            symlinks: links,
+            special_files: special,
+            content_bytes: content,
+            trusted_bytes: ANCHOR_SIZE as u64,
+            data_object_bytes: data,
+            integrity_bytes: integrity,
+            inode_table_bytes: itable,
+            epoch: self.anchor.epoch,
+            anchor: self.trusted.location(),
+        })
+    }
+    pub(super) fn file_integrity(&mut self, ino: u64, path: &str) -> Result<FileIntegrity> {
+        self.ensure_open(ino)?;
+        let bs = self.bs as u64;
+        let of = self.files.get(&ino).expect("opened");
+        let (inode, names) = (of.inode.clone(), of.state.names.clone());
+        let blocks = of.state.blocks();
+        let mut len = |n: &str| -> Result<u64> { Ok(self.tx.len(n)?.unwrap_or(0)) };
+        let (d, m, c) = (len(&names.data)?, len(&names.meta)?, len(&names.ctrs)?);
+        Ok(FileIntegrity::new(
+            path,
+            &inode,
+            blocks,
+            bs,
+            [d, m, c],
+            self.metrics.file(&inode.id),
+        ))
+    }
+    pub(super) fn volume_integrity(&mut self) -> Result<VolumeIntegrity> {
+        let records = self.records()?;
+        let itable_id = hex::encode(self.itable.inode.id);
+        let mut v = VolumeIntegrity {
+            anchor_bytes: ANCHOR_SIZE as u64,
+            itable_ts_bytes: self.itable.inode.trusted_bytes_used(),
+            ..Default::default()
+        };
+        for r in records.iter().filter(|r| r.kind != Kind::Free) {
+            v.files += 1;
+            v.ts_bytes += r.trusted_bytes_used();
+        }
+        for name in self.store.list()? {
+            let len = self.store.len(&name)?.unwrap_or(0);
+            match crate::store::ObjectClass::of(&name) {
+                crate::store::ObjectClass::Integrity if !name.contains(&itable_id) => {
+                    v.integrity_object_bytes += len
+                }
+                crate::store::ObjectClass::Data if !name.contains(&itable_id) => {
+                    v.data_object_bytes += len
+                }
+                _ => v.other_metadata_bytes += len,
+            }
+        }
+        v.session = self.metrics.snapshot();
+        Ok(v)
+    }
+}
+
+impl Volume {
+    /// Checks every block of every file and directory; returns what failed.
+    pub fn fsck(&self, progress: &mut dyn FnMut(u64)) -> Result<Vec<FsckFailure>> {
+        let mut g = self.idle()?;
+        let r = g.fsck(progress);
+        if let Ok(f) = &r {
+            self.integrity_failures
+                .fetch_add(f.len() as u64, Ordering::Relaxed);
+        }
+        r
+    }
+    /// Objects in the store that no file references: left behind by a transaction that
+    /// never sealed (a crash, a full disk). Harmless to integrity; they only take space.
+    pub fn orphans(&self) -> Result<Vec<String>> {
+        let mut g = self.idle()?;
+        g.orphans()
+    }
+    /// Deletes orphaned objects (see [`Volume::orphans`]); returns how many.
+    pub fn remove_orphans(&self) -> Result<usize> {
+        let mut g = self.idle()?;
+        g.check_writable()?;
+        // Seal first, so that nothing written in this session counts as an orphan.
+        g.commit()?;
+        let orphans = g.orphans()?;
+        for name in &orphans {
+            g.store.delete(name)?;
+        }
+        g.store.sync_all()?;
+        Ok(orphans.len())
+    }
+    /// Total bytes of file contents (for fsck's progress bar).
+    pub fn content_bytes(&self) -> Result<u64> {
+        let mut g = self.idle()?;
+        Ok(g.records()?
+            .iter()
+            .filter(|r| r.kind == Kind::File)
+            .map(|r| r.size)
+            .sum())
+    }
+    /// Volume facts.
+    pub fn info(&self) -> Result<Info> {
+        let mut g = self.idle()?;
+        g.info()
+    }
+    /// The measured costs of everything this volume did since it was opened: blocks,
+    /// bytes of `US_F` accessed (integrity bandwidth), time by phase.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.metrics.snapshot()
+    }
+    /// A file's integrity costs: its storage for integrity (`US_F` objects), its trusted
+    /// state (bytes of TS_F in use), and what was measured on it since open.
+    pub fn file_integrity(&self, path: &str) -> Result<FileIntegrity> {
+        let mut g = self.idle()?;
+        let r = (|| {
+            let ino = g.resolve(&split_path(path), path)?;
+            g.file_integrity(ino, path)
+        })();
+        self.note(r.map_err(|e| e.at_path(path)))
+    }
+    /// The volume's integrity costs: storage for integrity, trusted storage, and what was
+    /// measured since open.
+    pub fn integrity(&self) -> Result<VolumeIntegrity> {
+        let mut g = self.idle()?;
+        let r = g.volume_integrity();
+        self.note(r)
+    }
+}

@@ -1,0 +1,431 @@
+//! The inode table: records, the header, allocation and freeing, attributes, and the list
+//! of files unlinked while open (docs/file-format.md §4).
+
+#[allow(unused_imports)]
+use super::*;
+
+pub(super) const HEADER_MAGIC: &[u8; 8] = b"ITABHDR1";
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TableHeader {
+    pub(super) free_head: u64,
+    pub(super) count: u64,
+    /// First file unlinked while open (docs/file-format.md §4.2).
+    pub(super) unlinked_head: u64,
+}
+
+impl Inner {
+    pub(super) fn empty_tree(&self, s: SchemeId, id: &FileId) -> crate::tree::TreeState {
+        let env = env!(self);
+        scheme(s).empty(&env, id)
+    }
+    /// Finishes a new volume: the inode-table header and the root directory, sealed.
+    pub(super) fn init_fresh(&mut self) -> Result<()> {
+        self.header = TableHeader {
+            free_head: 0,
+            count: ROOT_INO + 1,
+            unlinked_head: 0,
+        };
+        self.header_dirty = true;
+        let id = crypto::random_file_id();
+        let mut root = Inode::new(
+            Kind::Dir,
+            SchemeId::MtEintGcm,
+            id,
+            self.empty_tree(SchemeId::MtEintGcm, &id),
+            now_ns(),
+        );
+        root.nlink = 2;
+        root.link = ROOT_INO;
+        let mut of = OpenFile::load(root, &self.keys, &mut self.tx, Subject::Path("/".into()))?;
+        of.dir = Some(BTreeMap::new());
+        of.record_dirty = true;
+        self.files.insert(ROOT_INO, of);
+        self.commit()
+    }
+    pub(super) fn read_record(&mut self, ino: u64) -> Result<Inode> {
+        let mut b = [0u8; RECORD_SIZE];
+        let env = env!(self);
+        let n = file_read(
+            &env,
+            &mut self.tx,
+            &mut self.itable,
+            ino * RECORD_SIZE as u64,
+            &mut b,
+        )?;
+        if n != RECORD_SIZE {
+            return Err(Error::tampered(
+                Subject::InodeTable,
+                None,
+                format!("inode {ino} is past the end of the table"),
+            ));
+        }
+        Inode::decode(&b).ok_or_else(|| {
+            Error::tampered(
+                Subject::InodeTable,
+                None,
+                format!("inode {ino}: malformed record"),
+            )
+        })
+    }
+    pub(super) fn write_record(&mut self, ino: u64, inode: &Inode) -> Result<()> {
+        let env = env!(self);
+        file_write(
+            &env,
+            &mut self.tx,
+            &mut self.itable,
+            ino * RECORD_SIZE as u64,
+            &inode.encode(),
+        )
+    }
+    pub(super) fn read_header(&mut self) -> Result<TableHeader> {
+        let mut b = [0u8; RECORD_SIZE];
+        let env = env!(self);
+        let n = file_read(&env, &mut self.tx, &mut self.itable, 0, &mut b)?;
+        if n != RECORD_SIZE || &b[..8] != HEADER_MAGIC {
+            return Err(Error::tampered(
+                Subject::InodeTable,
+                None,
+                "bad inode-table header",
+            ));
+        }
+        let free_head = u64::from_le_bytes(b[8..16].try_into().expect("8"));
+        let count = u64::from_le_bytes(b[16..24].try_into().expect("8"));
+        let unlinked_head = u64::from_le_bytes(b[24..32].try_into().expect("8"));
+        let records = self.itable.inode.size / RECORD_SIZE as u64;
+        if count > records
+            || free_head >= count.max(1)
+            || count <= ROOT_INO
+            || unlinked_head >= count
+        {
+            return Err(Error::tampered(
+                Subject::InodeTable,
+                None,
+                "inconsistent inode-table header",
+            ));
+        }
+        Ok(TableHeader {
+            free_head,
+            count,
+            unlinked_head,
+        })
+    }
+    pub(super) fn write_header(&mut self) -> Result<()> {
+        let mut b = [0u8; RECORD_SIZE];
+        b[..8].copy_from_slice(HEADER_MAGIC);
+        b[8..16].copy_from_slice(&self.header.free_head.to_le_bytes());
+        b[16..24].copy_from_slice(&self.header.count.to_le_bytes());
+        b[24..32].copy_from_slice(&self.header.unlinked_head.to_le_bytes());
+        let env = env!(self);
+        file_write(&env, &mut self.tx, &mut self.itable, 0, &b)
+    }
+    pub(super) fn check_writable(&self) -> Result<()> {
+        if self.read_only {
+            return Err(Error::fs("", FsErrorKind::ReadOnly));
+        }
+        Ok(())
+    }
+    pub(super) fn ensure_open(&mut self, ino: u64) -> Result<()> {
+        if self.files.contains_key(&ino) {
+            return Ok(());
+        }
+        if self.stale.contains(&ino) {
+            return Err(self
+                .discarded(ino)
+                .unwrap_or_else(|| Error::fs("", FsErrorKind::NotFound)));
+        }
+        if ino == 0 || ino >= self.header.count {
+            return Err(Error::tampered(
+                Subject::Inode(ino),
+                None,
+                "directory entry points outside the inode table",
+            ));
+        }
+        let inode = self.read_record(ino)?;
+        if inode.kind == Kind::Free {
+            return Err(Error::tampered(
+                Subject::Inode(ino),
+                None,
+                "directory entry points to a free inode",
+            ));
+        }
+        let of = OpenFile::load(inode, &self.keys, &mut self.tx, Subject::Inode(ino))?;
+        self.files.insert(ino, of);
+        Ok(())
+    }
+    pub(super) fn open_ino(&mut self, ino: u64) -> Result<&mut OpenFile> {
+        self.ensure_open(ino)?;
+        Ok(self.files.get_mut(&ino).expect("opened"))
+    }
+    pub(super) fn expect_kind(&mut self, ino: u64, path: &str, kind: Kind) -> Result<()> {
+        let k = self.open_ino(ino)?.inode.kind;
+        match (k, kind) {
+            (a, b) if a == b => Ok(()),
+            (Kind::Dir, _) => Err(Error::fs(path, FsErrorKind::IsADirectory)),
+            _ => Err(Error::Invalid(format!("{path}: not a regular file"))),
+        }
+    }
+    pub(super) fn stat_ino(&mut self, ino: u64) -> Result<Stat> {
+        let bs = self.bs as u64;
+        let of = self.open_ino(ino)?;
+        let (intervals, spilled) = match &of.inode.counters {
+            TrustedCounters::Inline(c) => (c.intervals() as u64, false),
+            TrustedCounters::Spilled { intervals, .. } => (*intervals as u64, true),
+        };
+        Ok(Stat {
+            ino,
+            kind: of.inode.kind,
+            size: of.inode.size,
+            mode: of.inode.mode,
+            mtime_ns: of.inode.mtime_ns,
+            ctime_ns: of.inode.ctime_ns,
+            scheme: of.inode.scheme.name().to_string(),
+            auto: of.inode.auto,
+            file_id: hex::encode(of.inode.id),
+            blocks: of.state.blocks().max(of.inode.size.div_ceil(bs)),
+            counter_intervals: intervals,
+            counters_spilled: spilled,
+            rdev: if of.inode.kind.is_device() {
+                of.inode.link as u32
+            } else {
+                0
+            },
+        })
+    }
+    pub(super) fn alloc_ino(&mut self) -> Result<u64> {
+        let ino = if self.header.free_head != 0 && !self.stale.contains(&self.header.free_head) {
+            let ino = self.header.free_head;
+            let rec = self.read_record(ino)?;
+            if rec.kind != Kind::Free {
+                return Err(Error::tampered(
+                    Subject::InodeTable,
+                    None,
+                    "free list points to a used inode",
+                ));
+            }
+            self.header.free_head = rec.link;
+            ino
+        } else {
+            let mut ino = self.header.count;
+            // Numbers past the table's end that a front end may still hold (files a failed
+            // commit discarded) are skipped; they stay free until the next open.
+            self.header_dirty = true;
+            while self.stale.contains(&ino) {
+                self.write_record(ino, &Inode::free(self.header.free_head))?;
+                self.header.free_head = ino;
+                ino += 1;
+            }
+            self.header.count = ino + 1;
+            ino
+        };
+        self.header_dirty = true;
+        Ok(ino)
+    }
+    /// Frees an inode (and its extended-attribute file): its objects are deleted at the seal.
+    pub(super) fn free_ino(&mut self, ino: u64) -> Result<()> {
+        self.ensure_open(ino)?;
+        let of = self.files.remove(&ino).expect("opened");
+        for name in [
+            &of.state.names.data,
+            &of.state.names.meta,
+            &of.state.names.ctrs,
+        ] {
+            self.tx.delete(name)?;
+        }
+        self.cache.remove_file(&of.inode.id);
+        self.names.remove(&ino);
+        if of.inode.kind != Kind::Xattr {
+            self.stale.insert(ino);
+            self.unsealed.reborn(ino, self.commits_begun + 1, false);
+        }
+        let rec = Inode::free(self.header.free_head);
+        self.write_record(ino, &rec)?;
+        self.header.free_head = ino;
+        self.header_dirty = true;
+        if of.inode.xattr != 0 && of.inode.kind != Kind::Xattr {
+            self.free_ino(of.inode.xattr as u64)?;
+        }
+        Ok(())
+    }
+    /// Marks an inode's attributes changed (ctime) and its record dirty.
+    pub(super) fn touch_record(&mut self, ino: u64) -> Result<&mut OpenFile> {
+        let of = self.open_ino(ino)?;
+        of.inode.ctime_ns = now_ns();
+        of.record_dirty = true;
+        Ok(of)
+    }
+    /// Allocates and opens a new, empty inode that no directory names yet.
+    pub(super) fn new_inode(
+        &mut self,
+        kind: Kind,
+        s: SchemeId,
+        mode: Option<u32>,
+        uid: u32,
+        gid: u32,
+    ) -> Result<u64> {
+        let ino = self.alloc_ino()?;
+        if kind != Kind::Xattr {
+            self.unsealed.reborn(ino, self.commits_begun + 1, true);
+        }
+        let id = crypto::random_file_id();
+        let mut inode = Inode::new(kind, s, id, self.empty_tree(s, &id), now_ns());
+        if kind == Kind::Symlink {
+            inode.mode = 0o777;
+        }
+        if let Some(m) = mode {
+            inode.mode = m & 0o7777;
+        }
+        inode.uid = uid;
+        inode.gid = gid;
+        let mut of = OpenFile::load(inode, &self.keys, &mut self.tx, Subject::Inode(ino))?;
+        if kind == Kind::Dir {
+            of.dir = Some(BTreeMap::new());
+            of.dir_dirty = true;
+        }
+        of.record_dirty = true;
+        self.files.insert(ino, of);
+        Ok(ino)
+    }
+    /// Removes one name of `ino` (already taken out of its directory): frees the inode when
+    /// it was the last name and no handle is open; otherwise keeps it (docs/file-format.md
+    /// §4.2, the unlinked list).
+    pub(super) fn drop_link(&mut self, ino: u64) -> Result<()> {
+        let open = self.track_references || self.handles.get(&ino).copied().unwrap_or(0) > 0;
+        let unlinked_head = self.header.unlinked_head;
+        let of = self.touch_record(ino)?;
+        // A symlink or special file may have hard links too (link(2) does not follow).
+        if of.inode.kind != Kind::Dir && of.inode.nlink > 1 {
+            of.inode.nlink -= 1;
+            return Ok(());
+        }
+        if of.inode.kind == Kind::File && open {
+            of.inode.nlink = 0;
+            of.inode.link = unlinked_head;
+            self.header.unlinked_head = ino;
+            self.header_dirty = true;
+            self.names.remove(&ino);
+            return Ok(());
+        }
+        self.free_ino(ino)
+    }
+    /// Takes `ino` off the unlinked list and frees it.
+    pub(super) fn free_unlinked(&mut self, ino: u64) -> Result<()> {
+        let next = self.open_ino(ino)?.inode.link;
+        if self.header.unlinked_head == ino {
+            self.header.unlinked_head = next;
+            self.header_dirty = true;
+        } else {
+            let mut cur = self.header.unlinked_head;
+            for _ in 0..=self.header.count {
+                if cur == 0 {
+                    break;
+                }
+                let of = self.open_ino(cur)?;
+                if of.inode.link == ino {
+                    of.inode.link = next;
+                    of.record_dirty = true;
+                    break;
+                }
+                cur = of.inode.link;
+            }
+        }
+        self.free_ino(ino)
+    }
+    /// Frees every file left on the unlinked list (by a crash or an unclean unmount).
+    pub(super) fn reap_unlinked(&mut self) -> Result<()> {
+        let mut n = 0;
+        while self.header.unlinked_head != 0 {
+            let ino = self.header.unlinked_head;
+            let count = self.header.count;
+            let of = self.open_ino(ino)?;
+            if of.inode.kind != Kind::File || of.inode.nlink != 0 || n > count {
+                return Err(Error::tampered(
+                    Subject::InodeTable,
+                    None,
+                    "malformed list of unlinked files",
+                ));
+            }
+            self.header.unlinked_head = of.inode.link;
+            self.header_dirty = true;
+            self.free_ino(ino)?;
+            n += 1;
+        }
+        if n > 0 {
+            tracing::info!(
+                files = n,
+                "freed files unlinked while open before the last unmount"
+            );
+        }
+        Ok(())
+    }
+    pub(super) fn attr(&mut self, ino: u64) -> Result<Attr> {
+        let bs = self.bs as u64;
+        let nlink = match self.open_ino(ino)?.inode.kind {
+            // As on ext4: its entry in the parent, its `.`, and each subdirectory's `..`.
+            Kind::Dir => 2u32.saturating_add(self.subdirs(ino)?),
+            _ => self.open_ino(ino)?.inode.nlink,
+        };
+        let of = self.open_ino(ino)?;
+        let i = &of.inode;
+        Ok(Attr {
+            ino,
+            generation: u64::from_le_bytes(i.id[..8].try_into().expect("8")),
+            kind: i.kind,
+            size: i.size,
+            mode: i.mode,
+            uid: i.uid,
+            gid: i.gid,
+            nlink,
+            atime_ns: i.atime_ns,
+            mtime_ns: i.mtime_ns,
+            ctime_ns: i.ctime_ns,
+            stored_bytes: stored_blocks(of).min(i.size.div_ceil(bs)) * bs,
+            rdev: if i.kind.is_device() { i.link as u32 } else { 0 },
+        })
+    }
+    pub(super) fn setattr(&mut self, ino: u64, set: &SetAttr) -> Result<()> {
+        self.check_writable()?;
+        if let Some(size) = set.size {
+            match self.open_ino(ino)?.inode.kind {
+                Kind::File => {}
+                Kind::Dir => return Err(Error::fs("", FsErrorKind::IsADirectory)),
+                // truncate(2) of a FIFO, socket, device or symlink: EINVAL, as on ext4.
+                _ => return Err(Error::Invalid("not a regular file".into())),
+            }
+            self.truncate_ino(ino, size)?;
+        }
+        let of = self.touch_record(ino)?;
+        if let Some(m) = set.mode {
+            of.inode.mode = m & 0o7777;
+        }
+        if let Some(u) = set.uid {
+            of.inode.uid = u;
+        }
+        if let Some(g) = set.gid {
+            of.inode.gid = g;
+        }
+        if let Some(t) = set.atime_ns {
+            of.inode.atime_ns = t;
+        }
+        if let Some(t) = set.mtime_ns {
+            of.inode.mtime_ns = t;
+        }
+        Ok(())
+    }
+    /// A best-effort path of `ino`, for error messages.
+    pub(super) fn path_of(&self, ino: u64) -> String {
+        let mut parts = Vec::new();
+        let mut cur = ino;
+        while cur != ROOT_INO && parts.len() < 256 {
+            match self.names.get(&cur) {
+                Some((p, n)) => {
+                    parts.push(n.as_str());
+                    cur = *p;
+                }
+                None => return format!("<inode {ino}>"),
+            }
+        }
+        parts.reverse();
+        format!("/{}", parts.join("/"))
+    }
+}

@@ -1,0 +1,1309 @@
+//! The volume engine: the trust chain of docs/design.md.
+//!
+//! ```text
+//! trusted anchor (volume id, epoch, counter reservation, journal digest, TS of the inode table; MAC'd)
+//!   └─ inode table: a file under mt-eint; record k is inode k's attributes and TS_F
+//!        └─ files: blocks under their scheme, US_F beside them
+//!        └─ directories: files of entries name -> inode (always mt-eint)
+//! ```
+//!
+//! All mutation goes through one [`Tx`]; [`Volume::sync`] seals it: the journal is made
+//! durable, the anchor's epoch advances with the new inode-table root and the journal's
+//! digest, then the journal is applied in place.
+
+use crate::crypto::{self, label, FileId, KdfParams, MasterKey, SubKey};
+use crate::error::{Error, FsErrorKind, Result, Subject};
+use crate::format::*;
+use crate::metrics::{Account, FileIntegrity, Metrics, MetricsSnapshot, Phase, VolumeIntegrity};
+use crate::scheme::{scheme, Env, FileState};
+use crate::store::{LocalStateDir, TrustedLock, TrustedStore, UntrustedStore};
+use crate::tree::{auth_ctr, check_ctr, NodeCache, NodeHasher, TrustedCounters};
+use crate::tx::{load_journal, replay_journal, Commit, Tx};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+macro_rules! env {
+    ($s:ident) => {
+        Env {
+            bs: $s.bs,
+            hasher: &$s.keys.hasher,
+            leaf_key: &$s.keys.leaf,
+            cache: &$s.cache,
+            ctr_floor: $s.ctr_floor,
+            ctr_limit: $s.anchor.ctr_next,
+            metrics: &$s.metrics,
+            max_object: $s.max_object,
+        }
+    };
+}
+
+mod commit;
+mod file_io;
+mod fsck;
+mod inodes;
+mod keys;
+mod namespace;
+mod policy;
+mod recover;
+mod xattr;
+use commit::*;
+use file_io::*;
+use inodes::*;
+use keys::*;
+use namespace::*;
+pub use recover::{DiscardHook, Discarded};
+use xattr::*;
+
+/// Counters reserved per session (see docs/design.md, "Counters").
+pub const CTR_RESERVATION: u64 = 1 << 32;
+/// Dirty plaintext held per file before it is pushed through its scheme (by the write
+/// that reaches it, under the engine lock: it bounds how long one write holds the lock,
+/// and leaves a seal's locked phase little to encrypt).
+const FILE_DIRTY_LIMIT: usize = 2 << 20;
+/// Staged (journaled) bytes before the engine seals on its own.
+const OVERLAY_LIMIT: usize = 32 << 20;
+/// Longest name in a directory.
+pub const NAME_MAX: usize = 255;
+pub use crate::format::AUTO;
+/// Blocks the `auto` policy observes before it re-encrypts a file that has content.
+const AUTO_MIN_OBSERVED: u64 = 64;
+/// Largest file the `auto` policy re-encrypts on its own (a switch rewrites the file).
+const AUTO_MAX_SIZE: u64 = 256 << 20;
+/// Open-file states kept after a seal.
+const KEEP_OPEN: usize = 1024;
+/// Known (parent, name) pairs kept after a seal, for naming files in errors.
+const KEEP_NAMES: usize = 1 << 20;
+/// Dirty plaintext held across all files before the engine seals on its own. The part of a
+/// seal that holds the engine lock (encrypting what is dirty) grows with it.
+const TOTAL_DIRTY_LIMIT: usize = 32 << 20;
+/// Bytes a file writes between two commits before it counts as a heavy writer: past twice
+/// the dirty limits, only heavy writers wait for a commit ([`Volume::after_write`]).
+const THROTTLE_SHARE: usize = 4 << 20;
+/// Longest extended-attribute value.
+pub const XATTR_VALUE_MAX: usize = 64 << 10;
+/// Default largest total of extended-attribute names and values per inode
+/// ([`Options::xattr_bytes_max`]): one attribute of the largest size with the longest name
+/// fits (ext4 without `ea_inode` stops near 4 KiB; `--xattr-max-bytes 4096` behaves so).
+pub const XATTR_BYTES_MAX: usize = XATTR_VALUE_MAX + NAME_MAX;
+/// Largest total of extended-attribute names (each with its NUL) per inode: the kernel's
+/// listxattr limit (XATTR_LIST_MAX), so that every name set can also be listed.
+pub const XATTR_NAMES_MAX: usize = 64 << 10;
+/// The extended attribute that names a file's scheme (virtual: never stored).
+pub const SCHEME_XATTR: &str = "user.intact.scheme";
+
+/// How to open or create a volume.
+#[derive(Clone)]
+pub struct Options {
+    /// Bytes of verified Merkle nodes to cache (0 disables; the paper's evaluation used 1 KiB).
+    pub cache_bytes: usize,
+    /// Open without writing anything (no lock for writing, no journal replay on disk).
+    pub read_only: bool,
+    /// Largest total of extended-attribute names and values per inode (ENOSPC past it).
+    pub xattr_bytes_max: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            cache_bytes: 1024,
+            read_only: false,
+            xattr_bytes_max: XATTR_BYTES_MAX,
+        }
+    }
+}
+
+/// Parameters of a new volume.
+#[derive(Clone, Debug)]
+pub struct CreateOptions {
+    /// Block size.
+    pub block_size: u32,
+    /// Default scheme of new files.
+    pub scheme: SchemeId,
+    /// New files follow the `auto` policy ([`crate::format::auto_choice`]), starting
+    /// from `scheme`.
+    pub auto: bool,
+    /// Argon2id parameters.
+    pub kdf: KdfParams,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions {
+            block_size: 4096,
+            scheme: SchemeId::MtEintGcm,
+            auto: false,
+            kdf: KdfParams::DEFAULT,
+        }
+    }
+}
+
+/// What `stat` reports.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Stat {
+    /// Inode number.
+    pub ino: u64,
+    /// File, directory, symlink, FIFO, socket or device node.
+    pub kind: Kind,
+    /// Length in bytes.
+    pub size: u64,
+    /// Permission bits.
+    pub mode: u32,
+    /// Modification time, ns.
+    pub mtime_ns: i64,
+    /// Change time, ns.
+    pub ctime_ns: i64,
+    /// Integrity scheme of the contents.
+    pub scheme: String,
+    /// Whether the `auto` policy chooses (and may change) the scheme.
+    pub auto: bool,
+    /// The file's random id (hex): its objects are `f/<2 hex>/<id>.{d,m,c}`.
+    pub file_id: String,
+    /// Blocks held by the scheme.
+    pub blocks: u64,
+    /// Counter intervals, and whether they are spilled to untrusted storage.
+    pub counter_intervals: u64,
+    /// True when the counter arrays live in US_F with their hashes in TS_F.
+    pub counters_spilled: bool,
+    /// The device number of a character or block device (0 for every other kind).
+    pub rdev: u32,
+}
+
+/// Attributes of an inode, as a file-system front end needs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attr {
+    /// Inode number.
+    pub ino: u64,
+    /// Changes whenever an inode number is reused (from the file's random id).
+    pub generation: u64,
+    /// File, directory or symlink.
+    pub kind: Kind,
+    /// Length in bytes.
+    pub size: u64,
+    /// Permission bits (and setuid/setgid/sticky).
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Names of the inode (hard links); for a directory 2 plus its subdirectories.
+    pub nlink: u32,
+    /// Access time, ns.
+    pub atime_ns: i64,
+    /// Modification time, ns.
+    pub mtime_ns: i64,
+    /// Change time, ns.
+    pub ctime_ns: i64,
+    /// Bytes of blocks the scheme holds (holes past them excluded).
+    pub stored_bytes: u64,
+    /// The device number of a character or block device (0 for every other kind).
+    pub rdev: u32,
+}
+
+/// Attribute changes (`setattr`): `None` leaves a field as it is.
+#[derive(Debug, Clone, Default)]
+pub struct SetAttr {
+    /// New permission bits.
+    pub mode: Option<u32>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// New length (files only): truncates or extends with zeros.
+    pub size: Option<u64>,
+    /// New access time, ns.
+    pub atime_ns: Option<i64>,
+    /// New modification time, ns.
+    pub mtime_ns: Option<i64>,
+}
+
+/// What a rename does when the target name exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenameMode {
+    /// Replace it (a non-empty directory is never replaced).
+    Replace,
+    /// Fail with `Exists` (`RENAME_NOREPLACE`).
+    NoReplace,
+    /// Swap the two names atomically (`RENAME_EXCHANGE`); both must exist.
+    Exchange,
+}
+
+/// How `setxattr` treats an existing attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XattrMode {
+    /// Create or replace.
+    Set,
+    /// Fail if it exists (`XATTR_CREATE`).
+    Create,
+    /// Fail unless it exists (`XATTR_REPLACE`).
+    Replace,
+}
+
+/// One directory entry.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DirEntry {
+    /// Name.
+    pub name: String,
+    /// Inode.
+    pub ino: u64,
+    /// Kind.
+    pub kind: Kind,
+}
+
+/// One fsck finding.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FsckFailure {
+    /// Path of the damaged file (or a structure name).
+    pub path: String,
+    /// Block index, where one applies.
+    pub block: Option<u64>,
+    /// What failed.
+    pub what: String,
+}
+
+impl std::fmt::Display for FsckFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.block {
+            Some(b) => write!(f, "{}: block {}: {}", self.path, b, self.what),
+            None => write!(f, "{}: {}", self.path, self.what),
+        }
+    }
+}
+
+/// Volume facts for `intact info`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Info {
+    /// Volume id (hex).
+    pub volume_id: String,
+    /// Default scheme.
+    pub scheme: String,
+    /// Block size.
+    pub block_size: u32,
+    /// Regular files.
+    pub files: u64,
+    /// Directories (including the root).
+    pub directories: u64,
+    /// Symlinks.
+    pub symlinks: u64,
+    /// FIFOs, sockets and device nodes.
+    pub special_files: u64,
+    /// Bytes of file contents.
+    pub content_bytes: u64,
+    /// Bytes of trusted storage (the anchor), constant.
+    pub trusted_bytes: u64,
+    /// Bytes of encrypted data objects in the store.
+    pub data_object_bytes: u64,
+    /// Bytes of integrity metadata (Merkle nodes, spilled counters) in the store.
+    pub integrity_bytes: u64,
+    /// Bytes of inode table objects (records, their tree).
+    pub inode_table_bytes: u64,
+    /// The anchor's epoch.
+    pub epoch: u64,
+    /// Where the anchor lives.
+    pub anchor: String,
+}
+
+/// An encrypted, authenticated, fresh volume.
+pub struct Volume {
+    shared: Arc<Shared>,
+    metrics: Arc<Metrics>,
+    integrity_failures: AtomicU64,
+    seal_on_drop: std::sync::atomic::AtomicBool,
+    /// The engine's [`Volume::is_full`] flag.
+    full: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The engine and what its threads share (a seal at the dirty limit runs its I/O on a
+/// thread of its own, [`Volume::after_write`]).
+struct Shared {
+    inner: Mutex<Inner>,
+    /// Signalled when a commit in flight ends (see [`Volume::sync`]).
+    commit_done: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits (releasing `g`) until the commit in flight ends.
+    fn wait<'a>(&self, g: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
+        self.commit_done.wait(g).unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until no commit is in flight.
+    fn wait_idle<'a>(&self, mut g: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
+        while g.committing {
+            g = self.wait(g);
+        }
+        g
+    }
+
+    /// Phases B and C of a begun commit: its I/O without the lock, then its end under the
+    /// lock, and the waiters woken.
+    fn finish(&self, f: &InFlight) -> Result<()> {
+        let r = f.run();
+        let r = self.lock().commit_end(f, r);
+        self.commit_done.notify_all();
+        r
+    }
+}
+
+struct Inner {
+    store: Arc<dyn UntrustedStore>,
+    trusted: Arc<dyn TrustedStore>,
+    _lock: TrustedLock,
+    config: Config,
+    bs: usize,
+    default_scheme: SchemeId,
+    default_auto: bool,
+    keys: Keys,
+    cache: NodeCache,
+    anchor: Anchor,
+    ctr_floor: u64,
+    /// The store's longest object (probed once; `u64::MAX` when read-only).
+    max_object: u64,
+    tx: Tx,
+    itable: OpenFile,
+    header: TableHeader,
+    header_dirty: bool,
+    files: HashMap<u64, OpenFile>,
+    /// Open handles per inode (a file unlinked while open lives until the last closes).
+    handles: HashMap<u64, u32>,
+    /// Last known (parent, name) of inodes, for naming them in integrity errors.
+    names: HashMap<u64, (u64, String)>,
+    /// Approximate dirty plaintext across files since the last seal.
+    dirty_bytes: usize,
+    /// Inode numbers freed in this session that a front end may still hold (the kernel
+    /// keeps an unlinked inode until it forgets it): requests on them are ENOENT, and the
+    /// numbers are not reused until [`Volume::forget`].
+    stale: std::collections::HashSet<u64>,
+    /// The front end reports when it stops referring to inodes ([`Volume::forget`]): a file
+    /// losing its last name is kept (on the unlinked list) until then, as a kernel keeps an
+    /// inode until its last reference goes.
+    track_references: bool,
+    read_only: bool,
+    /// A commit is between [`Inner::commit_begin`] and [`Inner::commit_end`].
+    committing: bool,
+    /// Commits begun and ended (numbered from 1): a [`Volume::sync`] waits for one that
+    /// began after it was called.
+    commits_begun: u64,
+    commits_ended: u64,
+    /// The dirty limits were reached: the front end's request that reached them starts a
+    /// commit once it has left the engine's lock (see [`Volume::after_write`]).
+    commit_wanted: bool,
+    /// [`Options::xattr_bytes_max`].
+    xattr_bytes_max: usize,
+    poisoned: Option<String>,
+    /// What a failed commit must undo and report (see [`recover`]).
+    unsealed: recover::Unsealed,
+    /// Reused buffer of [`flush_data`].
+    scratch: Vec<u8>,
+    /// Measured costs (see [`crate::metrics`]).
+    metrics: Arc<Metrics>,
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+pub use crate::format::Kind;
+
+/// Creates a volume in `store` with its anchor under the local state directory `state_dir`.
+pub fn create_local(
+    store: Arc<dyn UntrustedStore>,
+    state_dir: &std::path::Path,
+    password: &[u8],
+    copts: &CreateOptions,
+) -> Result<Volume> {
+    Volume::create(
+        store,
+        |id| Ok(Box::new(LocalStateDir::new(state_dir.to_path_buf(), id)?) as Box<dyn TrustedStore>),
+        password,
+        copts,
+        &Options::default(),
+    )
+}
+
+/// Reads and parses the config of the volume in `store`.
+pub fn read_config(store: &dyn UntrustedStore) -> Result<Config> {
+    let bytes = store.read_all(CONFIG_NAME)?.ok_or_else(|| {
+        Error::Config(format!(
+            "no intact volume here ({CONFIG_NAME} is missing); create one with `intact init`"
+        ))
+    })?;
+    Config::parse(&bytes)
+}
+
+impl Volume {
+    /// Creates a new volume in `store`, anchored in `trusted`.
+    /// `trusted` makes the anchor store once the new volume's id (hex) is known.
+    pub fn create(
+        store: Arc<dyn UntrustedStore>,
+        trusted: impl FnOnce(&str) -> Result<Box<dyn TrustedStore>>,
+        password: &[u8],
+        copts: &CreateOptions,
+        opts: &Options,
+    ) -> Result<Volume> {
+        check_block_size(copts.block_size)?;
+        if store.len(CONFIG_NAME)?.is_some() {
+            return Err(Error::Config("an intact volume already exists here".into()));
+        }
+        if !store.list()?.is_empty() {
+            return Err(Error::Config(
+                "the directory is not empty; intact init needs an empty directory".into(),
+            ));
+        }
+        let master = MasterKey::generate();
+        let mut volume_id = [0u8; 16];
+        crypto::fill_random(&mut volume_id);
+        let mut salt = [0u8; 16];
+        crypto::fill_random(&mut salt);
+        let mut config = Config {
+            format: FORMAT_VERSION,
+            volume_id: hex::encode(volume_id),
+            block_size: copts.block_size,
+            scheme: if copts.auto {
+                AUTO.to_string()
+            } else {
+                copts.scheme.name().to_string()
+            },
+            kdf: copts.kdf,
+            salt: hex::encode(salt),
+            features: vec![],
+            wrapped_key: String::new(),
+        };
+        let kek = crypto::password_key(password, &salt, copts.kdf)?;
+        config.wrapped_key = wrap_key(&master, &kek, &config.aad());
+        let trusted = trusted(&config.volume_id)?;
+        {
+            let _lock = trusted.lock(true)?;
+            if trusted.load()?.is_some() {
+                return Err(Error::Config(format!(
+                    "an anchor already exists at {}",
+                    trusted.location()
+                )));
+            }
+            // The initial anchor names an empty inode table; the first open finishes the
+            // volume (header, root directory) and seals. The anchor goes first: a crash before
+            // the config is written leaves an empty directory that `init` can use again.
+            let keys = derive_keys(&master);
+            let itable_id = crypto::random_file_id();
+            let tree = crate::tree::TreeState::empty(&keys.hasher, &itable_id);
+            let anchor = Anchor {
+                volume_id,
+                epoch: 0,
+                ctr_next: 1,
+                journal: None,
+                itable: Inode::new(Kind::File, SchemeId::MtEintGcm, itable_id, tree, now_ns()),
+            };
+            trusted.store(&anchor.encode(&keys.anchor))?;
+        }
+        let json = serde_json::to_string_pretty(&config).expect("config serializes");
+        store.replace(CONFIG_NAME, json.as_bytes())?;
+        let opts = Options {
+            read_only: false,
+            ..opts.clone()
+        };
+        Self::open_with_key(store, trusted, config, master, &opts)
+    }
+
+    /// Opens the volume in `store` with `password`; `trusted` must be the anchor store of
+    /// this volume (see [`Volume::state_for`]).
+    pub fn open(
+        store: Arc<dyn UntrustedStore>,
+        trusted: Box<dyn TrustedStore>,
+        password: &[u8],
+        opts: &Options,
+    ) -> Result<Volume> {
+        let config = read_config(store.as_ref())?;
+        let master = unwrap_key(&config, password)?;
+        Self::open_with_key(store, trusted, config, master, opts)
+    }
+
+    fn open_with_key(
+        store: Arc<dyn UntrustedStore>,
+        trusted: Box<dyn TrustedStore>,
+        config: Config,
+        master: MasterKey,
+        opts: &Options,
+    ) -> Result<Volume> {
+        let keys = derive_keys(&master);
+        let lock = trusted.lock(!opts.read_only)?;
+        let bytes = trusted.load()?.ok_or_else(|| Error::AnchorMissing {
+            volume: config.volume_id.clone(),
+            dir: trusted.location(),
+        })?;
+        let mut anchor = Anchor::decode(&bytes, &keys.anchor)?;
+        if anchor.volume_id != config.volume_id_bytes() {
+            return Err(Error::AnchorCorrupt(
+                "the anchor belongs to another volume".into(),
+            ));
+        }
+        let mut tx = if opts.read_only {
+            Tx::read_only(store.clone())
+        } else {
+            Tx::new(store.clone())
+        };
+        if let Some(j) = &anchor.journal {
+            let jb = load_journal(store.as_ref(), &keys.journal, j)?;
+            if opts.read_only {
+                tx.stage_journal(&jb)?;
+            } else {
+                replay_journal(store.as_ref(), &jb)?;
+            }
+        }
+        let ctr_floor = anchor.ctr_next;
+        if !opts.read_only {
+            // Reserve this session's counters before any block can be written with them.
+            anchor.ctr_next = anchor
+                .ctr_next
+                .checked_add(CTR_RESERVATION)
+                .ok_or_else(|| Error::Invalid("write counters exhausted".into()))?;
+            anchor.epoch += 1;
+            trusted.store(&anchor.encode(&keys.anchor))?;
+        }
+        let itable = OpenFile::load(anchor.itable.clone(), &keys, &mut tx, Subject::InodeTable)?;
+        let max_object = if opts.read_only {
+            u64::MAX
+        } else {
+            store.max_object_len()
+        };
+        let mut inner = Inner {
+            store,
+            trusted: Arc::from(trusted),
+            _lock: lock,
+            bs: config.block_size as usize,
+            default_scheme: match config.scheme.as_str() {
+                AUTO => SchemeId::MtEintGcm,
+                s => SchemeId::parse(s)?,
+            },
+            default_auto: config.scheme == AUTO,
+            config,
+            keys,
+            cache: NodeCache::new(opts.cache_bytes),
+            anchor,
+            ctr_floor,
+            max_object,
+            tx,
+            itable,
+            header: TableHeader {
+                free_head: 0,
+                count: 0,
+                unlinked_head: 0,
+            },
+            header_dirty: false,
+            files: HashMap::new(),
+            handles: HashMap::new(),
+            names: HashMap::new(),
+            dirty_bytes: 0,
+            stale: Default::default(),
+            track_references: false,
+            read_only: opts.read_only,
+            committing: false,
+            commits_begun: 0,
+            commits_ended: 0,
+            commit_wanted: false,
+            xattr_bytes_max: opts.xattr_bytes_max,
+            poisoned: None,
+            unsealed: Default::default(),
+            scratch: Vec::new(),
+            metrics: Arc::new(Metrics::new()),
+        };
+        if inner.itable.inode.size == 0 {
+            // The anchor names an empty inode table: the volume's creation has not sealed yet
+            // (this is trusted state, not something the store can fake).
+            if opts.read_only {
+                return Err(Error::Config(
+                    "the volume's creation was interrupted; open it for writing once to finish it"
+                        .into(),
+                ));
+            }
+            inner.init_fresh()?;
+        } else {
+            inner.header = inner.read_header()?;
+            if !opts.read_only && inner.header.unlinked_head != 0 {
+                inner.reap_unlinked()?;
+                inner.commit()?;
+            }
+        }
+        Ok(Volume::wrap(inner))
+    }
+
+    /// The local trusted state directory of the volume in `store`.
+    pub fn state_for(
+        store: &dyn UntrustedStore,
+        state_dir: &std::path::Path,
+    ) -> Result<LocalStateDir> {
+        let config = read_config(store)?;
+        LocalStateDir::new(state_dir.to_path_buf(), &config.volume_id)
+    }
+
+    /// Rebuilds a missing anchor from the untrusted copy the volume keeps. This trusts the
+    /// untrusted store's idea of the latest state: a rollback of the store before this call
+    /// goes undetected. Only for a lost state directory, after explicit confirmation.
+    pub fn recover_anchor(
+        store: &dyn UntrustedStore,
+        trusted: &dyn TrustedStore,
+        password: &[u8],
+    ) -> Result<u64> {
+        let config = read_config(store)?;
+        let master = unwrap_key(&config, password)?;
+        let keys = derive_keys(&master);
+        let _lock = trusted.lock(true)?;
+        if trusted.load()?.is_some() {
+            return Err(Error::Invalid(format!(
+                "an anchor already exists at {}; nothing to recover",
+                trusted.location()
+            )));
+        }
+        let copy = store.read_all(ANCHOR_COPY_NAME)?.ok_or_else(|| {
+            Error::Config(format!(
+                "{ANCHOR_COPY_NAME} is missing: the anchor cannot be recovered"
+            ))
+        })?;
+        let anchor = Anchor::decode(&copy, &keys.anchor)?;
+        if anchor.volume_id != config.volume_id_bytes() {
+            return Err(Error::AnchorCorrupt(
+                "the anchor copy belongs to another volume".into(),
+            ));
+        }
+        trusted.store(&copy)?;
+        Ok(anchor.epoch)
+    }
+
+    fn wrap(inner: Inner) -> Volume {
+        Volume {
+            metrics: inner.metrics.clone(),
+            full: inner.unsealed.full_flag(),
+            shared: Arc::new(Shared {
+                inner: Mutex::new(inner),
+                commit_done: Condvar::new(),
+            }),
+            integrity_failures: AtomicU64::new(0),
+            seal_on_drop: std::sync::atomic::AtomicBool::new(true),
+        }
+    }
+
+    /// Whether dropping the volume seals what was written since the last [`Volume::sync`]
+    /// (the default, like unmounting a file system). A front end that wants a command to be
+    /// all-or-nothing turns it off and seals explicitly at the end; what it wrote before a
+    /// failure is then never sealed (its objects become orphans).
+    pub fn set_seal_on_drop(&self, seal: bool) {
+        self.seal_on_drop.store(seal, Ordering::Relaxed);
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Inner>> {
+        let mut g = self.shared.lock();
+        if g.is_broken() {
+            g = self.shared.wait_idle(g);
+            g.mend();
+        }
+        if let Some(why) = &g.poisoned {
+            return Err(Error::Poisoned(why.clone()));
+        }
+        Ok(g)
+    }
+
+    fn note<T>(&self, r: Result<T>) -> Result<T> {
+        if let Err(e) = &r {
+            if e.is_tampered() {
+                self.integrity_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(error = %e, "integrity failure");
+            }
+        }
+        r
+    }
+
+    /// Integrity failures seen since open.
+    pub fn integrity_failures(&self) -> u64 {
+        self.integrity_failures.load(Ordering::Relaxed)
+    }
+
+    /// Attributes of a path.
+    pub fn stat(&self, path: &str) -> Result<Stat> {
+        let mut g = self.lock()?;
+        let r = (|| {
+            let ino = g.resolve(&split_path(path), path)?;
+            g.stat_ino(ino)
+        })();
+        self.note(r.map_err(|e| e.at_path(path)))
+    }
+
+    /// Creates an empty regular file (`scheme` defaults to the volume's).
+    pub fn create_file(&self, path: &str, scheme: Option<SchemeId>) -> Result<u64> {
+        let mut g = self.lock()?;
+        let s = scheme.unwrap_or(g.default_scheme);
+        let r = g.create_path(path, Kind::File, s).inspect(|&ino| {
+            if scheme.is_none() && g.default_auto {
+                g.files.get_mut(&ino).expect("created").inode.auto = true;
+            }
+        });
+        self.note(r)
+    }
+
+    /// Creates a directory.
+    pub fn mkdir(&self, path: &str) -> Result<u64> {
+        let mut g = self.lock()?;
+        self.note(g.create_path(path, Kind::Dir, SchemeId::MtEintGcm))
+    }
+
+    /// Creates a symlink at `path` pointing to `target`.
+    pub fn symlink(&self, target: &str, path: &str) -> Result<u64> {
+        let mut g = self.lock()?;
+        let r = (|| {
+            let ino = g.create_path(path, Kind::Symlink, SchemeId::MtEintGcm)?;
+            g.write_ino(ino, 0, target.as_bytes())?;
+            Ok(ino)
+        })();
+        self.note(r)
+    }
+
+    /// The target of a symlink.
+    pub fn readlink(&self, path: &str) -> Result<String> {
+        let mut g = self.lock()?;
+        let r = (|| {
+            let ino = g.resolve(&split_path(path), path)?;
+            let of = g.open_ino(ino)?;
+            if of.inode.kind != Kind::Symlink {
+                return Err(Error::Invalid(format!("{path}: not a symlink")));
+            }
+            let size = of.inode.size as usize;
+            let mut buf = vec![0u8; size];
+            g.read_ino(ino, 0, &mut buf)?;
+            String::from_utf8(buf).map_err(|_| {
+                Error::tampered(
+                    Subject::Path(path.into()),
+                    None,
+                    "symlink target is not UTF-8",
+                )
+            })
+        })();
+        self.note(r.map_err(|e| e.at_path(path)))
+    }
+
+    /// Reads up to `buf.len()` bytes at `off` of the file at `path`; returns bytes read.
+    pub fn read_path(&self, path: &str, off: u64, buf: &mut [u8]) -> Result<usize> {
+        let mut g = self.lock()?;
+        let r = (|| {
+            let ino = g.resolve(&split_path(path), path)?;
+            g.expect_kind(ino, path, Kind::File)?;
+            g.read_ino(ino, off, buf)
+        })();
+        self.note(r.map_err(|e| e.at_path(path)))
+    }
+
+    /// Writes `data` at `off` of the file at `path`, extending it as needed.
+    pub fn write_path(&self, path: &str, off: u64, data: &[u8]) -> Result<()> {
+        let mut g = self.lock()?;
+        let r = (|| {
+            let ino = g.resolve(&split_path(path), path)?;
+            g.expect_kind(ino, path, Kind::File)?;
+            g.write_ino(ino, off, data)
+        })();
+        let r = r.and_then(|()| self.after_write(g, None));
+        self.note(r.map_err(|e| e.at_path(path)))
+    }
+
+    /// Sets the length of the file at `path` (shrinks or extends with zeros).
+    pub fn truncate(&self, path: &str, size: u64) -> Result<()> {
+        let mut g = self.lock()?;
+        let r = (|| {
+            let ino = g.resolve(&split_path(path), path)?;
+            g.expect_kind(ino, path, Kind::File)?;
+            g.truncate_ino(ino, size)
+        })();
+        let r = r.and_then(|()| self.after_write(g, None));
+        self.note(r.map_err(|e| e.at_path(path)))
+    }
+
+    /// Lists a directory, sorted by name.
+    pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
+        let mut g = self.lock()?;
+        let r = (|| -> Result<Vec<DirEntry>> {
+            let ino = g.resolve(&split_path(path), path)?;
+            let entries = g.dir_entries(ino, path)?;
+            Ok(entries
+                .iter()
+                .map(|(n, (i, k))| DirEntry {
+                    name: n.clone(),
+                    ino: *i,
+                    kind: *k,
+                })
+                .collect())
+        })();
+        self.note(r.map_err(|e| e.at_path(path)))
+    }
+
+    /// Removes a file or symlink.
+    pub fn unlink(&self, path: &str) -> Result<()> {
+        let mut g = self.lock()?;
+        let r = g.remove_path(path, false);
+        self.note(r)
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, path: &str) -> Result<()> {
+        let mut g = self.lock()?;
+        let r = g.remove_path(path, true);
+        self.note(r)
+    }
+
+    /// Renames `from` to `to`, replacing a file (or empty directory) at `to`.
+    pub fn rename(&self, from: &str, to: &str) -> Result<()> {
+        let mut g = self.lock()?;
+        let r = (|| {
+            let (fp, fname) = parent_and_name(from)?;
+            let (tp, tname) = parent_and_name(to)?;
+            let fpino = g.resolve(&fp, from)?;
+            let tpino = g.resolve(&tp, to)?;
+            g.rename_at(fpino, fname, tpino, tname, RenameMode::Replace)
+                .map_err(|e| e.in_path(to))
+        })();
+        self.note(r)
+    }
+
+    /// Whether writes that add data are refused because the store is full (after a commit
+    /// failed with ENOSPC and going back found no room; until a seal succeeds or finds
+    /// room). A front end may then stop caching writes (FUSE: direct I/O for new opens),
+    /// so that write(2) itself gets ENOSPC.
+    /// Read without the engine lock (a front end asks at every open); after a request
+    /// that failed halfway, it turns true once the next request went back.
+    pub fn is_full(&self) -> bool {
+        self.full.load(Ordering::Relaxed)
+    }
+
+    /// Calls `hook` (on a thread of its own) with the inodes a failed commit discarded
+    /// changes of: a front end that caches them (the kernel, through FUSE) drops them.
+    pub fn on_discard(&self, hook: DiscardHook) {
+        self.shared.lock().unsealed.set_hook(hook);
+    }
+}
+
+/// The inode-level API, for file-system front ends (the FUSE adapter). Inode numbers come
+/// from [`Attr::ino`] and [`DirEntry::ino`]; the root is [`ROOT_INO`]. Integrity failures
+/// name the inode's last known path.
+impl Volume {
+    /// Runs `f` on the engine and reports integrity failures with `ino`'s path.
+    fn with_ino<T>(&self, ino: u64, f: impl FnOnce(&mut Inner) -> Result<T>) -> Result<T> {
+        self.with_ino_then(ino, false, f)
+    }
+
+    /// [`Volume::with_ino`] for a request that adds dirty data: then, if the dirty limits
+    /// were reached, this request seals or waits ([`Volume::after_write`]). Only such
+    /// requests do: a lookup or a stat never waits for a seal.
+    fn with_ino_write<T>(&self, ino: u64, f: impl FnOnce(&mut Inner) -> Result<T>) -> Result<T> {
+        self.with_ino_then(ino, true, f)
+    }
+
+    fn with_ino_then<T>(
+        &self,
+        ino: u64,
+        writes: bool,
+        f: impl FnOnce(&mut Inner) -> Result<T>,
+    ) -> Result<T> {
+        let mut g = self.lock()?;
+        let r = f(&mut g).map_err(|e| match e {
+            Error::Tampered {
+                subject: Subject::Inode(i),
+                block,
+                what,
+            } => Error::Tampered {
+                subject: Subject::Path(g.path_of(i)),
+                block,
+                what,
+            },
+            Error::Fs { path, kind } if path.is_empty() => Error::Fs {
+                path: g.path_of(ino),
+                kind,
+            },
+            other => other,
+        });
+        let after = if writes {
+            self.after_write(g, Some(ino))
+        } else {
+            Ok(())
+        };
+        let r = match (r, after) {
+            (Ok(v), Ok(())) => Ok(v),
+            (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+        };
+        self.note(r)
+    }
+
+    /// Attributes of `ino`.
+    pub fn attr(&self, ino: u64) -> Result<Attr> {
+        self.with_ino(ino, |g| g.attr(ino))
+    }
+
+    /// Looks `name` up in directory `parent`.
+    pub fn lookup(&self, parent: u64, name: &str) -> Result<Attr> {
+        self.with_ino(parent, |g| {
+            let (ino, _) = g.child(parent, name)?;
+            g.attr(ino)
+        })
+    }
+
+    /// The entry `name` of directory `parent` as it is now (`None`: no such name), without
+    /// opening the inode it names.
+    pub fn entry_at(&self, parent: u64, name: &str) -> Result<Option<DirEntry>> {
+        self.with_ino(parent, |g| {
+            Ok(g.dir_entries(parent, "")?
+                .get(name)
+                .map(|&(ino, kind)| DirEntry {
+                    name: name.to_string(),
+                    ino,
+                    kind,
+                }))
+        })
+    }
+
+    /// Changes attributes (a size truncates or extends the file) and returns the result.
+    pub fn setattr(&self, ino: u64, set: &SetAttr) -> Result<Attr> {
+        self.with_ino_write(ino, |g| {
+            g.setattr(ino, set)?;
+            g.attr(ino)
+        })
+    }
+
+    /// Creates a file or directory `name` in `parent` (`scheme` defaults to the volume's).
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_at(
+        &self,
+        parent: u64,
+        name: &str,
+        kind: Kind,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        scheme: Option<SchemeId>,
+    ) -> Result<Attr> {
+        if kind != Kind::File && kind != Kind::Dir {
+            return Err(Error::fs(name, FsErrorKind::NotSupported));
+        }
+        self.with_ino(parent, |g| {
+            let s = match kind {
+                Kind::File => scheme.unwrap_or(g.default_scheme),
+                _ => SchemeId::MtEintGcm,
+            };
+            let ino = g.create_at(parent, name, kind, s, Some(mode), uid, gid)?;
+            if kind == Kind::File && scheme.is_none() && g.default_auto {
+                g.files.get_mut(&ino).expect("created").inode.auto = true;
+            }
+            g.attr(ino)
+        })
+    }
+
+    /// Creates a FIFO, a unix socket or a device node `name` in `parent` (mknod(2); a
+    /// regular file too). `rdev` is the device number of a device node (ignored for the
+    /// others). These inodes have no content; they carry their name, mode, owner, times
+    /// and links like any other.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mknod_at(
+        &self,
+        parent: u64,
+        name: &str,
+        kind: Kind,
+        mode: u32,
+        rdev: u32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
+        if kind == Kind::File {
+            return self.create_at(parent, name, kind, mode, uid, gid, None);
+        }
+        if !kind.is_special() {
+            return Err(Error::fs(name, FsErrorKind::NotSupported));
+        }
+        self.with_ino(parent, |g| {
+            let ino = g.create_at(
+                parent,
+                name,
+                kind,
+                SchemeId::MtEintGcm,
+                Some(mode),
+                uid,
+                gid,
+            )?;
+            if kind.is_device() {
+                g.files.get_mut(&ino).expect("created").inode.link = u64::from(rdev);
+            }
+            g.attr(ino)
+        })
+    }
+
+    /// Creates a symlink `name` in `parent` pointing to `target`.
+    pub fn symlink_at(
+        &self,
+        parent: u64,
+        name: &str,
+        target: &str,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
+        self.with_ino(parent, |g| {
+            let ino = g.create_at(
+                parent,
+                name,
+                Kind::Symlink,
+                SchemeId::MtEintGcm,
+                None,
+                uid,
+                gid,
+            )?;
+            g.write_ino(ino, 0, target.as_bytes())?;
+            g.attr(ino)
+        })
+    }
+
+    /// The target of the symlink `ino`.
+    pub fn readlink_ino(&self, ino: u64) -> Result<String> {
+        self.with_ino(ino, |g| {
+            let of = g.open_ino(ino)?;
+            if of.inode.kind != Kind::Symlink {
+                return Err(Error::Invalid("not a symlink".into()));
+            }
+            let mut buf = vec![0u8; of.inode.size as usize];
+            g.read_ino(ino, 0, &mut buf)?;
+            String::from_utf8(buf).map_err(|_| {
+                Error::tampered(Subject::Inode(ino), None, "symlink target is not UTF-8")
+            })
+        })
+    }
+
+    /// Adds a name for `ino` (a hard link) and returns its attributes.
+    pub fn link_at(&self, ino: u64, parent: u64, name: &str) -> Result<Attr> {
+        self.with_ino(ino, |g| {
+            g.link_at(ino, parent, name)?;
+            g.attr(ino)
+        })
+    }
+
+    /// Removes the file or symlink `name` from `parent`. A file still open through
+    /// [`Volume::open_handle`] stays readable and writable until its last handle is released.
+    pub fn unlink_at(&self, parent: u64, name: &str) -> Result<()> {
+        self.with_ino(parent, |g| g.remove_at(parent, name, false))
+    }
+
+    /// Removes the empty directory `name` from `parent`.
+    pub fn rmdir_at(&self, parent: u64, name: &str) -> Result<()> {
+        self.with_ino(parent, |g| g.remove_at(parent, name, true))
+    }
+
+    /// Renames `parent/name` to `new_parent/new_name`.
+    pub fn rename_at(
+        &self,
+        parent: u64,
+        name: &str,
+        new_parent: u64,
+        new_name: &str,
+        mode: RenameMode,
+    ) -> Result<()> {
+        self.with_ino(parent, |g| {
+            g.rename_at(parent, name, new_parent, new_name, mode)
+        })
+    }
+
+    /// The entries of directory `ino` (sorted by name) and its parent's inode.
+    pub fn readdir_ino(&self, ino: u64) -> Result<(u64, Vec<DirEntry>)> {
+        self.with_ino(ino, |g| {
+            let entries: Vec<DirEntry> = g
+                .dir_entries(ino, "")?
+                .iter()
+                .map(|(n, (i, k))| DirEntry {
+                    name: n.clone(),
+                    ino: *i,
+                    kind: *k,
+                })
+                .collect();
+            for e in &entries {
+                g.names
+                    .entry(e.ino)
+                    .or_insert_with(|| (ino, e.name.clone()));
+            }
+            let parent = g.open_ino(ino)?.inode.link;
+            Ok((parent, entries))
+        })
+    }
+
+    /// Reads up to `buf.len()` bytes at `off` of file `ino`; returns the bytes read.
+    pub fn read_ino(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
+        self.with_ino(ino, |g| {
+            g.expect_kind(ino, "", Kind::File)?;
+            g.read_ino(ino, off, buf)
+        })
+    }
+
+    /// Writes `data` at `off` of file `ino`, extending it as needed.
+    pub fn write_ino(&self, ino: u64, off: u64, data: &[u8]) -> Result<()> {
+        self.with_ino_write(ino, |g| {
+            g.expect_kind(ino, "", Kind::File)?;
+            g.write_ino(ino, off, data)
+        })
+    }
+
+    /// Makes `[off, off + len)` of file `ino` read as zeros (fallocate's PUNCH_HOLE and
+    /// ZERO_RANGE). Without `keep_size` the file grows to cover the range. A range that
+    /// reaches the end of the file is stored as a hole (the file is cut at `off` and
+    /// extended again, which stores no data); inside the file, whole blocks become holes
+    /// where the scheme stores them ([`crate::scheme::Scheme::punch`]) and the rest is
+    /// written as encrypted zeros.
+    pub fn zero_range(&self, ino: u64, off: u64, len: u64, keep_size: bool) -> Result<()> {
+        const CHUNK: u64 = 1 << 20;
+        let end = off
+            .checked_add(len)
+            .ok_or_else(|| Error::fs("", FsErrorKind::TooLarge))?;
+        self.with_ino_write(ino, |g| {
+            g.check_writable()?;
+            g.expect_kind(ino, "", Kind::File)?;
+            let size = g.open_ino(ino)?.inode.size;
+            let new_size = if keep_size { size } else { size.max(end) };
+            if len == 0 {
+                return Ok(());
+            }
+            if off >= size {
+                // Nothing stored there: only the size may change.
+                return g.truncate_ino(ino, new_size);
+            }
+            if end >= size {
+                g.truncate_ino(ino, off)?;
+                return g.truncate_ino(ino, new_size);
+            }
+            // Whole blocks inside the range become holes where the scheme can store one
+            // there; the partial blocks at its edges (and every block, otherwise) are
+            // written as zeros.
+            let bs = g.bs as u64;
+            let (hole_first, hole_end) = (off.div_ceil(bs), end / bs);
+            let punched = hole_first < hole_end && g.punch_blocks(ino, hole_first, hole_end)?;
+            let zero = |g: &mut Inner, a: u64, b: u64| -> Result<()> {
+                let zeros = vec![0u8; CHUNK.min(b - a) as usize];
+                let mut at = a;
+                while at < b {
+                    let n = (b - at).min(CHUNK) as usize;
+                    g.write_ino(ino, at, &zeros[..n])?;
+                    at += n as u64;
+                }
+                Ok(())
+            };
+            if punched {
+                zero(g, off, hole_first * bs)?;
+                zero(g, hole_end * bs, end)
+            } else {
+                zero(g, off, end)
+            }
+        })
+    }
+
+    /// Notes an open handle on `ino` (see [`Volume::unlink_at`]).
+    pub fn open_handle(&self, ino: u64) -> Result<()> {
+        self.with_ino(ino, |g| {
+            g.open_ino(ino)?;
+            *g.handles.entry(ino).or_insert(0) += 1;
+            Ok(())
+        })
+    }
+
+    /// Releases a handle taken by [`Volume::open_handle`]; the last release of an unlinked
+    /// file frees it.
+    pub fn release_handle(&self, ino: u64) -> Result<()> {
+        self.with_ino(ino, |g| {
+            let n = g.handles.get_mut(&ino).map(|n| {
+                *n -= 1;
+                *n
+            });
+            if n == Some(0) {
+                g.handles.remove(&ino);
+                if !g.read_only && !g.track_references && g.open_ino(ino)?.inode.nlink == 0 {
+                    g.free_unlinked(ino)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Makes a file that loses its last name live on until [`Volume::forget`] (the FUSE
+    /// adapter's mode; see [`Volume::unlink_at`]).
+    pub fn track_references(&self) {
+        self.shared.lock().track_references = true;
+    }
+
+    /// The front end no longer refers to `ino` (FUSE `FORGET`): an unlinked file with no
+    /// open handle is freed, and a freed number may be reused.
+    pub fn forget(&self, ino: u64) -> Result<()> {
+        self.with_ino(ino, |g| {
+            g.unsealed.forget(ino);
+            if g.stale.remove(&ino) || g.read_only || g.handles.contains_key(&ino) {
+                return Ok(());
+            }
+            // An unlinked file stays open in the engine until freed (commit keeps it), so a
+            // file not open here is not unlinked: no record read per FORGET.
+            let unlinked = g
+                .files
+                .get(&ino)
+                .is_some_and(|of| of.inode.kind == Kind::File && of.inode.nlink == 0);
+            if unlinked {
+                g.free_unlinked(ino)?;
+                g.stale.remove(&ino);
+            }
+            Ok(())
+        })
+    }
+
+    /// Frees every unlinked file that no handle holds (the front end is going away, so no
+    /// reference remains).
+    pub fn forget_all(&self) -> Result<()> {
+        let mut g = self.lock()?;
+        if g.read_only {
+            return Ok(());
+        }
+        let mut u = g.header.unlinked_head;
+        let mut gone = Vec::new();
+        for _ in 0..=g.header.count {
+            if u == 0 {
+                break;
+            }
+            if !g.handles.contains_key(&u) {
+                gone.push(u);
+            }
+            u = g.open_ino(u)?.inode.link;
+        }
+        for ino in gone {
+            g.free_unlinked(ino)?;
+        }
+        Ok(())
+    }
+
+    /// The volume's block size.
+    pub fn block_size(&self) -> u32 {
+        self.shared.lock().bs as u32
+    }
+
+    /// Whether the volume was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.shared.lock().read_only
+    }
+}
+
+impl Drop for Volume {
+    fn drop(&mut self) {
+        // A seal running on its own thread ends first, and lets go of the engine (which
+        // holds the volume's lock: a reopen right after the drop must find it free).
+        drop(self.shared.wait_idle(self.shared.lock()));
+        while Arc::strong_count(&self.shared) > 1 {
+            std::thread::yield_now();
+        }
+        let mut g = self.shared.lock();
+        if !self.seal_on_drop.load(Ordering::Relaxed) {
+            return;
+        }
+        // (A broken engine goes back before this seal: `Inner::commit_begin`.)
+        if !g.read_only && g.poisoned.is_none() {
+            if let Err(e) = g.commit() {
+                tracing::error!(error = %e, "final seal on close failed");
+            }
+        }
+    }
+}

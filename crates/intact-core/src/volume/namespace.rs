@@ -1,0 +1,309 @@
+//! Directories: lookup, path resolution, create, link, unlink and rename.
+
+#[allow(unused_imports)]
+use super::*;
+
+pub(super) fn valid_name(name: &str) -> Result<()> {
+    if name.len() > NAME_MAX {
+        return Err(Error::fs(name, FsErrorKind::NameTooLong));
+    }
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
+        return Err(Error::fs(name, FsErrorKind::InvalidName));
+    }
+    Ok(())
+}
+
+pub(super) fn split_path(path: &str) -> Vec<&str> {
+    path.split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect()
+}
+
+pub(super) fn parent_and_name(path: &str) -> Result<(Vec<&str>, &str)> {
+    let mut comps = split_path(path);
+    let name = comps
+        .pop()
+        .ok_or_else(|| Error::fs(path, FsErrorKind::InvalidName))?;
+    valid_name(name)?;
+    Ok((comps, name))
+}
+
+pub(super) fn encode_dir(entries: &BTreeMap<String, (u64, Kind)>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + entries.len() * 24);
+    out.extend_from_slice(b"IDIR");
+    out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+    for (name, (ino, kind)) in entries {
+        out.push(*kind as u8);
+        out.extend_from_slice(&ino.to_le_bytes());
+        out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        out.extend_from_slice(name.as_bytes());
+    }
+    out
+}
+
+pub(super) fn decode_dir(b: &[u8]) -> Option<BTreeMap<String, (u64, Kind)>> {
+    let mut m = BTreeMap::new();
+    if b.is_empty() {
+        return Some(m);
+    }
+    let mut r = crate::tx::Reader { b, pos: 0 };
+    if r.take(4)? != b"IDIR" {
+        return None;
+    }
+    let n = r.u32()?;
+    for _ in 0..n {
+        let kind = Kind::of_entry(r.take(1)?[0])?;
+        let ino = r.u64()?;
+        let nl = r.u16()? as usize;
+        let name = std::str::from_utf8(r.take(nl)?).ok()?.to_string();
+        m.insert(name, (ino, kind));
+    }
+    (r.pos == b.len()).then_some(m)
+}
+
+impl Inner {
+    pub(super) fn dir_entries(
+        &mut self,
+        ino: u64,
+        path: &str,
+    ) -> Result<&mut BTreeMap<String, (u64, Kind)>> {
+        self.ensure_open(ino)?;
+        let env = env!(self);
+        let of = self.files.get_mut(&ino).expect("opened");
+        if of.inode.kind != Kind::Dir {
+            return Err(Error::fs(path, FsErrorKind::NotADirectory));
+        }
+        if of.dir.is_none() {
+            let mut buf = vec![0u8; of.inode.size as usize];
+            file_read(&env, &mut self.tx, of, 0, &mut buf)?;
+            let d = decode_dir(&buf)
+                .ok_or_else(|| Error::tampered(Subject::Inode(ino), None, "malformed directory"))?;
+            of.dir = Some(d);
+        }
+        Ok(of.dir.as_mut().expect("loaded"))
+    }
+    pub(super) fn resolve(&mut self, comps: &[&str], path: &str) -> Result<u64> {
+        let mut ino = ROOT_INO;
+        for (k, c) in comps.iter().enumerate() {
+            // The prefix is only formatted for an error message.
+            let entries = self
+                .dir_entries(ino, "")
+                .map_err(|e| e.at_path(&format!("/{}", comps[..k].join("/"))))?;
+            ino = entries
+                .get(*c)
+                .ok_or_else(|| Error::fs(path, FsErrorKind::NotFound))?
+                .0;
+        }
+        Ok(ino)
+    }
+    pub(super) fn create_path(&mut self, path: &str, kind: Kind, s: SchemeId) -> Result<u64> {
+        let (parents, name) = parent_and_name(path)?;
+        let pino = self.resolve(&parents, path)?;
+        self.create_at(pino, name, kind, s, None, 0, 0)
+            .map_err(|e| e.in_path(path))
+    }
+    pub(super) fn remove_path(&mut self, path: &str, dir: bool) -> Result<()> {
+        let (parents, name) = parent_and_name(path)?;
+        let pino = self.resolve(&parents, path)?;
+        self.remove_at(pino, name, dir).map_err(|e| e.in_path(path))
+    }
+    pub(super) fn touch_dir(&mut self, ino: u64) {
+        if let Some(of) = self.files.get_mut(&ino) {
+            of.dir_dirty = true;
+            of.subdirs = None;
+            of.record_dirty = true;
+            of.inode.mtime_ns = now_ns();
+            of.inode.ctime_ns = of.inode.mtime_ns;
+        }
+    }
+    /// The entry `name` of directory `pino`, checked against the record it names.
+    pub(super) fn child(&mut self, pino: u64, name: &str) -> Result<(u64, Kind)> {
+        let (ino, kind) = *self
+            .dir_entries(pino, "")?
+            .get(name)
+            .ok_or_else(|| Error::fs(name, FsErrorKind::NotFound))?;
+        let actual = self.open_ino(ino)?.inode.kind;
+        if actual != kind {
+            return Err(Error::tampered(
+                Subject::Inode(pino),
+                None,
+                format!("entry {name:?} names an inode of another kind"),
+            ));
+        }
+        self.names.insert(ino, (pino, name.to_string()));
+        Ok((ino, kind))
+    }
+    /// Whether directory `a` is `b` or one of its ancestors (walking up the parent links).
+    pub(super) fn is_ancestor(&mut self, a: u64, b: u64) -> Result<bool> {
+        let mut cur = b;
+        for _ in 0..=self.header.count {
+            if cur == a {
+                return Ok(true);
+            }
+            if cur == ROOT_INO {
+                return Ok(false);
+            }
+            cur = self.open_ino(cur)?.inode.link;
+        }
+        Err(Error::tampered(
+            Subject::Inode(b),
+            None,
+            "directory parent links form a cycle",
+        ))
+    }
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn create_at(
+        &mut self,
+        pino: u64,
+        name: &str,
+        kind: Kind,
+        s: SchemeId,
+        mode: Option<u32>,
+        uid: u32,
+        gid: u32,
+    ) -> Result<u64> {
+        self.check_writable()?;
+        valid_name(name)?;
+        if self.dir_entries(pino, name)?.contains_key(name) {
+            return Err(Error::fs(name, FsErrorKind::Exists));
+        }
+        let ino = self.new_inode(kind, s, mode, uid, gid)?;
+        if kind == Kind::Dir {
+            let of = self.files.get_mut(&ino).expect("created");
+            of.inode.nlink = 2;
+            of.inode.link = pino;
+        }
+        self.dir_entries(pino, name)?
+            .insert(name.to_string(), (ino, kind));
+        self.touch_dir(pino);
+        self.names.insert(ino, (pino, name.to_string()));
+        Ok(ino)
+    }
+    /// Adds the name `name` in `pino` for the file `ino` (a hard link).
+    pub(super) fn link_at(&mut self, ino: u64, pino: u64, name: &str) -> Result<()> {
+        self.check_writable()?;
+        valid_name(name)?;
+        let kind = self.open_ino(ino)?.inode.kind;
+        if kind == Kind::Dir || kind == Kind::Xattr {
+            return Err(Error::fs(name, FsErrorKind::NotPermitted));
+        }
+        if self.open_ino(ino)?.inode.nlink == 0 {
+            return Err(Error::fs(name, FsErrorKind::NotFound));
+        }
+        if self.dir_entries(pino, name)?.contains_key(name) {
+            return Err(Error::fs(name, FsErrorKind::Exists));
+        }
+        self.dir_entries(pino, name)?
+            .insert(name.to_string(), (ino, kind));
+        self.touch_dir(pino);
+        let of = self.touch_record(ino)?;
+        of.inode.nlink = of.inode.nlink.saturating_add(1);
+        self.names.insert(ino, (pino, name.to_string()));
+        Ok(())
+    }
+    pub(super) fn remove_at(&mut self, pino: u64, name: &str, dir: bool) -> Result<()> {
+        self.check_writable()?;
+        valid_name(name)?;
+        let (ino, kind) = self.child(pino, name)?;
+        match (dir, kind) {
+            (true, Kind::Dir) => {
+                if !self.dir_entries(ino, name)?.is_empty() {
+                    return Err(Error::fs(name, FsErrorKind::NotEmpty));
+                }
+            }
+            (true, _) => return Err(Error::fs(name, FsErrorKind::NotADirectory)),
+            (false, Kind::Dir) => return Err(Error::fs(name, FsErrorKind::IsADirectory)),
+            (false, _) => {}
+        }
+        self.dir_entries(pino, name)?.remove(name);
+        self.touch_dir(pino);
+        self.drop_link(ino)
+    }
+    pub(super) fn rename_at(
+        &mut self,
+        fpino: u64,
+        fname: &str,
+        tpino: u64,
+        tname: &str,
+        mode: RenameMode,
+    ) -> Result<()> {
+        self.check_writable()?;
+        valid_name(fname)?;
+        valid_name(tname)?;
+        let (ino, kind) = self.child(fpino, fname)?;
+        let target = match self.child(tpino, tname) {
+            Ok(t) => Some(t),
+            Err(Error::Fs {
+                kind: FsErrorKind::NotFound,
+                ..
+            }) => None,
+            Err(e) => return Err(e),
+        };
+        if kind == Kind::Dir && self.is_ancestor(ino, tpino)? {
+            return Err(Error::fs(tname, FsErrorKind::RenameIntoSelf));
+        }
+        match (mode, target) {
+            (RenameMode::NoReplace, Some(_)) => return Err(Error::fs(tname, FsErrorKind::Exists)),
+            (RenameMode::Exchange, None) => return Err(Error::fs(tname, FsErrorKind::NotFound)),
+            (RenameMode::Exchange, Some((tino, tkind))) => {
+                if tkind == Kind::Dir && self.is_ancestor(tino, fpino)? {
+                    return Err(Error::fs(fname, FsErrorKind::RenameIntoSelf));
+                }
+                self.dir_entries(fpino, fname)?
+                    .insert(fname.to_string(), (tino, tkind));
+                self.dir_entries(tpino, tname)?
+                    .insert(tname.to_string(), (ino, kind));
+                for (i, k, p, n) in [(ino, kind, tpino, tname), (tino, tkind, fpino, fname)] {
+                    let of = self.touch_record(i)?;
+                    if k == Kind::Dir {
+                        of.inode.link = p;
+                    }
+                    self.names.insert(i, (p, n.to_string()));
+                }
+                self.touch_dir(fpino);
+                self.touch_dir(tpino);
+                return Ok(());
+            }
+            (_, Some((tino, _))) if tino == ino => return Ok(()),
+            (_, Some((tino, tkind))) => {
+                match (kind, tkind) {
+                    (Kind::Dir, Kind::Dir) if !self.dir_entries(tino, tname)?.is_empty() => {
+                        return Err(Error::fs(tname, FsErrorKind::NotEmpty));
+                    }
+                    (Kind::Dir, Kind::Dir) => {}
+                    (Kind::Dir, _) => return Err(Error::fs(tname, FsErrorKind::NotADirectory)),
+                    (_, Kind::Dir) => return Err(Error::fs(tname, FsErrorKind::IsADirectory)),
+                    _ => {}
+                }
+                self.dir_entries(tpino, tname)?.remove(tname);
+                self.drop_link(tino)?;
+            }
+            (_, None) => {}
+        }
+        self.dir_entries(fpino, fname)?.remove(fname);
+        self.dir_entries(tpino, tname)?
+            .insert(tname.to_string(), (ino, kind));
+        self.touch_dir(fpino);
+        self.touch_dir(tpino);
+        let of = self.touch_record(ino)?;
+        if kind == Kind::Dir {
+            of.inode.link = tpino;
+        }
+        self.names.insert(ino, (tpino, tname.to_string()));
+        Ok(())
+    }
+    /// The subdirectories of directory `ino` (counted once after each change).
+    pub(super) fn subdirs(&mut self, ino: u64) -> Result<u32> {
+        if let Some(n) = self.open_ino(ino)?.subdirs {
+            return Ok(n);
+        }
+        let n = self
+            .dir_entries(ino, "")?
+            .values()
+            .filter(|(_, k)| *k == Kind::Dir)
+            .count();
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        self.open_ino(ino)?.subdirs = Some(n);
+        Ok(n)
+    }
+}
