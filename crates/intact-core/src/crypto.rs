@@ -38,6 +38,8 @@ pub mod label {
     pub const ANCHOR: &str = "intact v1 trusted anchor MAC";
     /// Key of the digest of the commit journal.
     pub const JOURNAL: &str = "intact v1 journal digest";
+    /// Key of the log's records (AES-256-GCM; see [`crate::wal`]).
+    pub const LOG: &str = "intact v1 log record encryption";
     /// Per-file AES-256 key of the `mac-tree` scheme, used both for the CTR keystream and
     /// to blind Poly1305 (Yun et al. §4.4: safe with disjoint nonce encodings),
     /// info = label || file id.

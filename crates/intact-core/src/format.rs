@@ -395,9 +395,22 @@ impl Inode {
 }
 
 /// Magic of the anchor.
-pub const ANCHOR_MAGIC: &[u8; 8] = b"INTANCH1";
+pub const ANCHOR_MAGIC: &[u8; 8] = b"INTANCH2";
 /// Size of an encoded anchor.
-pub const ANCHOR_SIZE: usize = 8 + 16 + 8 + 8 + 1 + 8 + 32 + RECORD_SIZE + 32;
+pub const ANCHOR_SIZE: usize = 8 + 16 + 8 + 8 + 1 + 8 + 32 + LOG_REF_SIZE + RECORD_SIZE + 32;
+/// Magic and size of the anchor before the log (read, never written).
+const ANCHOR_V1_MAGIC: &[u8; 8] = b"INTANCH1";
+const ANCHOR_V1_SIZE: usize = ANCHOR_SIZE - LOG_REF_SIZE;
+/// The log's reference in the anchor: flags (1) + start (seg, off) + end (seg, off).
+const LOG_REF_SIZE: usize = 1 + 32;
+/// Anchor log flag: the anchor names a log.
+const LOG_PRESENT: u8 = 1;
+/// Anchor log flag: records past the sealed end are not replayed (a going back discarded
+/// them; docs/design.md, "The log").
+const LOG_NO_TAIL: u8 = 2;
+/// Anchor flag: the journal was applied in full (a reopen does not replay it: since then,
+/// appends to its objects may lie past the lengths it sets).
+const JOURNAL_APPLIED: u8 = 4;
 
 /// The trusted anchor: the only state the adversary can neither modify nor roll back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -410,8 +423,22 @@ pub struct Anchor {
     pub ctr_next: u64,
     /// The last commit's journal, if it had one.
     pub journal: Option<JournalRef>,
+    /// The journal was applied in full: only a journal not known to be applied is replayed.
+    pub applied: bool,
+    /// The log: where replay begins, what the last seal covered (see [`crate::wal`]).
+    pub log: Option<AnchorLog>,
     /// TS of the inode table.
     pub itable: Inode,
+}
+
+/// What the anchor says of the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnchorLog {
+    /// Where replay begins and where the sealed records end.
+    pub sealed: crate::wal::LogRef,
+    /// Whether records past the sealed end are replayed (false after a going back, until
+    /// the next seal names a new segment).
+    pub tail: bool,
 }
 
 impl Anchor {
@@ -433,6 +460,20 @@ impl Anchor {
                 b.extend_from_slice(&[0u8; 40]);
             }
         }
+        let applied = if self.applied { JOURNAL_APPLIED } else { 0 };
+        match &self.log {
+            Some(l) => {
+                b.push(LOG_PRESENT | if l.tail { 0 } else { LOG_NO_TAIL } | applied);
+                for p in [l.sealed.start, l.sealed.end] {
+                    b.extend_from_slice(&p.seg.to_le_bytes());
+                    b.extend_from_slice(&p.off.to_le_bytes());
+                }
+            }
+            None => {
+                b.push(applied);
+                b.extend_from_slice(&[0u8; LOG_REF_SIZE - 1]);
+            }
+        }
         b.extend_from_slice(&self.itable.encode());
         let mac = key.mac(&[&b]);
         b.extend_from_slice(&mac);
@@ -443,16 +484,17 @@ impl Anchor {
     /// Parses and verifies the MAC.
     pub fn decode(bytes: &[u8], key: &SubKey) -> Result<Anchor> {
         let corrupt = |what: &str| Error::AnchorCorrupt(what.to_string());
-        if bytes.len() != ANCHOR_SIZE {
+        let v1 = bytes.len() == ANCHOR_V1_SIZE && bytes.starts_with(ANCHOR_V1_MAGIC);
+        if bytes.len() != ANCHOR_SIZE && !v1 {
             return Err(corrupt(&format!(
                 "size {} instead of {ANCHOR_SIZE}",
                 bytes.len()
             )));
         }
-        if &bytes[..8] != ANCHOR_MAGIC {
+        if &bytes[..8] != ANCHOR_MAGIC && !v1 {
             return Err(corrupt("bad magic"));
         }
-        let (body, mac) = bytes.split_at(ANCHOR_SIZE - 32);
+        let (body, mac) = bytes.split_at(bytes.len() - 32);
         if !crate::crypto::ct_eq(&key.mac(&[body]), mac) {
             return Err(corrupt(
                 "MAC does not verify (damaged, or the anchor of another volume or key)",
@@ -472,6 +514,32 @@ impl Anchor {
             0xff => None,
             _ => return Err(corrupt("bad journal slot")),
         };
+        let mut applied = false;
+        let log = if v1 {
+            None
+        } else {
+            let flags = r.take(1).unwrap()[0];
+            applied = flags & JOURNAL_APPLIED != 0;
+            let flags = flags & !JOURNAL_APPLIED;
+            let mut pos = || crate::wal::LogPos {
+                seg: r.u64().unwrap(),
+                off: r.u64().unwrap(),
+            };
+            let (start, end) = (pos(), pos());
+            match flags {
+                0 => None,
+                f if f & !(LOG_PRESENT | LOG_NO_TAIL) == 0 && f & LOG_PRESENT != 0 => {
+                    if end < start {
+                        return Err(corrupt("the log's sealed end is before its start"));
+                    }
+                    Some(AnchorLog {
+                        sealed: crate::wal::LogRef { start, end },
+                        tail: f & LOG_NO_TAIL == 0,
+                    })
+                }
+                _ => return Err(corrupt("bad log flags")),
+            }
+        };
         let itable = Inode::decode(r.take(RECORD_SIZE).unwrap())
             .ok_or_else(|| corrupt("bad inode-table record"))?;
         Ok(Anchor {
@@ -479,6 +547,8 @@ impl Anchor {
             epoch,
             ctr_next,
             journal,
+            applied,
+            log,
             itable,
         })
     }

@@ -14,6 +14,7 @@ pub mod store;
 pub mod tree;
 pub mod tx;
 pub mod volume;
+pub mod wal;
 pub mod wide;
 
 pub use error::{Error, FsErrorKind, Result, Subject};

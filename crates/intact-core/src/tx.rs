@@ -17,6 +17,14 @@
 //! anchor names is never overwritten before the anchor moves on. See docs/design.md,
 //! "Crash safety", for the case-by-case argument.
 //!
+//! Only data objects (`.d`) are written directly; tree nodes and spilled counters are
+//! always staged, so that the log (docs/design.md, "The log") names every byte of a file's
+//! integrity state, and a file's direct writes can be checked, after a crash, against the
+//! tree the log holds. With [`Tx::capture`] on, every change is also recorded as a
+//! [`LoggedOp`] until [`Tx::drain`] hands them to the log; bytes written directly are then
+//! *logged*: a later write over them is staged, never written in place, so what the log
+//! names stays in the store as it was written.
+//!
 //! A commit is split so that its I/O runs without the engine's lock ([`Tx::begin_commit`],
 //! then [`Commit::write_journal`], the seal, [`Commit::apply`], [`Tx::end_commit`]): at
 //! `begin_commit` the staged state becomes a frozen, read-only [`Commit`], and the
@@ -69,6 +77,9 @@ struct ObjState {
     /// A commit in flight changes this object: reads below `committed_len` see its final
     /// image, and writes are staged (see the module docs).
     on_base: bool,
+    /// End of the bytes written directly and handed to the log ([`Tx::drain`]): writes
+    /// below it are staged.
+    logged_end: u64,
     /// Holds a sealed journal's changes that the store may not have yet
     /// ([`Tx::stage_unapplied`]): writes are staged, since the store's length is not the
     /// object's (a direct write past it would land under the journal's ranges).
@@ -93,6 +104,59 @@ pub struct Tx {
     read_only: bool,
     /// The commit in flight under this transaction, if any (see the module docs).
     base: Option<Arc<Frozen>>,
+    /// Record every change for the log ([`Tx::capture`]).
+    capturing: bool,
+    /// Stage every write ([`Tx::stage_all`]).
+    stage_all: bool,
+    captured: Vec<LoggedOp>,
+}
+
+/// One change a transaction made, as the log records it ([`Tx::drain`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoggedOp {
+    /// Bytes staged at `off` (the log holds them: they are not in the store yet).
+    Write {
+        /// Object.
+        name: String,
+        /// Offset.
+        off: u64,
+        /// The bytes.
+        data: Vec<u8>,
+    },
+    /// A length set.
+    SetLen {
+        /// Object.
+        name: String,
+        /// New length.
+        len: u64,
+    },
+    /// A deletion.
+    Delete {
+        /// Object.
+        name: String,
+    },
+    /// Bytes written directly to the store at `[off, off + len)` (the log names them; a
+    /// seal that covers them syncs the object first).
+    Direct {
+        /// Object.
+        name: String,
+        /// Offset.
+        off: u64,
+        /// Length.
+        len: u64,
+    },
+}
+
+impl LoggedOp {
+    /// The object it changes.
+    pub fn name(&self) -> &str {
+        match self {
+            LoggedOp::Write { name, .. }
+            | LoggedOp::SetLen { name, .. }
+            | LoggedOp::Delete { name }
+            | LoggedOp::Direct { name, .. } => name,
+        }
+    }
 }
 
 /// The final image of the objects a commit changes.
@@ -290,6 +354,9 @@ impl Tx {
             overlay_bytes: 0,
             read_only: false,
             base: None,
+            capturing: false,
+            stage_all: false,
+            captured: Vec::new(),
         }
     }
 
@@ -383,21 +450,34 @@ impl Tx {
         let store = self.store.clone();
         crate::metrics::count_write(ObjectClass::of(name), data.len());
         let read_only = self.read_only;
+        let stage_all = self.stage_all;
         let st = self.state(name)?;
         if st.deleted {
             return Err(Error::Invalid(format!("write to deleted object {name}")));
         }
         let end = off + data.len() as u64;
-        let boundary = st.committed_len.unwrap_or(0);
-        let (staged, direct) = if read_only || st.cut.is_some() || st.on_base || st.pinned {
-            (data, &data[data.len()..])
-        } else if off >= boundary {
-            (&data[..0], data)
-        } else if end <= boundary {
-            (data, &data[data.len()..])
-        } else {
-            data.split_at((boundary - off) as usize)
-        };
+        // Never under a staged range either (one staged while a commit was in flight can
+        // lie past the committed length): reads would see the range, not the store.
+        let staged_end = st
+            .ranges
+            .last_key_value()
+            .map_or(0, |(k, v)| k + v.len() as u64);
+        let boundary = st
+            .committed_len
+            .unwrap_or(0)
+            .max(st.logged_end)
+            .max(staged_end);
+        let metadata = ObjectClass::of(name) != ObjectClass::Data;
+        let (staged, direct) =
+            if read_only || stage_all || metadata || st.cut.is_some() || st.on_base || st.pinned {
+                (data, &data[data.len()..])
+            } else if off >= boundary {
+                (&data[..0], data)
+            } else if end <= boundary {
+                (data, &data[data.len()..])
+            } else {
+                data.split_at((boundary - off) as usize)
+            };
         if !direct.is_empty() {
             let doff = end - direct.len() as u64;
             // Marked first: a write that fails may still have created the object (a full
@@ -411,6 +491,22 @@ impl Tx {
         }
         let st = self.objs.get_mut(name).expect("present");
         st.len = Some(st.len.unwrap_or(0).max(end));
+        if self.capturing {
+            if !staged.is_empty() {
+                self.captured.push(LoggedOp::Write {
+                    name: name.to_string(),
+                    off,
+                    data: staged.to_vec(),
+                });
+            }
+            if !direct.is_empty() {
+                self.captured.push(LoggedOp::Direct {
+                    name: name.to_string(),
+                    off: end - direct.len() as u64,
+                    len: direct.len() as u64,
+                });
+            }
+        }
         Ok(())
     }
 
@@ -428,6 +524,12 @@ impl Tx {
         }
         let st = self.objs.get_mut(name).expect("present");
         st.len = Some(len);
+        if self.capturing {
+            self.captured.push(LoggedOp::SetLen {
+                name: name.to_string(),
+                len,
+            });
+        }
         Ok(())
     }
 
@@ -439,7 +541,98 @@ impl Tx {
         st.deleted = true;
         st.len = None;
         self.overlay_bytes = self.overlay_bytes.saturating_sub(removed);
+        if self.capturing {
+            self.captured.push(LoggedOp::Delete {
+                name: name.to_string(),
+            });
+        }
         Ok(())
+    }
+
+    /// Stages every write, also past an object's committed length (on), or goes back to
+    /// writing appends directly (off). For content that must be logged with the change
+    /// that made it, all or nothing: a symlink's target.
+    pub fn stage_all(&mut self, on: bool) {
+        self.stage_all = on;
+    }
+
+    /// Whether the transaction (or the commit in flight under it) deletes `name`: a
+    /// read-only open that has not applied the log still holds objects it deletes.
+    pub fn deletes(&self, name: &str) -> bool {
+        self.objs.get(name).is_some_and(|s| s.deleted)
+            || self
+                .base
+                .as_ref()
+                .and_then(|b| b.objs.get(name))
+                .is_some_and(|f| f.len.is_none())
+    }
+
+    /// Starts (or stops) recording every change as a [`LoggedOp`] for the log.
+    pub fn capture(&mut self, on: bool) {
+        self.capturing = on;
+        if !on {
+            self.captured.clear();
+        }
+    }
+
+    /// Whether changes were recorded since the last [`Tx::drain`].
+    pub fn has_captured(&self) -> bool {
+        !self.captured.is_empty()
+    }
+
+    /// The changes recorded since the last call, in order. Bytes they wrote directly are
+    /// logged from now on: a later write over them is staged (see the module docs).
+    pub fn drain(&mut self) -> Vec<LoggedOp> {
+        let ops = std::mem::take(&mut self.captured);
+        for op in &ops {
+            if let LoggedOp::Direct { name, off, len } = op {
+                if let Some(st) = self.objs.get_mut(name.as_str()) {
+                    st.logged_end = st.logged_end.max(off + len);
+                }
+            }
+        }
+        ops
+    }
+
+    /// Replays a change read back from the log (after the checkpoint it follows): staged
+    /// writes, lengths and deletions go into the overlay; direct writes are in the store
+    /// already, and are synced by the next commit. The objects stay staged until then
+    /// (their store length may not be their length).
+    pub fn replay(&mut self, op: &LoggedOp) -> Result<()> {
+        let was = std::mem::replace(&mut self.read_only, true);
+        let capturing = std::mem::replace(&mut self.capturing, false);
+        let r = (|| {
+            match op {
+                LoggedOp::Write { name, off, data } => self.write_at(name, *off, data)?,
+                LoggedOp::SetLen { name, len } => self.set_len(name, *len)?,
+                LoggedOp::Delete { name } => self.delete(name)?,
+                LoggedOp::Direct { name, off, len } => {
+                    let st = self.state(name)?;
+                    if st.deleted {
+                        return Err(Error::Invalid(format!("direct write to deleted {name}")));
+                    }
+                    let end = off + len;
+                    st.len = Some(st.len.unwrap_or(0).max(end));
+                    st.logged_end = st.logged_end.max(end);
+                    st.direct = true;
+                    // A direct write never followed a cut in the transaction that logged it
+                    // (a cut stages every later write): the length set before it cut nothing
+                    // then, but here the store already holds this write's bytes, which are
+                    // current. Nothing past the cut is read but blocks written since (the
+                    // others are holes), so the cut goes.
+                    if st.cut.is_some_and(|c| c < end) {
+                        st.cut = None;
+                    }
+                }
+            }
+            if let Some(st) = self.objs.get_mut(op.name()) {
+                st.pinned = true;
+            }
+            Ok(())
+        })();
+        self.read_only = was;
+        self.capturing = capturing;
+        r
     }
 
     /// Objects this transaction brought into being with direct writes: they did not exist
@@ -496,7 +689,14 @@ impl Tx {
                 name.clone(),
                 FrozenObj {
                     len: if st.deleted { None } else { st.len },
-                    cut: st.cut,
+                    // An object the store did not hold (one always staged, such as a new
+                    // file's tree) has no store bytes in its image, even before the commit
+                    // creates it.
+                    cut: if st.committed_len.is_some() || st.direct {
+                        st.cut
+                    } else {
+                        Some(0)
+                    },
                     ranges: st.ranges,
                 },
             );
@@ -556,6 +756,7 @@ impl Tx {
         self.objs.clear();
         self.overlay_bytes = 0;
         self.base = None;
+        self.captured.clear();
     }
 
     /// Loads a verified journal that was sealed but may not have been applied into the
@@ -848,12 +1049,12 @@ mod tests {
     #[test]
     fn transaction_on_top_of_a_commit_in_flight() {
         let store = Arc::new(MemStore::new());
-        store.write_at("a", 0, b"01234567").unwrap();
+        store.write_at("a.d", 0, b"01234567").unwrap();
         store.write_at("b", 0, b"bbbb").unwrap();
         store.write_at("t", 0, b"0123456789").unwrap();
         let mut tx = Tx::new(store.clone());
-        tx.write_at("a", 2, b"XY").unwrap(); // staged overwrite
-        tx.write_at("a", 8, b"zz").unwrap(); // direct append
+        tx.write_at("a.d", 2, b"XY").unwrap(); // staged overwrite
+        tx.write_at("a.d", 8, b"zz").unwrap(); // direct append
         tx.delete("b").unwrap();
         tx.set_len("t", 3).unwrap(); // cut ...
         tx.write_at("t", 5, b"Q").unwrap(); // ... then extend past the cut
@@ -861,16 +1062,16 @@ mod tests {
         let want_a = b"01XY4567zz".to_vec();
         let want_t = b"012\0\0Q".to_vec();
         let check = |tx: &mut Tx| {
-            assert_eq!(read(tx, "a").unwrap(), want_a);
+            assert_eq!(read(tx, "a.d").unwrap(), want_a);
             assert_eq!(read(tx, "b"), None);
             assert_eq!(read(tx, "t").unwrap(), want_t);
         };
         check(&mut tx);
         // Writes on top: to an object the commit changes (staged), and a new object.
-        tx.write_at("a", 10, b"ww").unwrap();
-        tx.write_at("n", 0, b"new").unwrap();
-        assert_eq!(read(&mut tx, "a").unwrap(), b"01XY4567zzww");
-        assert_eq!(read(&mut tx, "n").unwrap(), b"new");
+        tx.write_at("a.d", 10, b"ww").unwrap();
+        tx.write_at("n.d", 0, b"new").unwrap();
+        assert_eq!(read(&mut tx, "a.d").unwrap(), b"01XY4567zzww");
+        assert_eq!(read(&mut tx, "n.d").unwrap(), b"new");
         c.write_journal(store.as_ref(), &key()).unwrap();
         assert!(
             c.journal().is_some(),
@@ -879,21 +1080,21 @@ mod tests {
         // The later write to the commit's object is staged (not in the store); the new
         // object's is direct.
         assert_eq!(
-            store.len("a").unwrap(),
+            store.len("a.d").unwrap(),
             Some(10),
             "no direct write past the commit"
         );
-        assert_eq!(store.read_all("n").unwrap().unwrap(), b"new");
+        assert_eq!(store.read_all("n.d").unwrap().unwrap(), b"new");
         assert_eq!(read(&mut tx, "t").unwrap(), want_t);
         c.apply(store.as_ref()).unwrap();
         // Applied, not yet ended: the store and the frozen view agree.
-        assert_eq!(store.read_all("a").unwrap().unwrap(), want_a);
+        assert_eq!(store.read_all("a.d").unwrap().unwrap(), want_a);
         assert_eq!(store.read_all("t").unwrap().unwrap(), want_t);
         assert_eq!(store.len("b").unwrap(), None);
-        assert_eq!(read(&mut tx, "a").unwrap(), b"01XY4567zzww");
+        assert_eq!(read(&mut tx, "a.d").unwrap(), b"01XY4567zzww");
         assert_eq!(read(&mut tx, "t").unwrap(), want_t);
         tx.end_commit(&c);
-        assert_eq!(read(&mut tx, "a").unwrap(), b"01XY4567zzww");
+        assert_eq!(read(&mut tx, "a.d").unwrap(), b"01XY4567zzww");
         // A second commit while one is in flight is refused.
         let c2 = tx.begin_commit(2, c.journal().map(|j| j.slot)).unwrap();
         assert!(tx.begin_commit(3, None).is_err());
@@ -902,8 +1103,8 @@ mod tests {
         assert_eq!(c2.journal().unwrap().slot, 1, "the other slot");
         c2.apply(store.as_ref()).unwrap();
         tx.end_commit(&c2);
-        assert_eq!(store.read_all("a").unwrap().unwrap(), b"01XY4567zzww");
-        assert_eq!(store.read_all("n").unwrap().unwrap(), b"new");
+        assert_eq!(store.read_all("a.d").unwrap().unwrap(), b"01XY4567zzww");
+        assert_eq!(store.read_all("n.d").unwrap().unwrap(), b"new");
     }
 
     /// A crash after the first commit's journal (sealed) and before its application, with
@@ -1045,28 +1246,31 @@ mod tests {
     #[test]
     fn direct_writes_past_committed_length_staged_below() {
         let store = Arc::new(MemStore::new());
-        store.write_at("o", 0, &[1u8; 100]).unwrap();
+        store.write_at("o.d", 0, &[1u8; 100]).unwrap();
         let mut tx = Tx::new(store.clone());
-        tx.write_at("o", 90, &[2u8; 20]).unwrap();
+        tx.write_at("o.d", 90, &[2u8; 20]).unwrap();
         // The part past 100 went straight to the store; the overwrite is staged.
-        let raw = store.read_all("o").unwrap().unwrap();
+        let raw = store.read_all("o.d").unwrap().unwrap();
         assert_eq!(raw.len(), 110);
         assert_eq!(raw[95], 1);
         assert_eq!(raw[105], 2);
         let mut buf = [0u8; 30];
-        assert_eq!(tx.read_at("o", 85, &mut buf).unwrap(), 25);
+        assert_eq!(tx.read_at("o.d", 85, &mut buf).unwrap(), 25);
         assert_eq!(&buf[..5], &[1; 5]);
         assert_eq!(&buf[5..25], &[2; 20]);
         assert_eq!(&buf[25..], &[0; 5]);
         let p = tx.prepare(&key(), 1, None).unwrap();
         assert!(p.journal().is_some());
         assert_eq!(
-            store.read_all("o").unwrap().unwrap()[95],
+            store.read_all("o.d").unwrap().unwrap()[95],
             1,
             "staged until applied"
         );
         tx.apply(p).unwrap();
-        assert_eq!(&store.read_all("o").unwrap().unwrap()[90..110], &[2u8; 20]);
+        assert_eq!(
+            &store.read_all("o.d").unwrap().unwrap()[90..110],
+            &[2u8; 20]
+        );
     }
 
     #[test]
@@ -1127,5 +1331,197 @@ mod tests {
         );
         ok.truncate(ok.len() - 1);
         assert!(decode_journal(&ok).is_err());
+    }
+
+    #[test]
+    fn only_data_objects_are_written_directly() {
+        let store = Arc::new(MemStore::new());
+        let mut tx = Tx::new(store.clone());
+        tx.write_at("f.d", 0, b"data").unwrap();
+        tx.write_at("f.m", 0, b"node").unwrap();
+        tx.write_at("f.c", 0, b"ctrs").unwrap();
+        assert_eq!(store.read_all("f.d").unwrap().unwrap(), b"data");
+        assert_eq!(store.len("f.m").unwrap(), None, "tree nodes are staged");
+        assert_eq!(store.len("f.c").unwrap(), None, "counters are staged");
+        let mut buf = [0u8; 4];
+        tx.read_at("f.m", 0, &mut buf).unwrap();
+        assert_eq!(&buf, b"node");
+    }
+
+    #[test]
+    fn captured_changes_drain_in_order_and_logged_bytes_are_not_overwritten() {
+        let store = Arc::new(MemStore::new());
+        store.write_at("f.d", 0, &[1u8; 10]).unwrap();
+        let mut tx = Tx::new(store.clone());
+        tx.capture(true);
+        tx.write_at("f.d", 8, &[2u8; 4]).unwrap(); // 2 staged, 2 direct
+        tx.write_at("f.m", 0, b"mm").unwrap();
+        tx.set_len("f.c", 0).unwrap();
+        tx.delete("g.d").unwrap();
+        assert!(tx.has_captured());
+        let ops = tx.drain();
+        assert!(!tx.has_captured());
+        assert_eq!(
+            ops,
+            vec![
+                LoggedOp::Write {
+                    name: "f.d".into(),
+                    off: 8,
+                    data: vec![2, 2]
+                },
+                LoggedOp::Direct {
+                    name: "f.d".into(),
+                    off: 10,
+                    len: 2
+                },
+                LoggedOp::Write {
+                    name: "f.m".into(),
+                    off: 0,
+                    data: b"mm".to_vec()
+                },
+                LoggedOp::SetLen {
+                    name: "f.c".into(),
+                    len: 0
+                },
+                LoggedOp::Delete { name: "g.d".into() },
+            ]
+        );
+        // The direct bytes are logged: a write over them is staged, one past them direct.
+        tx.write_at("f.d", 10, &[3u8; 3]).unwrap();
+        let raw = store.read_all("f.d").unwrap().unwrap();
+        assert_eq!(raw, [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3]);
+        assert_eq!(
+            tx.drain(),
+            vec![
+                LoggedOp::Write {
+                    name: "f.d".into(),
+                    off: 10,
+                    data: vec![3, 3]
+                },
+                LoggedOp::Direct {
+                    name: "f.d".into(),
+                    off: 12,
+                    len: 1
+                },
+            ]
+        );
+        let mut buf = [0u8; 13];
+        tx.read_at("f.d", 0, &mut buf).unwrap();
+        assert_eq!(buf, [1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 3, 3]);
+        // Without capture, nothing is recorded.
+        tx.capture(false);
+        tx.write_at("f.d", 20, b"x").unwrap();
+        assert!(tx.drain().is_empty());
+    }
+
+    #[test]
+    fn replayed_changes_are_staged_and_direct_ones_synced_by_the_commit() {
+        let store = Arc::new(MemStore::new());
+        store.write_at("f.d", 0, &[1u8; 12]).unwrap(); // direct bytes 8..12 reached it
+        let mut tx = Tx::new(store.clone());
+        for op in [
+            LoggedOp::Direct {
+                name: "f.d".into(),
+                off: 8,
+                len: 4,
+            },
+            LoggedOp::Write {
+                name: "f.d".into(),
+                off: 0,
+                data: vec![5, 5],
+            },
+            LoggedOp::Write {
+                name: "f.m".into(),
+                off: 0,
+                data: b"mm".to_vec(),
+            },
+            LoggedOp::Delete { name: "g.d".into() },
+        ] {
+            tx.replay(&op).unwrap();
+        }
+        // Nothing written: the overlay holds it.
+        assert_eq!(store.read_all("f.d").unwrap().unwrap(), [1u8; 12]);
+        let mut buf = [0u8; 12];
+        tx.read_at("f.d", 0, &mut buf).unwrap();
+        assert_eq!(buf, [5, 5, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]);
+        // Pinned: a later write past the store's end is staged until the commit.
+        tx.write_at("f.d", 12, b"z").unwrap();
+        assert_eq!(store.len("f.d").unwrap(), Some(12));
+        let c = tx.prepare(&key(), 1, None).unwrap();
+        tx.apply(c).unwrap();
+        assert_eq!(
+            store.read_all("f.d").unwrap().unwrap(),
+            [5, 5, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, b'z']
+        );
+        assert_eq!(store.read_all("f.m").unwrap().unwrap(), b"mm");
+    }
+
+    /// A range staged past an object's committed length while a commit was in flight stays
+    /// authoritative after the commit ends: a later write over it is staged too, not
+    /// written to the store under it (reads would see the stale range).
+    #[test]
+    fn no_direct_write_under_a_range_staged_during_a_commit() {
+        let store = Arc::new(MemStore::new());
+        store.write_at("x.d", 0, &[1u8; 10]).unwrap();
+        let mut tx = Tx::new(store.clone());
+        tx.write_at("x.d", 0, &[2u8; 2]).unwrap(); // staged: the commit changes x.d
+        let c = tx.begin_commit(1, None).unwrap();
+        tx.write_at("x.d", 20, &[3u8; 10]).unwrap(); // on the commit: staged
+        c.write_journal(store.as_ref(), &key()).unwrap();
+        c.apply(store.as_ref()).unwrap();
+        tx.end_commit(&c);
+        tx.write_at("x.d", 25, &[4u8; 2]).unwrap();
+        let mut buf = [0u8; 30];
+        tx.read_at("x.d", 0, &mut buf).unwrap();
+        let mut want = [0u8; 30];
+        want[..2].fill(2);
+        want[2..10].fill(1);
+        want[20..30].fill(3);
+        want[25..27].fill(4);
+        assert_eq!(buf, want);
+        assert_eq!(
+            store.len("x.d").unwrap(),
+            Some(10),
+            "nothing written under the range"
+        );
+    }
+
+    /// A truncation logged when the store's object was already that short, then a direct
+    /// write: replayed over a store that holds the write, the truncation must not hide it.
+    #[test]
+    fn a_replayed_truncation_does_not_hide_a_later_direct_write() {
+        let store = Arc::new(MemStore::new());
+        store.write_at("f.d", 0, b"new!").unwrap(); // the direct write reached the store
+        let mut tx = Tx::new(store.clone());
+        for op in [
+            LoggedOp::SetLen {
+                name: "f.d".into(),
+                len: 0,
+            },
+            LoggedOp::Direct {
+                name: "f.d".into(),
+                off: 0,
+                len: 4,
+            },
+        ] {
+            tx.replay(&op).unwrap();
+        }
+        let mut buf = [0u8; 4];
+        assert_eq!(tx.read_at("f.d", 0, &mut buf).unwrap(), 4);
+        assert_eq!(&buf, b"new!");
+        // Without a direct write after it, the truncation hides what the store holds.
+        let mut tx = Tx::new(store.clone());
+        tx.replay(&LoggedOp::SetLen {
+            name: "f.d".into(),
+            len: 0,
+        })
+        .unwrap();
+        tx.replay(&LoggedOp::SetLen {
+            name: "f.d".into(),
+            len: 4,
+        })
+        .unwrap();
+        tx.read_at("f.d", 0, &mut buf).unwrap();
+        assert_eq!(buf, [0; 4]);
     }
 }

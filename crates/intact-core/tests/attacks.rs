@@ -490,6 +490,7 @@ fn recover_anchor_refuses_when_anchor_exists() {
 fn tampering_found_during_a_flush_discards_the_unsealed_changes() {
     let fx = Fx::new(SchemeId::MtEintGcm);
     let n = fx.names("/a");
+    fx.settle();
     // Damage a stored leaf: the tree update's CheckPathRoot must notice before writing.
     fx.store.with_object(&n.meta, |o| o[2 * 32] ^= 1).unwrap();
     let v = fx.vol().unwrap();

@@ -53,7 +53,11 @@ fn crash_step(
         step(&vol);
         let _ = vol.sync();
         drop(vol);
+        // Each image is opened with the trusted state as the crash left it (a recovery
+        // stores anchors that belong to its own image only).
+        let at_crash = trusted.snapshot();
         for mode in [CrashImage::DurableOnly, CrashImage::All] {
+            trusted.restore(at_crash.clone());
             let image = Arc::new(store.crash_image(mode));
             let what = format!("crash after {n}/{total} {mode:?}");
             let vol = match open(image as Arc<dyn UntrustedStore>, &trusted) {

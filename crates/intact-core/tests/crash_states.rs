@@ -29,7 +29,7 @@
 
 mod common;
 
-use common::workload::{flip, read_state, workload_with};
+use common::workload::{explained, flip, read_state, workload_at};
 use common::{mixed, PW};
 use intact_core::format::{SchemeId, ROOT_INO};
 use intact_core::store::record::{Choice, CrashModel, FsCall, FsLog, Tree};
@@ -142,22 +142,32 @@ fn parent_ino(vol: &Volume, path: &str) -> Result<(u64, String)> {
     Ok((parent, name.to_string()))
 }
 
-/// Runs operation `op` (the `i`th of the workload) on the volume and the model.
-fn apply(op: &str, i: usize, vol: &Volume, m: &mut Model) -> Result<()> {
+/// Runs operation `op` (the `i`th of the workload) on the volume and the model; `step`
+/// gets the model after each request of an operation that takes two (each is logged
+/// when it returns, so a crash may come back between them).
+fn apply(
+    op: &str,
+    i: usize,
+    vol: &Volume,
+    m: &mut Model,
+    step: &mut dyn FnMut(&Model),
+) -> Result<()> {
     let seed = (i * 16 + OPS.iter().position(|o| *o == op).unwrap()) as u8;
     let first = m.first_file().unwrap_or_default();
     if first.is_empty() && !["write", "mkdir", "rmdir", "symlink"].contains(&op) {
         // Every file is gone (two unlinks): a new one instead.
-        return apply("write", i, vol, m);
+        return apply("write", i, vol, m, step);
     }
     match op {
         "write" => {
             let p = m.new_name("n", i);
             let data = mixed(seed, BS + BS / 2);
             vol.create_file(&p, None)?;
+            m.files.push((Vec::new(), BTreeMap::new()));
+            m.names.insert(p.clone(), m.files.len() - 1);
+            step(m);
             vol.write_path(&p, 0, &data)?;
-            m.files.push((data, BTreeMap::new()));
-            m.names.insert(p, m.files.len() - 1);
+            *m.data(&p) = data;
         }
         "overwrite" => {
             let data = mixed(seed, BS);
@@ -209,6 +219,8 @@ fn apply(op: &str, i: usize, vol: &Volume, m: &mut Model) -> Result<()> {
                 None => {
                     let d = format!("/e{i}");
                     vol.mkdir(&d)?;
+                    m.dirs.insert(d.clone());
+                    step(m);
                     d
                 }
             };
@@ -264,6 +276,8 @@ struct Recording {
     calls: Vec<FsCall>,
     model: CrashModel,
     points: Vec<Flat>,
+    /// The index in `points` of the tree at each sync (0: before the first operation).
+    syncs: Vec<usize>,
     sync_end: Vec<usize>,
 }
 
@@ -283,7 +297,7 @@ fn record_with<S>(
     scheme: SchemeId,
     bs: usize,
     setup: impl FnOnce(&Volume) -> S,
-    body: impl FnOnce(&Volume, S, &mut dyn FnMut()) -> Vec<Flat>,
+    body: impl FnOnce(&Volume, S, &mut dyn FnMut()) -> (Vec<Flat>, Vec<usize>),
 ) -> Recording {
     let dir = scratch();
     let base = dir.path();
@@ -310,8 +324,8 @@ fn record_with<S>(
     let log = Arc::new(FsLog::new(base));
     let vol = open(base, Some(log.clone())).unwrap();
     let mut sync_end = vec![0];
-    let points = body(&vol, first, &mut || sync_end.push(log.len()));
-    assert_eq!(points.len(), sync_end.len(), "one tree per sync");
+    let (points, syncs) = body(&vol, first, &mut || sync_end.push(log.len()));
+    assert_eq!(syncs.len(), sync_end.len(), "one tree per sync");
     assert_eq!(
         &read_state(&vol).unwrap(),
         points.last().unwrap(),
@@ -324,6 +338,7 @@ fn record_with<S>(
         calls,
         model,
         points,
+        syncs,
         sync_end,
     }
 }
@@ -344,14 +359,16 @@ fn record(ops: &[&str], scheme: SchemeId) -> Recording {
         m
     };
     record_with(scheme, BS, setup, |vol, mut m, synced| {
-        let mut points = vec![m.flat()];
+        let (mut points, mut syncs) = (vec![m.flat()], vec![0]);
         for (i, op) in ops.iter().enumerate() {
-            apply(op, i, vol, &mut m).unwrap_or_else(|e| panic!("{ops:?}: {op}: {e}"));
+            apply(op, i, vol, &mut m, &mut |m| points.push(m.flat()))
+                .unwrap_or_else(|e| panic!("{ops:?}: {op}: {e}"));
             points.push(m.flat());
+            syncs.push(points.len() - 1);
             vol.sync().unwrap();
             synced();
         }
-        points
+        (points, syncs)
     })
 }
 
@@ -416,16 +433,31 @@ fn check_workload(
     totals: &Mutex<Totals>,
 ) {
     let rec = record(ops, scheme);
-    check_recording(&rec, &format!("{scheme:?} {ops:?}"), random, seed, totals);
+    check_recording(
+        &rec,
+        &format!("{scheme:?} {ops:?}"),
+        scheme,
+        random,
+        seed,
+        totals,
+    );
 }
 
 /// Checks every distinct crash state of a recording.
-fn check_recording(rec: &Recording, label: &str, random: usize, seed: u64, totals: &Mutex<Totals>) {
+fn check_recording(
+    rec: &Recording,
+    label: &str,
+    scheme: SchemeId,
+    random: usize,
+    seed: u64,
+    totals: &Mutex<Totals>,
+) {
     let mut seen = HashSet::new();
     let (mut states, mut torn, mut second, mut failures) = (0, 0, 0, vec![]);
     for k in 0..rec.model.points() {
         // The syncs that returned before the crash: the tree is theirs or a later one.
         let done = rec.sync_end.iter().rposition(|&e| e <= k).unwrap();
+        let from = rec.syncs[done];
         let mut choices = vec![Choice::DurableOnly];
         if rec.model.has_unsynced(k) {
             choices.push(Choice::All);
@@ -452,11 +484,18 @@ fn check_recording(rec: &Recording, label: &str, random: usize, seed: u64, total
                 }
             };
             let (state, calls) = got;
-            if !rec.points[done..].contains(&state) {
+            let partial = matches!(choice, Choice::Random(_));
+            // `none` has no integrity: appends not fsynced that did not reach the disk
+            // cannot be told from data (they read as what the disk holds, as on a file
+            // system without checksums); the tree's names must still be a point's.
+            let unchecked = partial
+                && scheme == SchemeId::None
+                && rec.points[from..].iter().any(|p| p.keys().eq(state.keys()));
+            if !unchecked && !explained(&state, &rec.points[from..], partial) {
                 failures.push(format!(
                     "{what}: the tree matches no point at or after sync {done}:\n  got  {}\n  want {}",
                     summary(&state),
-                    summary(&rec.points[done])
+                    summary(&rec.points[from])
                 ));
                 continue;
             }
@@ -596,17 +635,24 @@ fn crash_states_of_the_scripted_workload() {
                     bs,
                     |_| (),
                     |vol, (), synced| {
-                        let (mut points, mut done) = (vec![Flat::new()], 1);
-                        workload_with(vol, bs, &mut points, &mut done, content, synced).unwrap();
-                        points
+                        let (mut points, mut syncs, mut done) = (vec![Flat::new()], vec![0], 1);
+                        workload_at(vol, bs, &mut points, &mut syncs, &mut done, content, synced)
+                            .unwrap();
+                        (points, syncs)
                     },
                 );
                 let what = format!("{scheme:?} bs {bs} scripted");
-                check_recording(&rec, &what, random, mix(&[seed, i as u64]), &totals);
+                check_recording(&rec, &what, scheme, random, mix(&[seed, i as u64]), &totals);
             });
         }
     });
     report(totals.into_inner().unwrap(), seed, random, 8 * 300);
+}
+
+fn is_log(p: &Path) -> bool {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with(intact_core::wal::SEGMENT_PREFIX))
 }
 
 /// A call without its bytes.
@@ -647,6 +693,13 @@ fn the_anchor_is_renamed_after_what_it_seals_is_durable() {
                 // The untrusted copy of the anchor, read only to rebuild a lost state
                 // directory (`intact recover-anchor`): nothing relies on it being current.
                 FsCall::Write { path, .. } if path.ends_with("anchor.copy") => {}
+                // Records of a log segment that a checkpoint folds in (deleted after it):
+                // nothing relies on them once it is sealed.
+                FsCall::Write { path, .. } | FsCall::SetLen { path, .. }
+                    if is_log(path)
+                        && calls[i + 1..]
+                            .iter()
+                            .any(|c| matches!(c, FsCall::Unlink(p) if p == path)) => {}
                 FsCall::Write { path, .. } | FsCall::SetLen { path, .. } => assert!(
                     synced(i, &|c| matches!(c, FsCall::Fsync(p) if p == path)),
                     "call {i} ({}) is not durable before the anchor's rename {r}",

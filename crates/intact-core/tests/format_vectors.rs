@@ -11,12 +11,15 @@
 //! The same vectors are reproduced in docs/file-format.md; keep both in sync.
 
 use intact_core::crypto::{label, password_key, FileKeys, KdfParams, MasterKey};
-use intact_core::format::{Anchor, Config, Inode, Kind, ObjectNames, SchemeId, RECORD_SIZE};
+use intact_core::format::{
+    Anchor, AnchorLog, Config, Inode, Kind, ObjectNames, SchemeId, RECORD_SIZE,
+};
 use intact_core::store::{MemStore, UntrustedStore};
 use intact_core::tree::{
     CounterIntervals, MerkleTree, NodeHasher, TreeState, TrustedCounters, VecNodeIo, ZERO_HASH,
 };
 use intact_core::tx::{JournalRef, Tx};
+use intact_core::wal::{LogPos, LogRef};
 use std::sync::Arc;
 
 /// The fixed master key: the 32 ASCII bytes `0123456789abcdef0123456789abcdef` (the same
@@ -351,10 +354,24 @@ fn anchor_record() {
             len: 123,
             digest: [0x22; 32],
         }),
+        applied: false,
+        log: Some(AnchorLog {
+            sealed: LogRef {
+                start: LogPos {
+                    seg: 1 + 2 * (1 << 32),
+                    off: 27,
+                },
+                end: LogPos {
+                    seg: 2 + 2 * (1 << 32),
+                    off: 4096,
+                },
+            },
+            tail: true,
+        }),
         itable: example_inode(),
     };
     let b = a.encode(&key);
-    assert_eq!(b.len(), 369);
+    assert_eq!(b.len(), 402);
     assert_eq!(Anchor::decode(&b, &key).unwrap(), a);
     let none = Anchor {
         journal: None,
@@ -362,19 +379,49 @@ fn anchor_record() {
     };
     let bn = none.encode(&key);
     assert_eq!(Anchor::decode(&bn, &key).unwrap(), none);
+    let no_tail = Anchor {
+        log: a.log.map(|l| AnchorLog { tail: false, ..l }),
+        ..a.clone()
+    };
+    let bt = no_tail.encode(&key);
+    assert_eq!(Anchor::decode(&bt, &key).unwrap(), no_tail);
+    assert_eq!(bt[81], 3, "flags: a log, no tail");
+    let applied = Anchor {
+        applied: true,
+        ..a.clone()
+    };
+    let ba = applied.encode(&key);
+    assert_eq!(Anchor::decode(&ba, &key).unwrap(), applied);
+    assert_eq!(ba[81], 5, "flags: a log, its journal applied");
+    let applied_no_log = Anchor {
+        log: None,
+        ..applied.clone()
+    };
+    let bl = applied_no_log.encode(&key);
+    assert_eq!(Anchor::decode(&bl, &key).unwrap(), applied_no_log);
     check(&[
-        ("anchor (journal in slot 1)", hx(&b), ANCHOR),
+        ("anchor (journal in slot 1, a log)", hx(&b), ANCHOR),
         (
             "anchor MAC (no journal)",
             hx(&bn[bn.len() - 32..]),
             ANCHOR_NO_JOURNAL_MAC,
         ),
     ]);
+    // An anchor of format 1 (before the log) still reads, naming no log.
+    let v1 = hex::decode(ANCHOR_V1).unwrap();
+    let old = Anchor::decode(&v1, &key).unwrap();
+    assert_eq!(old, Anchor { log: None, ..a });
+    // A flipped log flag fails the MAC.
+    let mut bad = b.clone();
+    bad[81] ^= 2;
+    assert!(Anchor::decode(&bad, &key).is_err());
 }
 
-const ANCHOR: &str = "494e54414e434831111111111111111111111111111111112a000000000000000100000003000000017b00000000000000222222222222222222222222222222222222222222222222222222222222222201020000a4010000e8030000640000000100000009000000102700000000000015cd853dfe9c9717b1680871fe9c9717e31a4757fe9c9717070707070707070707070707070707070300000000000000abababababababababababababababababababababababababababababababab020000000000000000000000000000000001000000030000000000000000000000000000000500000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000b9afd0e6a38a8ee815cb570bf652cf438a869786e7b97dca7f2ada9a0a9c5a07";
+/// Frozen in format 1, before the log: still read.
+const ANCHOR_V1: &str = "494e54414e434831111111111111111111111111111111112a000000000000000100000003000000017b00000000000000222222222222222222222222222222222222222222222222222222222222222201020000a4010000e8030000640000000100000009000000102700000000000015cd853dfe9c9717b1680871fe9c9717e31a4757fe9c9717070707070707070707070707070707070300000000000000abababababababababababababababababababababababababababababababab020000000000000000000000000000000001000000030000000000000000000000000000000500000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000b9afd0e6a38a8ee815cb570bf652cf438a869786e7b97dca7f2ada9a0a9c5a07";
+const ANCHOR: &str = "494e54414e434832111111111111111111111111111111112a000000000000000100000003000000017b0000000000000022222222222222222222222222222222222222222222222222222222222222220101000000020000001b000000000000000200000002000000001000000000000001020000a4010000e8030000640000000100000009000000102700000000000015cd853dfe9c9717b1680871fe9c9717e31a4757fe9c9717070707070707070707070707070707070300000000000000abababababababababababababababababababababababababababababababab02000000000000000000000000000000000100000003000000000000000000000000000000050000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000090089030448398dcdc9a6ff1e1c6f5190b3380ad3ddcc3c160c51bc8411f7892";
 const ANCHOR_NO_JOURNAL_MAC: &str =
-    "b2e20f092a89414feabfea6689ac2997b8eb89e6dac6266254b7872a5f83b99e";
+    "ab20458f04647008ed1d192ae223f53d4ef94925c9ce3f43a0888b69f80aafab";
 
 #[test]
 fn journal_encoding() {
@@ -434,7 +481,7 @@ fn worked_example_object_sizes() {
         assert_eq!(store.len(&names.meta).unwrap(), m, "{}", scheme.name());
         assert_eq!(store.len(&names.ctrs).unwrap(), None, "{}", scheme.name());
         let anchor = trusted.snapshot().unwrap();
-        assert_eq!(anchor.len(), 369);
+        assert_eq!(anchor.len(), 402);
         assert_eq!(store.read_all("anchor.copy").unwrap().unwrap(), anchor);
     }
 }

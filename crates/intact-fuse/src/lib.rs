@@ -170,7 +170,7 @@ pub struct IntactFs {
     bs: u32,
 }
 
-/// The periodic seal: a thread that calls [`Volume::sync`] every `commit_interval`.
+/// The periodic seal: a thread that calls [`Volume::seal_periodic`] every `commit_interval`.
 struct Sealer {
     stop: Arc<(Mutex<bool>, Condvar)>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -193,7 +193,7 @@ impl Sealer {
                     if *stopped || !timeout.timed_out() {
                         continue;
                     }
-                    if let Err(e) = vol.seal() {
+                    if let Err(e) = vol.seal_periodic() {
                         tracing::error!(error = %e, "periodic seal failed");
                     }
                 }

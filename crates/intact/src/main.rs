@@ -438,8 +438,10 @@ fn open(cli: &Cli, read_only: bool) -> Result<Volume> {
             r => break r?,
         }
     };
-    // Each command is all-or-nothing: only its final explicit sync seals.
+    // Each command is all-or-nothing: only its final explicit sync seals, and nothing is
+    // logged before it.
     vol.set_seal_on_drop(false);
+    vol.set_all_or_nothing(true);
     Ok(vol)
 }
 

@@ -201,6 +201,10 @@ impl<S: UntrustedStore> UntrustedStore for CountingStore<S> {
         self.inner.max_object_len()
     }
 
+    fn reserve(&self, name: &str, len: u64) -> Result<()> {
+        self.inner.reserve(name, len)
+    }
+
     fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> Result<usize> {
         let c = self.of(name);
         add(&c.reads, 1);

@@ -153,6 +153,9 @@ pub struct FaultStore<S> {
     crashed: AtomicBool,
     /// `None` when crash images are not tracked.
     model: Option<Mutex<Model>>,
+    /// Room set aside per object ([`UntrustedStore::reserve`]): writes within it take no
+    /// more room when the disk is full ([`FaultPlan::full_from`]).
+    reserved: Mutex<std::collections::HashMap<String, u64>>,
 }
 
 impl FaultStore<MemStore> {
@@ -204,6 +207,7 @@ impl<S> FaultStore<S> {
             write_ats: AtomicU64::new(0),
             crashed: AtomicBool::new(false),
             model: None,
+            reserved: Default::default(),
         }
     }
 
@@ -332,6 +336,21 @@ impl<S> FaultStore<S> {
     }
 }
 
+impl<S: UntrustedStore> FaultStore<S> {
+    /// The length object `name` can reach without taking more room: its length or the
+    /// room reserved for it.
+    fn room(&self, name: &str) -> Result<u64> {
+        let reserved = self
+            .reserved
+            .lock()
+            .unwrap()
+            .get(name)
+            .copied()
+            .unwrap_or(0);
+        Ok(self.inner.len(name)?.unwrap_or(0).max(reserved))
+    }
+}
+
 impl<S: UntrustedStore> UntrustedStore for FaultStore<S> {
     fn max_object_len(&self) -> u64 {
         self.inner.max_object_len()
@@ -346,12 +365,22 @@ impl<S: UntrustedStore> UntrustedStore for FaultStore<S> {
         Ok(n)
     }
 
+    fn reserve(&self, name: &str, len: u64) -> Result<()> {
+        let grows = || Ok(len > self.room(name)?);
+        self.mutate(false, grows, |_| {
+            let mut r = self.reserved.lock().unwrap();
+            let e = r.entry(name.to_string()).or_insert(0);
+            *e = (*e).max(len);
+            self.inner.reserve(name, len)
+        })
+    }
+
     fn write_at(&self, name: &str, off: u64, data: &[u8]) -> Result<()> {
         self.check_crash()?;
         let n = self.write_ats.fetch_add(1, Ordering::SeqCst) + 1;
         let dropped = self.plan.lock().unwrap().drop_write == Some(n);
         let end = off + data.len() as u64;
-        let grows = || Ok(end > self.inner.len(name)?.unwrap_or(0));
+        let grows = || Ok(end > self.room(name)?);
         self.mutate(dropped, grows, |model| {
             self.inner.write_at(name, off, data)?;
             if let Some(m) = model {
@@ -371,7 +400,7 @@ impl<S: UntrustedStore> UntrustedStore for FaultStore<S> {
     }
 
     fn set_len(&self, name: &str, len: u64) -> Result<()> {
-        let grows = || Ok(len > self.inner.len(name)?.unwrap_or(0));
+        let grows = || Ok(len > self.room(name)?);
         self.mutate(false, grows, |model| {
             self.inner.set_len(name, len)?;
             if let Some(m) = model {
@@ -390,6 +419,7 @@ impl<S: UntrustedStore> UntrustedStore for FaultStore<S> {
             || Ok(false),
             |model| {
                 self.inner.delete(name)?;
+                self.reserved.lock().unwrap().remove(name);
                 if let Some(m) = model {
                     m.pending.push(Mutation::Delete { name: name.into() });
                 }

@@ -392,6 +392,28 @@ impl UntrustedStore for LocalDirStore {
         .map_err(|e| Error::io(name, e))
     }
 
+    fn reserve(&self, name: &str, len: u64) -> Result<()> {
+        Self::check(name)?;
+        let file = self.handle(name, true, true)?.expect("created");
+        let len = i64::try_from(len).map_err(|_| Error::Invalid("reservation too large".into()))?;
+        // SAFETY: `fallocate` only reads its integer arguments; the descriptor is open for
+        // as long as `file` lives, which outlives the call. With FALLOC_FL_KEEP_SIZE it
+        // allocates blocks past the end without changing the file's length or contents.
+        let r = unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, len) };
+        if r != 0 {
+            let e = io::Error::last_os_error();
+            // A file system without fallocate simply does not reserve.
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)
+            ) {
+                return Ok(());
+            }
+            return Err(Error::io(name, e));
+        }
+        Ok(())
+    }
+
     fn delete(&self, name: &str) -> Result<()> {
         Self::check(name)?;
         let path = self.path_of(name);

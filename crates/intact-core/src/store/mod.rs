@@ -85,6 +85,14 @@ pub trait UntrustedStore: Send + Sync {
         u64::MAX
     }
 
+    /// Sets aside room for the object to grow to `len` bytes without changing its length,
+    /// so that writes up to `len` still succeed once the store is full (the log keeps room
+    /// for the records of requests that free space). A store that cannot reserve does
+    /// nothing.
+    fn reserve(&self, _name: &str, _len: u64) -> Result<()> {
+        Ok(())
+    }
+
     /// Reads a whole object, or `None` when it does not exist.
     fn read_all(&self, name: &str) -> Result<Option<Vec<u8>>> {
         let Some(len) = self.len(name)? else {
@@ -132,6 +140,9 @@ impl<T: UntrustedStore + ?Sized> UntrustedStore for std::sync::Arc<T> {
     }
     fn max_object_len(&self) -> u64 {
         (**self).max_object_len()
+    }
+    fn reserve(&self, name: &str, len: u64) -> Result<()> {
+        (**self).reserve(name, len)
     }
     fn read_all(&self, name: &str) -> Result<Option<Vec<u8>>> {
         (**self).read_all(name)

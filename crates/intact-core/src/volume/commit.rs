@@ -4,14 +4,24 @@
 #[allow(unused_imports)]
 use super::*;
 
-/// A commit between its phases (docs/design.md, "Commits"): what its I/O needs, taken
-/// under the engine lock by [`Inner::commit_begin`].
+/// A seal between its phases (docs/design.md, "Commits in flight" and "The log"): what its
+/// I/O needs, taken under the engine lock by [`Inner::commit_begin`] (a checkpoint) or
+/// [`Inner::log_seal_begin`] (a seal of the log only).
 pub(super) struct InFlight {
     /// Its number (see [`Inner::commits_begun`]).
     pub(super) n: u64,
-    pub(super) commit: Commit,
-    /// The anchor that seals it, but for the journal's reference (known once written).
+    /// A checkpoint's commit (`None`: a seal of the log).
+    pub(super) commit: Option<Commit>,
+    /// The anchor that seals it, but for a checkpoint's journal reference (known once
+    /// written).
     pub(super) anchor: Anchor,
+    /// Log segments to sync before the anchor is stored.
+    pub(super) log_sync: Vec<String>,
+    /// Log segments a checkpoint folds in: deleted once it is applied.
+    pub(super) obsolete: Vec<String>,
+    /// A log seal: where the sealed log ends; a checkpoint: where the log it rolled
+    /// begins.
+    pub(super) log_end: Option<crate::wal::LogPos>,
     pub(super) anchor_key: SubKey,
     pub(super) journal_key: SubKey,
     pub(super) store: Arc<dyn UntrustedStore>,
@@ -19,19 +29,38 @@ pub(super) struct InFlight {
 }
 
 impl InFlight {
-    /// Phase B, without the engine lock: direct writes and the journal made durable, the
-    /// anchor sealed, the journal applied in place; returns the sealed anchor. The order is
-    /// the crash-safety argument of docs/design.md: nothing the anchor names can be missing
-    /// when it is sealed, and nothing is overwritten in place before the journal holding it
-    /// is sealed.
+    /// Phase B, without the engine lock: a checkpoint's direct writes and journal made
+    /// durable, the log's new records made durable, the anchor sealed, the journal applied
+    /// in place; returns the sealed anchor. The order is the crash-safety argument of
+    /// docs/design.md: nothing the anchor names can be missing when it is sealed, and
+    /// nothing is overwritten in place before the journal holding it is sealed.
     pub(super) fn run(&self) -> Result<Anchor> {
         let mut anchor = self.anchor.clone();
-        anchor.journal = self
-            .commit
-            .write_journal(self.store.as_ref(), &self.journal_key)?;
+        if let Some(c) = &self.commit {
+            anchor.journal = c.write_journal(self.store.as_ref(), &self.journal_key)?;
+        }
+        if !self.log_sync.is_empty() {
+            crate::metrics::timed(Phase::StoreWait, || self.store.sync(&self.log_sync))?;
+        }
         let bytes = anchor.encode(&self.anchor_key);
         self.trusted.store(&bytes)?;
-        self.commit.apply(self.store.as_ref())?;
+        let mut bytes = bytes;
+        if let Some(c) = &self.commit {
+            c.apply(self.store.as_ref())?;
+            if anchor.journal.is_some() {
+                // Applied in full: a reopen must not replay it (appends made to its objects
+                // from now on lie past the lengths it sets).
+                anchor.applied = true;
+                anchor.epoch += 1;
+                bytes = anchor.encode(&self.anchor_key);
+                self.trusted.store(&bytes)?;
+            }
+        }
+        for name in &self.obsolete {
+            if let Err(e) = self.store.delete(name) {
+                tracing::warn!(object = %name, error = %e, "cannot delete an old log segment");
+            }
+        }
         // The untrusted copy (for `recover-anchor` only) is written in place and not
         // synced: it never protects anything, and a lost or torn copy fails its MAC.
         self.store.write_at(ANCHOR_COPY_NAME, 0, &bytes)?;
@@ -74,13 +103,16 @@ impl Inner {
         self.dirty_bytes = 0;
         self.commit_wanted = false;
         match r {
-            Ok(Some((commit, anchor))) => {
+            Ok(Some((commit, anchor, start, log_sync, obsolete))) => {
                 self.commits_begun += 1;
                 self.committing = true;
                 Ok(Some(InFlight {
                     n: self.commits_begun,
-                    commit,
+                    commit: Some(commit),
                     anchor,
+                    log_sync,
+                    obsolete,
+                    log_end: start,
                     anchor_key: self.keys.anchor.clone(),
                     journal_key: self.keys.journal.clone(),
                     store: self.store.clone(),
@@ -90,6 +122,7 @@ impl Inner {
             Ok(None) => {
                 self.commits_begun += 1;
                 self.commits_ended = self.commits_begun;
+                self.checkpoints_ended = self.commits_begun;
                 self.unsealed.applied(self.commits_ended);
                 Ok(None)
             }
@@ -102,13 +135,32 @@ impl Inner {
     /// Phase C of a commit, under the lock, once its I/O ([`InFlight::run`]) returned `r`:
     /// the sealed anchor becomes the engine's, or the engine goes back to the last seal.
     pub(super) fn commit_end(&mut self, f: &InFlight, r: Result<Anchor>) -> Result<()> {
-        self.tx.end_commit(&f.commit);
+        if let Some(c) = &f.commit {
+            self.tx.end_commit(c);
+        }
         self.committing = false;
         self.commits_ended = f.n;
         match r {
             Ok(anchor) => {
                 self.anchor = anchor;
-                self.unsealed.applied(f.n);
+                if f.commit.is_some() {
+                    self.checkpoints_ended = f.n;
+                    self.checkpointed_at = std::time::Instant::now();
+                    self.unsealed.applied(f.n);
+                    // Everything written directly before the checkpoint began is synced.
+                    if let Some(cut) = f.log_end {
+                        for of in self.files.values_mut() {
+                            if of.unsynced_since.is_some_and(|p| p < cut) {
+                                of.unsynced_since = None;
+                            }
+                        }
+                    }
+                } else {
+                    self.unsealed.log_sealed(f.n);
+                }
+                if let (Some(w), Some(end)) = (self.wal.as_mut(), f.log_end) {
+                    w.synced = w.synced.max(end);
+                }
                 self.unsealed.had_room();
                 Ok(())
             }
@@ -118,7 +170,20 @@ impl Inner {
             }
         }
     }
-    pub(super) fn commit_prepare(&mut self) -> Result<Option<(Commit, Anchor)>> {
+    #[allow(clippy::type_complexity)]
+    pub(super) fn commit_prepare(
+        &mut self,
+    ) -> Result<
+        Option<(
+            Commit,
+            Anchor,
+            Option<crate::wal::LogPos>,
+            Vec<String>,
+            Vec<String>,
+        )>,
+    > {
+        // A checkpoint holds everything: fsyncs waiting for a log seal are served by it.
+        self.changes.synced.clear();
         self.apply_auto_policy()?;
         // 1. Directory contents, then file data, then records into the inode table.
         let dirty: Vec<u64> = self
@@ -160,9 +225,13 @@ impl Inner {
         flush_data(&env, &mut self.tx, &mut self.itable, &mut self.scratch)?;
         finish_record(&self.keys, &mut self.tx, &mut self.itable)?;
         if !self.tx.is_dirty() && self.itable.inode == self.anchor.itable {
+            self.forget_changes();
             return Ok(None);
         }
-        // 3. The journal and the anchor that seals it; the I/O is [`InFlight::run`].
+        // 3. The log starts again after the checkpoint, which holds all of it (before the
+        // transaction is taken: a failure here leaves it as it was).
+        let (start, log_sync, obsolete) = self.roll_for_checkpoint()?;
+        // 4. The journal and the anchor that seals it; the I/O is [`InFlight::run`].
         let epoch = self.anchor.epoch + 1;
         let commit = self
             .tx
@@ -174,8 +243,18 @@ impl Inner {
             epoch,
             ctr_next: self.anchor.ctr_next,
             journal: None,
+            applied: false,
+            log: match start {
+                Some(start) => Some(AnchorLog {
+                    sealed: crate::wal::LogRef { start, end: start },
+                    tail: true,
+                }),
+                None => self.anchor.log,
+            },
             itable: self.itable.inode.clone(),
         };
+        // What this phase wrote is the checkpoint's, not a request's: not logged.
+        self.forget_changes();
         if self.files.len() > KEEP_OPEN {
             // Directories, and files unlinked while referenced (`forget` finds them here
             // without reading their record). Every state is clean at this point.
@@ -186,7 +265,7 @@ impl Inner {
             // Only error messages use them; lookups repopulate what is in use.
             self.names.clear();
         }
-        Ok(Some((commit, anchor)))
+        Ok(Some((commit, anchor, start, log_sync, obsolete)))
     }
 }
 
@@ -210,17 +289,62 @@ impl Volume {
         // another caller took the report.
         g.unsealed.report(generation)
     }
-    /// [`Volume::sync`] without the report of earlier failures (the periodic seal, which
-    /// has no user to tell).
+    /// [`Volume::sync`] without the report of earlier failures: a checkpoint.
     pub fn seal(&self) -> Result<()> {
         let mut g = self.lock()?;
         if g.read_only {
             return Ok(());
         }
         g.probe_if_full();
-        // A commit in flight began before this call and may miss what it must seal.
+        // A seal in flight began before this call and may miss what it must seal.
         let need = g.commits_begun + 1;
-        self.note(self.commit_until(g, need))
+        self.note(self.seal_until(g, need, true))
+    }
+
+    /// The periodic seal (it has no user to tell of earlier failures): makes everything
+    /// written so far durable and rollback-protected, as [`Volume::seal`] does, but through
+    /// the log when it can: the data of every file with appends not synced yet, one record
+    /// saying so, the log and the anchor (docs/design.md, "The log"). A checkpoint instead
+    /// when one is due: the log or the staged changes past their limits, or the last
+    /// checkpoint older than 30 s (deleted files' objects go at checkpoints).
+    pub fn seal_periodic(&self) -> Result<()> {
+        let mut g = self.lock()?;
+        if g.read_only {
+            return Ok(());
+        }
+        g.probe_if_full();
+        // A seal in flight began before this call and may miss what it must seal.
+        let need = g.commits_begun + 1;
+        let due = !g.logging()
+            || g.commit_wanted
+            || g.wal.as_ref().is_some_and(|w| w.bytes >= LOG_LIMIT)
+            || g.checkpointed_at.elapsed() >= CHECKPOINT_AGE;
+        if due {
+            return self.note(self.seal_until(g, need, true));
+        }
+        let log_end = g.wal.as_ref().map(|w| w.end).unwrap_or_default();
+        let mut data = Vec::new();
+        for (&ino, of) in g.files.iter_mut() {
+            if of.unsynced_since.take().is_some() {
+                data.push((ino, of.state.names.data.clone()));
+            }
+        }
+        if !data.is_empty() {
+            let store = g.store.clone();
+            drop(g);
+            let names: Vec<String> = data.iter().map(|(_, n)| n.clone()).collect();
+            let r = crate::metrics::timed(Phase::StoreWait, || store.sync(&names));
+            g = self.shared.lock();
+            if let Err(e) = r {
+                g.broke(&e);
+                return self.note(Err(e));
+            }
+            for (ino, _) in data {
+                g.changes.synced.push((ino, log_end));
+            }
+        }
+        let need = g.commits_begun + 1;
+        self.note(self.seal_until(g, need, false))
     }
     /// Reports, once, that a failed commit discarded unsealed changes of `ino` (the FUSE
     /// adapter calls it at close, as Linux reports a writeback error there).
@@ -237,47 +361,96 @@ impl Volume {
                 .map_or(format!("inode {ino}"), |(_, n)| n.clone())
         })
     }
-    /// Makes inode `ino` durable and rollback-protected (fsync, fdatasync, fsyncdir): returns
-    /// at once when nothing of it is unsealed, waits for the seal in flight when that one
-    /// holds its last change, and otherwise seals (a group commit, as [`Volume::sync`]).
+    /// Makes inode `ino` durable and rollback-protected (fsync, fdatasync): returns at once
+    /// when a seal covers its last change; otherwise syncs what its data object holds that
+    /// was written directly (appends), then seals the log (a group commit with concurrent
+    /// fsyncs: one sync of the log and one anchor for all of them; docs/design.md, "The
+    /// log"). Other files' data is not synced.
     pub fn fsync(&self, ino: u64) -> Result<()> {
-        let g = self.lock()?;
+        let mut g = self.lock()?;
         if g.read_only {
             return Ok(());
         }
         if let Some(e) = g.discarded(ino) {
             return Err(e);
         }
-        let need = match g.files.get(&ino) {
-            Some(of) if of.is_dirty() => g.commits_begun + 1,
-            Some(of) => of.sealed_by,
-            // Not open: clean, but possibly evicted by the commit in flight, which holds its
-            // change; if that one fails, the loss is reported below.
-            None => {
-                drop(self.shared.wait_idle(g));
-                return self.note(self.take_lost(ino));
-            }
+        if !g.logging() {
+            // All-or-nothing commands: a checkpoint, as before the log.
+            let need = match g.files.get(&ino) {
+                Some(of) if of.is_dirty() => g.commits_begun + 1,
+                Some(of) => of.sealed_by,
+                None => 0,
+            };
+            let r = self.seal_until(g, need, true);
+            let lost = self.take_lost(ino);
+            return self.note(r.and(lost));
+        }
+        let sealed_end = g.anchor.log.map(|l| l.sealed.end).unwrap_or_default();
+        let log_end = g.wal.as_ref().map(|w| w.end).unwrap_or_default();
+        let Some(of) = g.files.get_mut(&ino) else {
+            // Not open: clean, but possibly evicted by the commit in flight, which holds
+            // its change; if that one fails, the loss is reported below.
+            drop(self.shared.wait_idle(g));
+            return self.note(self.take_lost(ino));
         };
-        let r = self.commit_until(g, need);
+        if of.logged_at <= sealed_end && of.unsynced_since.is_none() {
+            drop(g);
+            return self.note(self.take_lost(ino));
+        }
+        let data = of
+            .unsynced_since
+            .take()
+            .map(|_| of.state.names.data.clone());
+        if let Some(name) = data {
+            // Its appends, before the log record that says they are durable.
+            let store = g.store.clone();
+            drop(g);
+            let r = crate::metrics::timed(Phase::StoreWait, || store.sync(&[name]));
+            g = self.shared.lock();
+            if let Err(e) = r {
+                // Written-back pages may be gone: back to the last seal.
+                g.broke(&e);
+                return self.note(Err(e));
+            }
+            g.changes.synced.push((ino, log_end));
+        }
+        let need = g.commits_begun + 1;
+        let r = self.seal_until(g, need, false);
         // A failure is reported once: by this call if it saw one, else the discarded
         // changes of an earlier failure are.
         let lost = self.take_lost(ino);
         self.note(r.and(lost))
     }
-    /// Runs commits until commit number `need` has ended: waits for one in flight, begins
+    /// Runs seals until seal number `need` has ended (`full`: a checkpoint numbered at
+    /// least `need`; otherwise a seal of the log will do): waits for one in flight, begins
     /// the next under the lock, runs its I/O without the lock, and ends it under the lock.
-    pub(super) fn commit_until(&self, mut g: MutexGuard<'_, Inner>, need: u64) -> Result<()> {
+    pub(super) fn seal_until(
+        &self,
+        mut g: MutexGuard<'_, Inner>,
+        need: u64,
+        full: bool,
+    ) -> Result<()> {
         loop {
             if let Some(why) = &g.poisoned {
                 return Err(Error::Poisoned(why.clone()));
             }
-            if g.commits_ended >= need {
-                // A commit that failed was reported to the caller that ran it; the others
+            let done = if full {
+                g.checkpoints_ended >= need
+            } else {
+                g.commits_ended >= need
+            };
+            if done {
+                // A seal that failed was reported to the caller that ran it; the others
                 // hear of what they lost from `take_lost` or the volume's generation.
                 return Ok(());
             }
             if !g.committing {
-                let Some(f) = g.commit_begin()? else {
+                let f = if full || g.commit_wanted || !g.logging() {
+                    g.commit_begin()?
+                } else {
+                    g.log_seal_begin()?
+                };
+                let Some(f) = f else {
                     return Ok(());
                 };
                 drop(g);
@@ -321,7 +494,7 @@ impl Volume {
         };
         if over(4) || (over(2) && heavy()) {
             let need = g.commits_begun + 1;
-            return self.commit_until(g, need);
+            return self.seal_until(g, need, true);
         }
         if g.committing {
             return Ok(());

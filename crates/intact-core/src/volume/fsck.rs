@@ -144,6 +144,8 @@ impl Inner {
             .list()?
             .into_iter()
             .filter(|n| n.starts_with("f/"))
+            // Deleted by the state not applied yet (a read-only open of a crashed volume).
+            .filter(|n| !self.tx.deletes(n))
             .filter(|n| {
                 let id = n
                     .rsplit('/')

@@ -6,7 +6,7 @@ use super::*;
 
 pub(super) const HEADER_MAGIC: &[u8; 8] = b"ITABHDR1";
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(super) struct TableHeader {
     pub(super) free_head: u64,
     pub(super) count: u64,
@@ -212,6 +212,7 @@ impl Inner {
             self.header_dirty = true;
             while self.stale.contains(&ino) {
                 self.write_record(ino, &Inode::free(self.header.free_head))?;
+                self.note_record(ino);
                 self.header.free_head = ino;
                 ino += 1;
             }
@@ -240,6 +241,7 @@ impl Inner {
         }
         let rec = Inode::free(self.header.free_head);
         self.write_record(ino, &rec)?;
+        self.note_record(ino);
         self.header.free_head = ino;
         self.header_dirty = true;
         if of.inode.xattr != 0 && of.inode.kind != Kind::Xattr {
@@ -249,6 +251,7 @@ impl Inner {
     }
     /// Marks an inode's attributes changed (ctime) and its record dirty.
     pub(super) fn touch_record(&mut self, ino: u64) -> Result<&mut OpenFile> {
+        self.note_record(ino);
         let of = self.open_ino(ino)?;
         of.inode.ctime_ns = now_ns();
         of.record_dirty = true;
@@ -284,6 +287,7 @@ impl Inner {
         }
         of.record_dirty = true;
         self.files.insert(ino, of);
+        self.note_record(ino);
         Ok(ino)
     }
     /// Removes one name of `ino` (already taken out of its directory): frees the inode when
@@ -324,6 +328,7 @@ impl Inner {
                 if of.inode.link == ino {
                     of.inode.link = next;
                     of.record_dirty = true;
+                    self.note_record(cur);
                     break;
                 }
                 cur = of.inode.link;

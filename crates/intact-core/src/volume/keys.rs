@@ -11,6 +11,7 @@ pub(super) struct Keys {
     pub(super) ctrs: SubKey,
     pub(super) anchor: SubKey,
     pub(super) journal: SubKey,
+    pub(super) log: SubKey,
 }
 
 pub(super) fn derive_keys(master: &MasterKey) -> Keys {
@@ -22,6 +23,7 @@ pub(super) fn derive_keys(master: &MasterKey) -> Keys {
         ctrs: master.derive(label::COUNTERS, &[]),
         anchor: master.derive(label::ANCHOR, &[]),
         journal: master.derive(label::JOURNAL, &[]),
+        log: master.derive(label::LOG, &[]),
     }
 }
 

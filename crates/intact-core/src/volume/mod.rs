@@ -43,6 +43,7 @@ mod file_io;
 mod fsck;
 mod inodes;
 mod keys;
+mod logged;
 mod namespace;
 mod policy;
 mod recover;
@@ -51,6 +52,7 @@ use commit::*;
 use file_io::*;
 use inodes::*;
 use keys::*;
+use logged::Item;
 use namespace::*;
 pub use recover::{DiscardHook, Discarded};
 use xattr::*;
@@ -63,6 +65,12 @@ pub const CTR_RESERVATION: u64 = 1 << 32;
 const FILE_DIRTY_LIMIT: usize = 2 << 20;
 /// Staged (journaled) bytes before the engine seals on its own.
 const OVERLAY_LIMIT: usize = 32 << 20;
+/// Log bytes since the last checkpoint before the engine checkpoints on its own (bounds the
+/// work of a recovery).
+const LOG_LIMIT: u64 = 64 << 20;
+/// A periodic seal checkpoints when the last checkpoint is older than this (what unlinks
+/// free is given back to the store at checkpoints); otherwise it seals the log only.
+const CHECKPOINT_AGE: std::time::Duration = std::time::Duration::from_secs(30);
 /// Longest name in a directory.
 pub const NAME_MAX: usize = 255;
 pub use crate::format::AUTO;
@@ -389,6 +397,10 @@ struct Inner {
     /// began after it was called.
     commits_begun: u64,
     commits_ended: u64,
+    /// The number of the last checkpoint that ended (a seal of the log only is not one).
+    checkpoints_ended: u64,
+    /// When the last checkpoint ended (or the volume opened).
+    checkpointed_at: std::time::Instant,
     /// The dirty limits were reached: the front end's request that reached them starts a
     /// commit once it has left the engine's lock (see [`Volume::after_write`]).
     commit_wanted: bool,
@@ -401,6 +413,14 @@ struct Inner {
     scratch: Vec<u8>,
     /// Measured costs (see [`crate::metrics`]).
     metrics: Arc<Metrics>,
+    /// The log (writable volumes; docs/design.md, "The log").
+    wal: Option<logged::Wal>,
+    /// Requests are logged (off for all-or-nothing commands: [`Volume::set_all_or_nothing`]).
+    log_requests: bool,
+    /// What the request under way changed ([`Inner::log_point`]).
+    changes: logged::Changes,
+    /// The table header as last logged.
+    logged_header: TableHeader,
 }
 
 fn now_ns() -> i64 {
@@ -498,6 +518,8 @@ impl Volume {
                 epoch: 0,
                 ctr_next: 1,
                 journal: None,
+                applied: false,
+                log: None,
                 itable: Inode::new(Kind::File, SchemeId::MtEintGcm, itable_id, tree, now_ns()),
             };
             trusted.store(&anchor.encode(&keys.anchor))?;
@@ -548,7 +570,7 @@ impl Volume {
         } else {
             Tx::new(store.clone())
         };
-        if let Some(j) = &anchor.journal {
+        if let Some(j) = anchor.journal.as_ref().filter(|_| !anchor.applied) {
             let jb = load_journal(store.as_ref(), &keys.journal, j)?;
             if opts.read_only {
                 tx.stage_journal(&jb)?;
@@ -606,13 +628,34 @@ impl Volume {
             committing: false,
             commits_begun: 0,
             commits_ended: 0,
+            checkpoints_ended: 0,
+            checkpointed_at: std::time::Instant::now(),
             commit_wanted: false,
             xattr_bytes_max: opts.xattr_bytes_max,
             poisoned: None,
             unsealed: Default::default(),
             scratch: Vec::new(),
             metrics: Arc::new(Metrics::new()),
+            wal: None,
+            log_requests: !opts.read_only,
+            changes: Default::default(),
+            logged_header: TableHeader::default(),
         };
+        if !opts.read_only {
+            inner.wal = Some(logged::Wal {
+                keys: crate::wal::LogKeys::new(&inner.keys.log, inner.anchor.volume_id),
+                writer: None,
+                end: Default::default(),
+                segments: Vec::new(),
+                // Segment ids come from this session's reservation (docs/design.md, "The
+                // log"): never used by an earlier session, even one that crashed.
+                next_seg: ctr_floor,
+                synced: Default::default(),
+                void: None,
+                bytes: 0,
+            });
+            inner.tx.capture(true);
+        }
         if inner.itable.inode.size == 0 {
             // The anchor names an empty inode table: the volume's creation has not sealed yet
             // (this is trusted state, not something the store can fake).
@@ -625,9 +668,33 @@ impl Volume {
             inner.init_fresh()?;
         } else {
             inner.header = inner.read_header()?;
-            if !opts.read_only && inner.header.unlinked_head != 0 {
+            inner.logged_header = inner.header;
+            // What was logged since the last checkpoint: what the last seal covered, and
+            // the tail written after it (requests acknowledged before a crash).
+            let (end, segments, replayed) = inner.replay_anchored_log(false)?;
+            inner.logged_header = inner.header;
+            if let Some(w) = &mut inner.wal {
+                w.end = end;
+                w.synced = end;
+                w.segments = segments;
+            }
+            if replayed > 0 {
+                tracing::info!(
+                    groups = replayed,
+                    "replayed the log written since the last checkpoint"
+                );
+            }
+            if !opts.read_only && (replayed > 0 || inner.header.unlinked_head != 0) {
                 inner.reap_unlinked()?;
                 inner.commit()?;
+            }
+        }
+        if inner.wal.as_ref().is_some_and(|w| w.writer.is_none()) {
+            // The segment requests go to, named by the anchor before the first one (so
+            // that the first write does not wait for it). A full disk may refuse it; the
+            // first request that changes something tries again.
+            if let Err(e) = inner.start_segment() {
+                tracing::debug!(error = %e, "the log's segment starts with the first change");
             }
         }
         Ok(Volume::wrap(inner))
@@ -696,6 +763,18 @@ impl Volume {
         self.seal_on_drop.store(seal, Ordering::Relaxed);
     }
 
+    /// Makes each command all-or-nothing (the CLI): nothing is logged, so that a command
+    /// that fails before its final [`Volume::sync`] leaves nothing that a reopen would
+    /// replay (what it wrote directly is orphaned), and `fsync` seals the whole volume.
+    /// A front end that serves a mount leaves it off: then every request is logged when
+    /// it returns (docs/design.md, "The log").
+    pub fn set_all_or_nothing(&self, on: bool) {
+        let mut g = self.shared.lock();
+        g.log_requests = !on && !g.read_only;
+        let capture = g.log_requests;
+        g.tx.capture(capture);
+    }
+
     fn lock(&self) -> Result<MutexGuard<'_, Inner>> {
         let mut g = self.shared.lock();
         if g.is_broken() {
@@ -742,13 +821,14 @@ impl Volume {
                 g.files.get_mut(&ino).expect("created").inode.auto = true;
             }
         });
-        self.note(r)
+        self.note(g.ended(r))
     }
 
     /// Creates a directory.
     pub fn mkdir(&self, path: &str) -> Result<u64> {
         let mut g = self.lock()?;
-        self.note(g.create_path(path, Kind::Dir, SchemeId::MtEintGcm))
+        let r = g.create_path(path, Kind::Dir, SchemeId::MtEintGcm);
+        self.note(g.ended(r))
     }
 
     /// Creates a symlink at `path` pointing to `target`.
@@ -756,10 +836,10 @@ impl Volume {
         let mut g = self.lock()?;
         let r = (|| {
             let ino = g.create_path(path, Kind::Symlink, SchemeId::MtEintGcm)?;
-            g.write_ino(ino, 0, target.as_bytes())?;
+            g.write_target(ino, target.as_bytes())?;
             Ok(ino)
         })();
-        self.note(r)
+        self.note(g.ended(r))
     }
 
     /// The target of a symlink.
@@ -804,7 +884,7 @@ impl Volume {
             g.expect_kind(ino, path, Kind::File)?;
             g.write_ino(ino, off, data)
         })();
-        let r = r.and_then(|()| self.after_write(g, None));
+        let r = g.ended(r).and_then(|()| self.after_write(g, None));
         self.note(r.map_err(|e| e.at_path(path)))
     }
 
@@ -816,7 +896,7 @@ impl Volume {
             g.expect_kind(ino, path, Kind::File)?;
             g.truncate_ino(ino, size)
         })();
-        let r = r.and_then(|()| self.after_write(g, None));
+        let r = g.ended(r).and_then(|()| self.after_write(g, None));
         self.note(r.map_err(|e| e.at_path(path)))
     }
 
@@ -842,14 +922,14 @@ impl Volume {
     pub fn unlink(&self, path: &str) -> Result<()> {
         let mut g = self.lock()?;
         let r = g.remove_path(path, false);
-        self.note(r)
+        self.note(g.ended(r))
     }
 
     /// Removes an empty directory.
     pub fn rmdir(&self, path: &str) -> Result<()> {
         let mut g = self.lock()?;
         let r = g.remove_path(path, true);
-        self.note(r)
+        self.note(g.ended(r))
     }
 
     /// Renames `from` to `to`, replacing a file (or empty directory) at `to`.
@@ -863,7 +943,7 @@ impl Volume {
             g.rename_at(fpino, fname, tpino, tname, RenameMode::Replace)
                 .map_err(|e| e.in_path(to))
         })();
-        self.note(r)
+        self.note(g.ended(r))
     }
 
     /// Whether writes that add data are refused because the store is full (after a commit
@@ -922,6 +1002,7 @@ impl Volume {
             },
             other => other,
         });
+        let r = g.ended(r);
         let after = if writes {
             self.after_write(g, Some(ino))
         } else {
@@ -1054,7 +1135,7 @@ impl Volume {
                 uid,
                 gid,
             )?;
-            g.write_ino(ino, 0, target.as_bytes())?;
+            g.write_target(ino, target.as_bytes())?;
             g.attr(ino)
         })
     }
@@ -1270,10 +1351,16 @@ impl Volume {
             }
             u = g.open_ino(u)?.inode.link;
         }
-        for ino in gone {
-            g.free_unlinked(ino)?;
-        }
-        Ok(())
+        let r = gone.into_iter().try_for_each(|ino| g.free_unlinked(ino));
+        g.ended(r)
+    }
+
+    /// Bytes the engine holds for what is not checkpointed yet: staged changes (overwrites
+    /// of sealed data, tree nodes) and written data not yet pushed through its scheme. The
+    /// dirty limits bound it (docs/design.md, "Commits in flight").
+    pub fn held_bytes(&self) -> usize {
+        let g = self.shared.lock();
+        g.tx.overlay_bytes() + g.dirty_bytes
     }
 
     /// The volume's block size.

@@ -68,8 +68,17 @@ impl Inner {
         path: &str,
     ) -> Result<&mut BTreeMap<String, (u64, Kind)>> {
         self.ensure_open(ino)?;
+        self.loaded_dir(ino, path)
+    }
+
+    /// The entries of open directory `ino`, decoded on first use.
+    pub(super) fn loaded_dir(
+        &mut self,
+        ino: u64,
+        path: &str,
+    ) -> Result<&mut BTreeMap<String, (u64, Kind)>> {
         let env = env!(self);
-        let of = self.files.get_mut(&ino).expect("opened");
+        let of = self.files.get_mut(&ino).expect("open");
         if of.inode.kind != Kind::Dir {
             return Err(Error::fs(path, FsErrorKind::NotADirectory));
         }
@@ -108,6 +117,7 @@ impl Inner {
         self.remove_at(pino, name, dir).map_err(|e| e.in_path(path))
     }
     pub(super) fn touch_dir(&mut self, ino: u64) {
+        self.note_record(ino);
         if let Some(of) = self.files.get_mut(&ino) {
             of.dir_dirty = true;
             of.subdirs = None;
@@ -173,8 +183,7 @@ impl Inner {
             of.inode.nlink = 2;
             of.inode.link = pino;
         }
-        self.dir_entries(pino, name)?
-            .insert(name.to_string(), (ino, kind));
+        self.set_entry(pino, name, Some((ino, kind)))?;
         self.touch_dir(pino);
         self.names.insert(ino, (pino, name.to_string()));
         Ok(ino)
@@ -193,8 +202,7 @@ impl Inner {
         if self.dir_entries(pino, name)?.contains_key(name) {
             return Err(Error::fs(name, FsErrorKind::Exists));
         }
-        self.dir_entries(pino, name)?
-            .insert(name.to_string(), (ino, kind));
+        self.set_entry(pino, name, Some((ino, kind)))?;
         self.touch_dir(pino);
         let of = self.touch_record(ino)?;
         of.inode.nlink = of.inode.nlink.saturating_add(1);
@@ -215,7 +223,7 @@ impl Inner {
             (false, Kind::Dir) => return Err(Error::fs(name, FsErrorKind::IsADirectory)),
             (false, _) => {}
         }
-        self.dir_entries(pino, name)?.remove(name);
+        self.set_entry(pino, name, None)?;
         self.touch_dir(pino);
         self.drop_link(ino)
     }
@@ -249,10 +257,8 @@ impl Inner {
                 if tkind == Kind::Dir && self.is_ancestor(tino, fpino)? {
                     return Err(Error::fs(fname, FsErrorKind::RenameIntoSelf));
                 }
-                self.dir_entries(fpino, fname)?
-                    .insert(fname.to_string(), (tino, tkind));
-                self.dir_entries(tpino, tname)?
-                    .insert(tname.to_string(), (ino, kind));
+                self.set_entry(fpino, fname, Some((tino, tkind)))?;
+                self.set_entry(tpino, tname, Some((ino, kind)))?;
                 for (i, k, p, n) in [(ino, kind, tpino, tname), (tino, tkind, fpino, fname)] {
                     let of = self.touch_record(i)?;
                     if k == Kind::Dir {
@@ -275,14 +281,13 @@ impl Inner {
                     (_, Kind::Dir) => return Err(Error::fs(tname, FsErrorKind::IsADirectory)),
                     _ => {}
                 }
-                self.dir_entries(tpino, tname)?.remove(tname);
+                self.set_entry(tpino, tname, None)?;
                 self.drop_link(tino)?;
             }
             (_, None) => {}
         }
-        self.dir_entries(fpino, fname)?.remove(fname);
-        self.dir_entries(tpino, tname)?
-            .insert(tname.to_string(), (ino, kind));
+        self.set_entry(fpino, fname, None)?;
+        self.set_entry(tpino, tname, Some((ino, kind)))?;
         self.touch_dir(fpino);
         self.touch_dir(tpino);
         let of = self.touch_record(ino)?;

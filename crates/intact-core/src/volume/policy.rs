@@ -3,7 +3,37 @@
 #[allow(unused_imports)]
 use super::*;
 
+/// The scheme the `auto` policy calls for, for a file under it: one never stored yet
+/// switches at no cost; one with content only once enough of it was observed and if it is
+/// not too large to rewrite within a seal.
+pub(super) fn auto_target(f: &OpenFile) -> Option<SchemeId> {
+    if !f.inode.auto || f.inode.kind != Kind::File {
+        return None;
+    }
+    let o = f.obs;
+    let target = crate::format::auto_choice(o.reads, o.writes, o.random, o.sampled)?;
+    let fresh = f.state.blocks() == 0;
+    let worth =
+        o.total() >= AUTO_MIN_OBSERVED.max(f.state.blocks() / 4) && f.inode.size <= AUTO_MAX_SIZE;
+    (target != f.inode.scheme && (fresh || worth)).then_some(target)
+}
+
 impl Inner {
+    /// A file under the `auto` policy that was never stored takes the scheme its first
+    /// writes call for before they are stored (at no cost: nothing to re-encrypt).
+    pub(super) fn auto_first_store(&mut self, ino: u64) -> Result<()> {
+        let Some(f) = self.files.get(&ino) else {
+            return Ok(());
+        };
+        if f.state.blocks() != 0 || f.dirty.is_empty() {
+            return Ok(());
+        }
+        if let Some(target) = auto_target(f) {
+            self.set_scheme(ino, target)?;
+        }
+        Ok(())
+    }
+
     /// The `auto` policy, before a seal: files whose observed contents and access mix call
     /// for another scheme (paper Table 7, [`crate::format::auto_choice`]) switch. A file
     /// never stored yet switches at no cost; one with content is re-encrypted, once enough
@@ -12,15 +42,7 @@ impl Inner {
         let candidates: Vec<(u64, SchemeId)> = self
             .files
             .iter()
-            .filter(|(_, f)| f.inode.auto && f.inode.kind == Kind::File)
-            .filter_map(|(ino, f)| {
-                let o = f.obs;
-                let target = crate::format::auto_choice(o.reads, o.writes, o.random, o.sampled)?;
-                let fresh = f.state.blocks() == 0;
-                let worth = o.total() >= AUTO_MIN_OBSERVED.max(f.state.blocks() / 4)
-                    && f.inode.size <= AUTO_MAX_SIZE;
-                (target != f.inode.scheme && (fresh || worth)).then_some((*ino, target))
-            })
+            .filter_map(|(ino, f)| Some((*ino, auto_target(f)?)))
             .collect();
         for (ino, target) in candidates {
             let from = self.files[&ino].inode.scheme;
@@ -55,6 +77,16 @@ impl Inner {
                 }
                 self.cache.remove_file(&old.inode.id);
                 self.files.insert(ino, new);
+                // The old objects' deletion goes with the new content in the log.
+                self.note_data_with(
+                    ino,
+                    [
+                        old.state.names.data,
+                        old.state.names.meta,
+                        old.state.names.ctrs,
+                    ]
+                    .into(),
+                );
                 Ok(())
             }
             Err(e) => {

@@ -74,6 +74,10 @@ pub(super) struct Unsealed {
     full: Arc<AtomicBool>,
     /// Told what was discarded.
     hook: Option<DiscardHook>,
+    /// Objects the discarded changes created: deleted once the sealed state is reloaded,
+    /// unless it names them (a seal of the log that landed covers files created since the
+    /// checkpoint).
+    doomed: Vec<String>,
 }
 
 /// Why a commit failed.
@@ -157,6 +161,12 @@ impl Unsealed {
             ));
         }
         Ok(())
+    }
+
+    /// A seal of the log, number `n`, ended: what was logged before it began is sealed
+    /// (a journal staged by a going back is still not applied).
+    pub(super) fn log_sealed(&mut self, n: u64) {
+        self.sealed(n);
     }
 
     /// Commit `n` sealed: what it held is no longer at risk.
@@ -320,14 +330,18 @@ impl Inner {
     ) -> Result<Vec<Discarded>> {
         let mut attempt = None;
         retry(|| self.settle(flight, &orphans, &mut attempt))?;
-        // What the front end must drop, before the state that knows it goes.
+        // What the front end must drop, before the state that knows it goes. Logged
+        // changes are pending until a seal covers them; without the log, whatever is dirty
+        // was never sealed.
         let mut lost: Vec<u64> = self.unsealed.pending.keys().copied().collect();
-        lost.extend(
-            self.files
-                .iter()
-                .filter(|(_, of)| of.is_dirty() && of.inode.kind != Kind::Xattr)
-                .map(|(i, _)| *i),
-        );
+        if !self.logging() {
+            lost.extend(
+                self.files
+                    .iter()
+                    .filter(|(_, of)| of.is_dirty() && of.inode.kind != Kind::Xattr)
+                    .map(|(i, _)| *i),
+            );
+        }
         lost.sort_unstable();
         lost.dedup();
         let reborn = std::mem::take(&mut self.unsealed.reborn);
@@ -379,8 +393,10 @@ impl Inner {
         }
         // The failed commit's anchor carries the session's reservation; a going back's
         // carries a new one.
+        // (A checkpoint stores a second anchor once its journal is applied.)
         let sealed_it = flight.is_some_and(|fl| {
-            anchor.epoch == fl.anchor.epoch && anchor.ctr_next == self.anchor.ctr_next
+            let applied = anchor.applied && anchor.epoch == fl.anchor.epoch + 1;
+            (anchor.epoch == fl.anchor.epoch || applied) && anchor.ctr_next == self.anchor.ctr_next
         });
         if !(sealed_it || anchor.epoch == self.anchor.epoch) {
             return Err(Error::AnchorCorrupt(
@@ -393,9 +409,11 @@ impl Inner {
             // The seal happened and applying its journal failed: only what came after the
             // commit began is lost.
             self.unsealed.sealed(fl.n);
-            self.unsealed.unapplied = true;
+            self.unsealed.unapplied = !anchor.applied;
         } else if let Some(fl) = flight {
-            orphans.extend(fl.commit.created().iter().cloned());
+            if let Some(c) = &fl.commit {
+                orphans.extend(c.created().iter().cloned());
+            }
         }
         if self.unsealed.unapplied {
             // The journal's changes are staged again, for the next commit to apply:
@@ -412,6 +430,11 @@ impl Inner {
             .checked_add(CTR_RESERVATION)
             .ok_or_else(|| Error::Invalid("write counters exhausted".into()))?;
         anchor.epoch += 1;
+        // Records logged after the last seal are discarded: a crash before the next seal
+        // must not replay them (docs/design.md, "The log").
+        if let Some(l) = &mut anchor.log {
+            l.tail = false;
+        }
         let a = Attempt {
             bytes: anchor.encode(&self.keys.anchor),
             anchor,
@@ -430,11 +453,20 @@ impl Inner {
     fn settled(&mut self, a: Attempt) {
         self.anchor = a.anchor;
         self.ctr_floor = a.floor;
-        for name in &a.orphans {
-            if let Err(e) = self.store.delete(name) {
-                tracing::warn!(object = %name, error = %e, "cannot delete an orphan object");
+        let sealed_end = self.anchor.log.map(|l| l.sealed.end);
+        if let Some(w) = &mut self.wal {
+            // New segments get ids of the new reservation. The segment appended to goes on
+            // (it has room set aside, which a full disk may not give a new one), after a
+            // record that voids what was discarded; if an append to it failed, its tail
+            // is unknown and a new segment starts after the sealed end.
+            w.next_seg = a.floor;
+            match (&w.writer, sealed_end) {
+                (Some(_), Some(end)) if w.end > end => w.void = Some((end, w.end)),
+                (Some(_), Some(_)) => {}
+                _ => w.writer = None,
             }
         }
+        self.unsealed.doomed = a.orphans;
     }
 
     /// Step 2: the sealed inode table, as an open loads it; `reborn` (the numbers whose
@@ -450,12 +482,30 @@ impl Inner {
         )?;
         self.header = self.read_header()?;
         self.header_dirty = false;
+        self.logged_header = self.header;
+        self.changes = Default::default();
+        // What a seal covered in the log since the checkpoint, as an open replays it.
+        let (end, segments, _) = self.replay_anchored_log(true)?;
+        self.logged_header = self.header;
+        if let Some(w) = &mut self.wal {
+            if w.writer.is_none() {
+                w.end = end;
+                w.synced = end;
+            }
+            for s in segments {
+                if !w.segments.contains(&s) {
+                    w.segments.push(s);
+                }
+            }
+            w.segments.sort_unstable();
+        }
         self.dirty_bytes = 0;
         self.commit_wanted = false;
         // Numbers that name no file now are hidden until forgotten; numbers whose file is
         // back are visible again.
         for (&ino, &(_, born)) in reborn {
-            let free = ino >= self.header.count || self.read_record(ino)?.kind == Kind::Free;
+            let free = !self.files.contains_key(&ino)
+                && (ino >= self.header.count || self.read_record(ino)?.kind == Kind::Free);
             if free {
                 self.stale.insert(ino);
                 self.unsealed.discarded.insert(ino, f.clone());
@@ -467,6 +517,22 @@ impl Inner {
             } else {
                 self.stale.remove(&ino);
                 self.unsealed.discarded.remove(&ino);
+            }
+        }
+        let live: std::collections::HashSet<&str> = self
+            .files
+            .values()
+            .flat_map(|of| {
+                let n = &of.state.names;
+                [n.data.as_str(), n.meta.as_str(), n.ctrs.as_str()]
+            })
+            .collect();
+        for name in std::mem::take(&mut self.unsealed.doomed) {
+            if live.contains(name.as_str()) {
+                continue;
+            }
+            if let Err(e) = self.store.delete(&name) {
+                tracing::warn!(object = %name, error = %e, "cannot delete an orphan object");
             }
         }
         let stale = &self.stale;

@@ -144,6 +144,29 @@ impl Inner {
         }
         Ok(of.xattrs.as_mut())
     }
+    /// The attribute set held by hidden attribute inode `x` (loaded on first use).
+    pub(super) fn xattrs_of(&mut self, x: u64) -> Result<&mut XattrSet> {
+        self.ensure_open(x)?;
+        let env = env!(self);
+        let of = self.files.get_mut(&x).expect("opened");
+        if of.inode.kind != Kind::Xattr {
+            return Err(Error::tampered(
+                Subject::Inode(x),
+                None,
+                "extended attributes in an inode of another kind",
+            ));
+        }
+        if of.xattrs.is_none() {
+            let mut buf = vec![0u8; of.inode.size as usize];
+            file_read(&env, &mut self.tx, of, 0, &mut buf)?;
+            let map = decode_xattrs(&buf).ok_or_else(|| {
+                Error::tampered(Subject::Inode(x), None, "malformed extended attributes")
+            })?;
+            of.xattrs = Some(XattrSet::new(map));
+        }
+        Ok(of.xattrs.as_mut().expect("loaded"))
+    }
+
     /// After a change to `ino`'s attribute set: the set is written at the seal, an empty
     /// one frees its hidden inode, and `ino`'s ctime changes.
     pub(super) fn touch_xattrs(&mut self, ino: u64) -> Result<()> {
@@ -247,6 +270,12 @@ impl Volume {
                 }
                 return Err(e);
             }
+            let x = g.open_ino(ino)?.inode.xattr as u64;
+            g.note_item(Item::Xattr {
+                x,
+                name: name.to_string(),
+                value: Some(value.to_vec()),
+            });
             g.touch_xattrs(ino)
         })
     }
@@ -271,6 +300,12 @@ impl Volume {
             if !removed {
                 return Err(Error::fs(name, FsErrorKind::NoAttribute));
             }
+            let x = g.open_ino(ino)?.inode.xattr as u64;
+            g.note_item(Item::Xattr {
+                x,
+                name: name.to_string(),
+                value: None,
+            });
             g.touch_xattrs(ino)
         })
     }

@@ -22,8 +22,10 @@ pub fn flip(seed: u8, len: usize) -> Vec<u8> {
 }
 
 /// The workload: operations interleaved with sync points. `points` gets a copy of the
-/// model before each sync and `done` the number of syncs that returned; `synced` is called
-/// as each returns.
+/// model after each operation and at each sync (the log makes every operation durable
+/// against a crash of the process once it returns, so a recovery may come back at any of
+/// them after the last sync), `syncs` the index in `points` of each sync's tree, `done` the
+/// number of trees up to the last sync that returned; `synced` is called as each returns.
 pub fn workload_with(
     vol: &Volume,
     bs: usize,
@@ -32,14 +34,30 @@ pub fn workload_with(
     pattern: fn(u8, usize) -> Vec<u8>,
     synced: &mut dyn FnMut(),
 ) -> Result<()> {
+    let mut syncs = Vec::new();
+    workload_at(vol, bs, points, &mut syncs, done, pattern, synced)
+}
+
+/// [`workload_with`], also giving the index in `points` of each sync's tree.
+pub fn workload_at(
+    vol: &Volume,
+    bs: usize,
+    points: &mut Vec<Model>,
+    syncs: &mut Vec<usize>,
+    done: &mut usize,
+    pattern: fn(u8, usize) -> Vec<u8>,
+    synced: &mut dyn FnMut(),
+) -> Result<()> {
     let mut m: Model = BTreeMap::new();
     let mut sync = |m: &Model, points: &mut Vec<Model>, done: &mut usize| -> Result<()> {
         points.push(m.clone());
+        syncs.push(points.len() - 1);
         vol.sync()?;
         *done = points.len();
         synced();
         Ok(())
     };
+    let step = |m: &Model, points: &mut Vec<Model>| points.push(m.clone());
     let put = |m: &mut Model, path: &str, off: usize, data: &[u8]| -> Result<()> {
         vol.write_path(path, off as u64, data)?;
         let f = m.get_mut(path).expect("created");
@@ -51,39 +69,56 @@ pub fn workload_with(
     };
     vol.create_file("/f1", None)?;
     m.insert("/f1".into(), vec![]);
+    step(&m, points);
     put(&mut m, "/f1", 0, &pattern(1, 3 * bs + 100))?;
+    step(&m, points);
     sync(&m, points, done)?;
 
     put(&mut m, "/f1", bs + 7, &pattern(2, bs))?;
+    step(&m, points);
     vol.create_file("/f2", None)?;
     m.insert("/f2".into(), vec![]);
+    step(&m, points);
     put(&mut m, "/f2", 0, &pattern(3, 10 * bs + 1))?;
+    step(&m, points);
     sync(&m, points, done)?;
 
     vol.truncate("/f1", (bs + bs / 2) as u64)?;
     m.get_mut("/f1").unwrap().truncate(bs + bs / 2);
+    step(&m, points);
     put(&mut m, "/f2", 10 * bs + 1, &pattern(4, 2 * bs))?;
+    step(&m, points);
     vol.mkdir("/d")?;
     m.insert("/d/".into(), vec![]);
+    step(&m, points);
     vol.rename("/f2", "/d/f2")?;
     let f2 = m.remove("/f2").unwrap();
     m.insert("/d/f2".into(), f2);
+    step(&m, points);
     sync(&m, points, done)?;
 
     vol.unlink("/f1")?;
     m.remove("/f1");
+    step(&m, points);
     vol.create_file("/f3", None)?;
     m.insert("/f3".into(), vec![]);
+    step(&m, points);
     put(&mut m, "/f3", 5 * bs, &pattern(5, 3))?; // sparse
+    step(&m, points);
     put(&mut m, "/f3", 0, &pattern(6, bs / 2))?;
+    step(&m, points);
     sync(&m, points, done)?;
 
     put(&mut m, "/d/f2", 0, &pattern(7, 12 * bs + 1))?;
+    step(&m, points);
     vol.truncate("/f3", 0)?;
     m.get_mut("/f3").unwrap().clear();
+    step(&m, points);
     put(&mut m, "/f3", 0, &pattern(8, 2 * bs))?;
+    step(&m, points);
     vol.create_file("/d/f4", None)?;
     m.insert("/d/f4".into(), vec![]);
+    step(&m, points);
     sync(&m, points, done)?;
 
     // The inode-level operations of the FUSE adapter: a hard link, an extended attribute
@@ -93,19 +128,28 @@ pub fn workload_with(
     let d = vol.lookup(ROOT_INO, "d")?.ino;
     vol.link_at(f3, d, "h")?;
     m.insert("/d/h".into(), m["/f3"].clone());
+    step(&m, points);
     vol.setxattr(f3, "user.k", b"v1", XattrMode::Set)?;
     m.insert("/f3@user.k".into(), b"v1".to_vec());
     m.insert("/d/h@user.k".into(), b"v1".to_vec());
+    step(&m, points);
     let tmp = vol
         .create_at(ROOT_INO, "tmp", Kind::File, 0o644, 0, 0, None)?
         .ino;
+    m.insert("/tmp".into(), vec![]);
+    step(&m, points);
     vol.open_handle(tmp)?;
     vol.write_ino(tmp, 0, &pattern(9, 3 * bs))?;
+    m.insert("/tmp".into(), pattern(9, 3 * bs));
+    step(&m, points);
     vol.unlink_at(ROOT_INO, "tmp")?;
+    m.remove("/tmp");
+    step(&m, points);
     vol.write_ino(tmp, 3 * bs as u64, b"more")?;
     sync(&m, points, done)?;
 
     put(&mut m, "/d/f4", 0, &pattern(10, 2 * bs + 3))?;
+    step(&m, points);
     let f4 = vol.lookup(d, "f4")?.ino;
     let other = if vol.stat("/d/f4")?.scheme == "mt-eint-cbc" {
         "mt-eint"
@@ -119,12 +163,33 @@ pub fn workload_with(
     m.insert("/d/f2".into(), a);
     let x = m.remove("/f3@user.k").unwrap();
     m.insert("/d/f2@user.k".into(), x);
+    step(&m, points);
     vol.setxattr(f3, "user.k", b"v2", XattrMode::Replace)?;
     m.insert("/d/f2@user.k".into(), b"v2".to_vec());
     m.insert("/d/h@user.k".into(), b"v2".to_vec());
+    step(&m, points);
     vol.release_handle(tmp)?;
     sync(&m, points, done)?;
     Ok(())
+}
+
+/// Whether `state` is what a recovery may come back to, given the trees `points` from the
+/// last sync that returned on: exactly one of them (a process crash keeps everything
+/// logged; a power cut keeps a prefix of the log), or, where the store lost writes that
+/// were never fsynced, one of them with some files back at an earlier content of theirs
+/// (docs/design.md, "The log": a file's logged writes whose data did not reach the store
+/// are left out, from the first such write on).
+pub fn explained(state: &Model, points: &[Model], partial: bool) -> bool {
+    if points.contains(state) {
+        return true;
+    }
+    partial
+        && points.iter().enumerate().any(|(k, pk)| {
+            pk.keys().eq(state.keys())
+                && state
+                    .iter()
+                    .all(|(_, v)| points[..=k].iter().any(|pj| pj.values().any(|w| w == v)))
+        })
 }
 
 /// The whole tree of a volume, as a [`Model`] (a symlink reads `-> target`).

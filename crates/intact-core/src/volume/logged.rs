@@ -1,0 +1,1216 @@
+//! The engine's side of the log (docs/design.md, "The log"): what each request changed,
+//! appended as one group when the request ends ([`Inner::log_point`]), and replayed on top
+//! of the last checkpoint when a volume opens ([`Inner::replay_log`]).
+//!
+//! A group holds [`Item`]s. Namespace changes (records, directory entries, the table
+//! header, extended attributes) are logical; a file's data changes are one [`Item::Data`]:
+//! its record and the changes of its objects (staged bytes, lengths, and the ranges written
+//! directly). Replay applies every group in order, but a file's data items that no fsync
+//! covered are first checked against the store: if the bytes they wrote directly did not
+//! all survive (a power cut before they reached the disk), that item and the file's later
+//! data items are left out, and the file is back at its last complete state. Everything an
+//! fsync covered ([`Item::Synced`]) must be there: a failure is an integrity alarm.
+
+use super::*;
+use crate::tx::LoggedOp;
+use crate::wal::{self, Chain, LogKeys, LogPos, Payload, Writer};
+use std::collections::BTreeSet;
+
+/// One change in a logged group.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Item {
+    /// An inode's record: its attributes count, or all of it when the inode is created or
+    /// freed.
+    Rec { ino: u64, rec: Box<Inode> },
+    /// A file's data: its record (its data fields count) and the changes of its objects.
+    Data {
+        ino: u64,
+        rec: Box<Inode>,
+        ops: Vec<LoggedOp>,
+    },
+    /// A directory entry set (`Some`) or removed (`None`).
+    Entry {
+        dir: u64,
+        name: String,
+        target: Option<(u64, Kind)>,
+    },
+    /// The inode-table header.
+    Header(TableHeader),
+    /// An extended attribute of hidden attribute inode `x` set or removed.
+    Xattr {
+        x: u64,
+        name: String,
+        value: Option<Vec<u8>>,
+    },
+    /// Changes of objects no file's data item holds (the objects of freed files).
+    Ops(Vec<LoggedOp>),
+    /// Data items of these inodes logged before `upto` wrote nothing directly that is not
+    /// durable (an fsync synced their objects first).
+    Synced { upto: LogPos, inos: Vec<u64> },
+    /// The records in `[from, to)` do not count: a going back discarded them (the log goes
+    /// on in the same segment after them).
+    Void { from: LogPos, to: LogPos },
+}
+
+const I_REC: u8 = 1;
+const I_DATA: u8 = 2;
+const I_ENTRY: u8 = 3;
+const I_HEADER: u8 = 4;
+const I_XATTR: u8 = 5;
+const I_OPS: u8 = 6;
+const I_SYNCED: u8 = 7;
+const I_VOID: u8 = 8;
+
+fn put_str(b: &mut Vec<u8>, s: &str) {
+    b.extend_from_slice(&(s.len() as u16).to_le_bytes());
+    b.extend_from_slice(s.as_bytes());
+}
+
+fn put_bytes(b: &mut Vec<u8>, d: &[u8]) {
+    b.extend_from_slice(&(d.len() as u32).to_le_bytes());
+    b.extend_from_slice(d);
+}
+
+fn put_ops(b: &mut Vec<u8>, ops: &[LoggedOp]) {
+    b.extend_from_slice(&(ops.len() as u32).to_le_bytes());
+    for op in ops {
+        match op {
+            LoggedOp::Write { name, off, data } => {
+                b.push(1);
+                put_str(b, name);
+                b.extend_from_slice(&off.to_le_bytes());
+                put_bytes(b, data);
+            }
+            LoggedOp::SetLen { name, len } => {
+                b.push(2);
+                put_str(b, name);
+                b.extend_from_slice(&len.to_le_bytes());
+            }
+            LoggedOp::Delete { name } => {
+                b.push(3);
+                put_str(b, name);
+            }
+            LoggedOp::Direct { name, off, len } => {
+                b.push(4);
+                put_str(b, name);
+                b.extend_from_slice(&off.to_le_bytes());
+                b.extend_from_slice(&len.to_le_bytes());
+            }
+        }
+    }
+}
+
+fn get_str(r: &mut crate::tx::Reader<'_>) -> Option<String> {
+    let n = r.u16()? as usize;
+    std::str::from_utf8(r.take(n)?).ok().map(str::to_string)
+}
+
+fn get_name(r: &mut crate::tx::Reader<'_>) -> Option<String> {
+    let s = get_str(r)?;
+    crate::store::check_name(&s).ok()?;
+    Some(s)
+}
+
+fn get_ops(r: &mut crate::tx::Reader<'_>) -> Option<Vec<LoggedOp>> {
+    let n = r.u32()? as usize;
+    let mut ops = Vec::with_capacity(n.min(1 << 12));
+    for _ in 0..n {
+        ops.push(match r.take(1)?[0] {
+            1 => {
+                let name = get_name(r)?;
+                let off = r.u64()?;
+                let len = r.u32()? as usize;
+                LoggedOp::Write {
+                    name,
+                    off,
+                    data: r.take(len)?.to_vec(),
+                }
+            }
+            2 => LoggedOp::SetLen {
+                name: get_name(r)?,
+                len: r.u64()?,
+            },
+            3 => LoggedOp::Delete { name: get_name(r)? },
+            4 => LoggedOp::Direct {
+                name: get_name(r)?,
+                off: r.u64()?,
+                len: r.u64()?,
+            },
+            _ => return None,
+        });
+    }
+    Some(ops)
+}
+
+fn get_rec(r: &mut crate::tx::Reader<'_>) -> Option<Box<Inode>> {
+    Inode::decode(r.take(RECORD_SIZE)?).map(Box::new)
+}
+
+/// Encodes a group (docs/file-format.md, "The log").
+pub(super) fn encode_group(items: &[Item]) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&(items.len() as u32).to_le_bytes());
+    for it in items {
+        match it {
+            Item::Rec { ino, rec } => {
+                b.push(I_REC);
+                b.extend_from_slice(&ino.to_le_bytes());
+                b.extend_from_slice(&rec.encode());
+            }
+            Item::Data { ino, rec, ops } => {
+                b.push(I_DATA);
+                b.extend_from_slice(&ino.to_le_bytes());
+                b.extend_from_slice(&rec.encode());
+                put_ops(&mut b, ops);
+            }
+            Item::Entry { dir, name, target } => {
+                b.push(I_ENTRY);
+                b.extend_from_slice(&dir.to_le_bytes());
+                put_str(&mut b, name);
+                match target {
+                    Some((ino, kind)) => {
+                        b.push(*kind as u8);
+                        b.extend_from_slice(&ino.to_le_bytes());
+                    }
+                    None => b.push(0),
+                }
+            }
+            Item::Header(h) => {
+                b.push(I_HEADER);
+                for v in [h.free_head, h.count, h.unlinked_head] {
+                    b.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            Item::Xattr { x, name, value } => {
+                b.push(I_XATTR);
+                b.extend_from_slice(&x.to_le_bytes());
+                put_str(&mut b, name);
+                match value {
+                    Some(v) => {
+                        b.push(1);
+                        put_bytes(&mut b, v);
+                    }
+                    None => b.push(0),
+                }
+            }
+            Item::Ops(ops) => {
+                b.push(I_OPS);
+                put_ops(&mut b, ops);
+            }
+            Item::Void { from, to } => {
+                b.push(I_VOID);
+                for p in [from, to] {
+                    b.extend_from_slice(&p.seg.to_le_bytes());
+                    b.extend_from_slice(&p.off.to_le_bytes());
+                }
+            }
+            Item::Synced { upto, inos } => {
+                b.push(I_SYNCED);
+                b.extend_from_slice(&upto.seg.to_le_bytes());
+                b.extend_from_slice(&upto.off.to_le_bytes());
+                b.extend_from_slice(&(inos.len() as u32).to_le_bytes());
+                for ino in inos {
+                    b.extend_from_slice(&ino.to_le_bytes());
+                }
+            }
+        }
+    }
+    b
+}
+
+/// Decodes a group; `None` when malformed (an authentic record that does not parse is
+/// damage the MAC should have caught, or a bug: the caller raises an integrity failure).
+pub(super) fn decode_group(b: &[u8]) -> Option<Vec<Item>> {
+    let mut r = crate::tx::Reader { b, pos: 0 };
+    let n = r.u32()? as usize;
+    let mut items = Vec::with_capacity(n.min(1 << 12));
+    for _ in 0..n {
+        items.push(match r.take(1)?[0] {
+            I_REC => Item::Rec {
+                ino: r.u64()?,
+                rec: get_rec(&mut r)?,
+            },
+            I_DATA => Item::Data {
+                ino: r.u64()?,
+                rec: get_rec(&mut r)?,
+                ops: get_ops(&mut r)?,
+            },
+            I_ENTRY => {
+                let dir = r.u64()?;
+                let name = get_str(&mut r)?;
+                let target = match r.take(1)?[0] {
+                    0 => None,
+                    k => Some((r.u64()?, Kind::of_entry(k)?)),
+                };
+                Item::Entry { dir, name, target }
+            }
+            I_HEADER => Item::Header(TableHeader {
+                free_head: r.u64()?,
+                count: r.u64()?,
+                unlinked_head: r.u64()?,
+            }),
+            I_XATTR => {
+                let x = r.u64()?;
+                let name = get_str(&mut r)?;
+                let value = match r.take(1)?[0] {
+                    0 => None,
+                    1 => {
+                        let n = r.u32()? as usize;
+                        Some(r.take(n)?.to_vec())
+                    }
+                    _ => return None,
+                };
+                Item::Xattr { x, name, value }
+            }
+            I_OPS => Item::Ops(get_ops(&mut r)?),
+            I_VOID => {
+                let mut pos = || -> Option<LogPos> {
+                    Some(LogPos {
+                        seg: r.u64()?,
+                        off: r.u64()?,
+                    })
+                };
+                let (from, to) = (pos()?, pos()?);
+                Item::Void { from, to }
+            }
+            I_SYNCED => {
+                let upto = LogPos {
+                    seg: r.u64()?,
+                    off: r.u64()?,
+                };
+                let k = r.u32()? as usize;
+                let mut inos = Vec::with_capacity(k.min(1 << 12));
+                for _ in 0..k {
+                    inos.push(r.u64()?);
+                }
+                Item::Synced { upto, inos }
+            }
+            _ => return None,
+        });
+    }
+    (r.pos == b.len()).then_some(items)
+}
+
+/// The log of an open, writable volume.
+pub(super) struct Wal {
+    pub(super) keys: LogKeys,
+    /// The segment appended to (`None` until the first append after an open or a going
+    /// back, which starts one and has the anchor name it first).
+    pub(super) writer: Option<Writer>,
+    /// Where the log ends now: past the last record (the writer's position, or the end
+    /// read at open or sealed before a going back).
+    pub(super) end: LogPos,
+    /// Segments from the one replay begins in, oldest first.
+    pub(super) segments: Vec<u64>,
+    /// The next segment id (this session's counter reservation; see docs/design.md,
+    /// "Counters").
+    pub(super) next_seg: u64,
+    /// Everything before this is durable in the store (a seal syncs from here on).
+    pub(super) synced: LogPos,
+    /// Records a going back discarded, still in the segment appended to: the next append
+    /// first logs that they do not count ([`Item::Void`]).
+    pub(super) void: Option<(LogPos, LogPos)>,
+    /// Bytes appended since the last checkpoint began.
+    pub(super) bytes: u64,
+}
+
+/// What a request changed, for its group ([`Inner::log_point`]).
+#[derive(Default)]
+pub(super) struct Changes {
+    /// Inodes whose record changed.
+    pub(super) records: BTreeSet<u64>,
+    /// Files whose data changed, with objects of theirs that their current names do not
+    /// cover (the old objects of a re-encryption).
+    pub(super) data: BTreeMap<u64, Vec<String>>,
+    /// Entry and extended-attribute items, in order.
+    pub(super) items: Vec<Item>,
+    /// Inodes of fsyncs waiting for the next seal, and where their data sync began.
+    pub(super) synced: Vec<(u64, LogPos)>,
+}
+
+impl Changes {
+    fn is_empty(&self) -> bool {
+        self.records.is_empty() && self.data.is_empty() && self.items.is_empty()
+    }
+}
+
+/// Takes the data fields of `d` (a data item's record) into `cur`.
+fn merge_data(cur: &mut Inode, d: &Inode) {
+    cur.scheme = d.scheme;
+    cur.id = d.id;
+    cur.size = d.size;
+    cur.mtime_ns = d.mtime_ns;
+    cur.ctime_ns = cur.ctime_ns.max(d.ctime_ns);
+    cur.tree = d.tree;
+    cur.ctr_hw = d.ctr_hw;
+    cur.counters = d.counters.clone();
+}
+
+/// Takes the attribute fields of `a` (a record item) into `cur`.
+fn merge_attrs(cur: &mut Inode, a: &Inode) {
+    cur.kind = a.kind;
+    cur.mode = a.mode;
+    cur.uid = a.uid;
+    cur.gid = a.gid;
+    cur.nlink = a.nlink;
+    cur.auto = a.auto;
+    cur.scheme_set = a.scheme_set;
+    cur.xattr = a.xattr;
+    cur.atime_ns = a.atime_ns;
+    cur.mtime_ns = a.mtime_ns;
+    cur.ctime_ns = cur.ctime_ns.max(a.ctime_ns);
+    cur.link = a.link;
+}
+
+/// One line about an item, for the debug log of a replay.
+fn describe(it: &Item) -> String {
+    let ops = |ops: &[LoggedOp]| {
+        ops.iter()
+            .map(|o| match o {
+                LoggedOp::Write { name, off, data } => format!("W {name} {off}+{}", data.len()),
+                LoggedOp::Direct { name, off, len } => format!("D {name} {off}+{len}"),
+                LoggedOp::SetLen { name, len } => format!("L {name} {len}"),
+                LoggedOp::Delete { name } => format!("X {name}"),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match it {
+        Item::Rec { ino, rec } => format!("record {ino} {:?} nlink {}", rec.kind, rec.nlink),
+        Item::Data { ino, rec, ops: o } => format!(
+            "data {ino} {} size {} leaves {} counters {:?} hw {} [{}]",
+            hex::encode(&rec.id[..4]),
+            rec.size,
+            rec.tree.leaves,
+            rec.counters,
+            rec.ctr_hw,
+            ops(o)
+        ),
+        Item::Entry { dir, name, target } => format!("entry {dir}/{name} -> {target:?}"),
+        Item::Header(h) => format!("header {h:?}"),
+        Item::Xattr { x, name, value } => {
+            format!("xattr {x} {name} {:?}", value.as_ref().map(|v| v.len()))
+        }
+        Item::Ops(o) => format!("ops [{}]", ops(o)),
+        Item::Synced { upto, inos } => format!("synced {inos:?} before {upto:?}"),
+        Item::Void { from, to } => format!("void {from:?} .. {to:?}"),
+    }
+}
+
+fn log_damage(what: impl Into<String>) -> Error {
+    Error::tampered(Subject::Journal, None, what)
+}
+
+impl Inner {
+    /// Whether requests are logged: a writable volume whose front end did not ask for
+    /// all-or-nothing commands ([`Volume::set_all_or_nothing`]).
+    pub(super) fn logging(&self) -> bool {
+        self.wal.is_some() && self.log_requests
+    }
+
+    /// Notes that `ino`'s record changed in this request.
+    pub(super) fn note_record(&mut self, ino: u64) {
+        if self.logging() {
+            self.changes.records.insert(ino);
+        }
+    }
+
+    /// Notes that file `ino`'s data changed in this request.
+    pub(super) fn note_data(&mut self, ino: u64) {
+        if self.logging() {
+            self.changes.data.entry(ino).or_default();
+        }
+    }
+
+    /// [`Inner::note_data`], with objects of the file's that its current names do not
+    /// cover (the old objects of a re-encryption, deleted with it).
+    pub(super) fn note_data_with(&mut self, ino: u64, extra: Vec<String>) {
+        if self.logging() {
+            self.changes.data.entry(ino).or_default().extend(extra);
+        }
+    }
+
+    /// Notes an item of this request (an entry or an extended attribute).
+    pub(super) fn note_item(&mut self, item: Item) {
+        if self.logging() {
+            self.changes.items.push(item);
+        }
+    }
+
+    /// Sets (`Some`) or removes an entry of directory `dir`, noting it for the log.
+    pub(super) fn set_entry(
+        &mut self,
+        dir: u64,
+        name: &str,
+        target: Option<(u64, Kind)>,
+    ) -> Result<()> {
+        let entries = self.dir_entries(dir, name)?;
+        match target {
+            Some(t) => {
+                entries.insert(name.to_string(), t);
+            }
+            None => {
+                entries.remove(name);
+            }
+        }
+        self.note_item(Item::Entry {
+            dir,
+            name: name.to_string(),
+            target,
+        });
+        Ok(())
+    }
+
+    /// Ends a request whose result is `r`: its changes are logged ([`Inner::log_point`]),
+    /// also when it failed halfway (what it changed is in memory, and would be sealed).
+    pub(super) fn ended<T>(&mut self, r: Result<T>) -> Result<T> {
+        let logged = self.log_point();
+        match (r, logged) {
+            (Ok(v), Ok(())) => Ok(v),
+            (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+        }
+    }
+
+    /// Ends a request: pushes what it wrote through the files' schemes and appends what it
+    /// changed to the log as one group, so that it reaches the store before the request
+    /// returns. Nothing to do when it changed nothing.
+    pub(super) fn log_point(&mut self) -> Result<()> {
+        if !self.logging() {
+            self.changes.records.clear();
+            self.changes.data.clear();
+            self.changes.items.clear();
+            let _ = self.tx.drain();
+            return Ok(());
+        }
+        let header_changed = self.header != self.logged_header;
+        if self.changes.is_empty() && !header_changed && !self.tx.has_captured() {
+            return Ok(());
+        }
+        let r = self.log_changes(header_changed);
+        self.changes.records.clear();
+        self.changes.data.clear();
+        self.changes.items.clear();
+        if let Err(e) = &r {
+            // What is in memory is not in the log: back to the last seal before the next
+            // request.
+            self.broke(e);
+        }
+        r
+    }
+
+    fn log_changes(&mut self, header_changed: bool) -> Result<()> {
+        // 1. Data through the schemes (direct writes to the store, staged bytes).
+        let data: Vec<(u64, Vec<String>)> =
+            std::mem::take(&mut self.changes.data).into_iter().collect();
+        for (ino, _) in &data {
+            self.auto_first_store(*ino)?;
+            let env = env!(self);
+            let Some(of) = self.files.get_mut(ino) else {
+                continue;
+            };
+            let flushed = of.dirty.len() * env.bs;
+            flush_data(&env, &mut self.tx, of, &mut self.scratch)?;
+            finish_record(&self.keys, &mut self.tx, of)?;
+            self.dirty_bytes = self.dirty_bytes.saturating_sub(flushed);
+        }
+        // 2. The group.
+        let before = self.wal.as_ref().expect("logging").end;
+        let mut ops = self.tx.drain();
+        let mut items = Vec::new();
+        if header_changed {
+            items.push(Item::Header(self.header));
+            self.logged_header = self.header;
+        }
+        let records = std::mem::take(&mut self.changes.records);
+        for &ino in &records {
+            let rec = match self.files.get(&ino) {
+                Some(of) => of.inode.clone(),
+                None => self.read_record(ino)?,
+            };
+            items.push(Item::Rec {
+                ino,
+                rec: Box::new(rec),
+            });
+        }
+        items.append(&mut self.changes.items);
+        for (ino, extra) in data {
+            let Some(of) = self.files.get_mut(&ino) else {
+                continue;
+            };
+            let names = [
+                &of.state.names.data,
+                &of.state.names.meta,
+                &of.state.names.ctrs,
+            ];
+            let mine =
+                |n: &str| names.iter().any(|m| m.as_str() == n) || extra.iter().any(|m| m == n);
+            let (own, rest): (Vec<LoggedOp>, Vec<LoggedOp>) =
+                ops.into_iter().partition(|op| mine(op.name()));
+            ops = rest;
+            if own.iter().any(|op| matches!(op, LoggedOp::Direct { .. })) {
+                of.unsynced_since.get_or_insert(before);
+            }
+            items.push(Item::Data {
+                ino,
+                rec: Box::new(of.inode.clone()),
+                ops: own,
+            });
+        }
+        if !ops.is_empty() {
+            items.push(Item::Ops(ops));
+        }
+        if items.is_empty() {
+            return Ok(());
+        }
+        let end = self.log_append(&items)?;
+        let n = self.commits_begun + 1;
+        for it in &items {
+            match it {
+                Item::Rec { ino, .. } | Item::Data { ino, .. } => {
+                    self.unsealed.pending(*ino, n);
+                    if let Some(of) = self.files.get_mut(ino) {
+                        of.logged_at = end;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends one group; starts a segment first if none is open (and has the anchor name
+    /// it, so that a crash cannot orphan what follows), and closes a full one.
+    pub(super) fn log_append(&mut self, items: &[Item]) -> Result<LogPos> {
+        if self.wal.as_ref().is_some_and(|w| w.writer.is_none()) {
+            self.start_segment()?;
+        }
+        if let Some((from, to)) = self.wal.as_ref().and_then(|w| w.void) {
+            self.void_discarded(from, to)?;
+        }
+        let store = self.store.clone();
+        let w = self.wal.as_mut().expect("logging");
+        let writer = w.writer.as_mut().expect("started above");
+        let payload = Payload::Group(encode_group(items));
+        let r = writer.append(store.as_ref(), &w.keys, &payload);
+        match r {
+            Ok(end) => {
+                w.bytes += end.off.saturating_sub(w.end.off);
+                w.end = end;
+                if writer.full() {
+                    self.roll_segment()?;
+                }
+                Ok(self.wal.as_ref().expect("logging").end)
+            }
+            Err(e) => {
+                // Its tail is unknown: never appended to again.
+                w.writer = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// A new segment with its `Begin`, synced, and an anchor that names it (so that the
+    /// chain reaches it): after an open or a going back, before the first group.
+    pub(super) fn start_segment(&mut self) -> Result<()> {
+        let store = self.store.clone();
+        let limit = self.anchor.ctr_next;
+        let w = self.wal.as_mut().expect("logging");
+        let seg = w.next_seg;
+        if seg >= limit {
+            return Err(Error::Invalid("write counters exhausted".into()));
+        }
+        let prev = (w.end != LogPos::default()).then_some(w.end);
+        // The id is used up whatever happens next (a half-written segment is never
+        // appended to again).
+        w.next_seg += 1;
+        let writer = Writer::begin(store.as_ref(), &w.keys, seg, prev)?;
+        writer.sync(store.as_ref())?;
+        let end = writer.pos();
+        let mut a = self.anchor.clone();
+        a.epoch += 1;
+        let start = a.log.map_or(end, |l| l.sealed.start);
+        a.log = Some(AnchorLog {
+            sealed: wal::LogRef { start, end },
+            tail: true,
+        });
+        self.trusted.store(&a.encode(&self.keys.anchor))?;
+        // Only once the anchor names it does the segment take records.
+        self.anchor = a;
+        let w = self.wal.as_mut().expect("logging");
+        w.end = end;
+        w.synced = end;
+        w.segments.push(seg);
+        w.writer = Some(writer);
+        Ok(())
+    }
+
+    /// After a going back that kept its segment: logs that the discarded records in
+    /// `[from, to)` do not count, and has the anchor cover that record (so that a crash
+    /// from now on replays what follows it).
+    fn void_discarded(&mut self, from: LogPos, to: LogPos) -> Result<()> {
+        let store = self.store.clone();
+        let w = self.wal.as_mut().expect("logging");
+        let writer = w.writer.as_mut().expect("a segment is open");
+        let payload = Payload::Group(encode_group(&[Item::Void { from, to }]));
+        let end = match writer.append(store.as_ref(), &w.keys, &payload) {
+            Ok(end) => end,
+            Err(e) => {
+                w.writer = None;
+                return Err(e);
+            }
+        };
+        w.end = end;
+        w.void = None;
+        let sync = self.segments_between(self.wal.as_ref().expect("logging").synced, end);
+        store.sync(&sync)?;
+        let w = self.wal.as_mut().expect("logging");
+        w.synced = end;
+        let mut a = self.anchor.clone();
+        a.epoch += 1;
+        let start = a.log.map_or(end, |l| l.sealed.start);
+        a.log = Some(AnchorLog {
+            sealed: wal::LogRef { start, end },
+            tail: true,
+        });
+        self.trusted.store(&a.encode(&self.keys.anchor))?;
+        self.anchor = a;
+        Ok(())
+    }
+
+    /// Closes the current segment with `Next` and opens its successor (its `Begin` names
+    /// where the closed one ends). Returns where the new one's records begin.
+    pub(super) fn roll_segment(&mut self) -> Result<LogPos> {
+        let store = self.store.clone();
+        let limit = self.anchor.ctr_next;
+        let w = self.wal.as_mut().expect("logging");
+        let seg = w.next_seg;
+        if seg >= limit {
+            return Err(Error::Invalid("write counters exhausted".into()));
+        }
+        let mut old = w.writer.take().expect("a segment is open");
+        let r = (|| {
+            let end = old.append(store.as_ref(), &w.keys, &Payload::Next { seg })?;
+            Writer::begin(store.as_ref(), &w.keys, seg, Some(end))
+        })();
+        let writer = r?;
+        w.next_seg += 1;
+        w.segments.push(seg);
+        w.end = writer.pos();
+        w.writer = Some(writer);
+        Ok(w.end)
+    }
+
+    /// Forgets what was noted for the log (the checkpoint being prepared holds it).
+    pub(super) fn forget_changes(&mut self) {
+        let _ = self.tx.drain();
+        self.changes.records.clear();
+        self.changes.data.clear();
+        self.changes.items.clear();
+        self.logged_header = self.header;
+    }
+
+    /// Phase A of a checkpoint, for the log: closes the current segment and opens the one
+    /// the checkpoint's anchor names as where replay begins. Returns that position, the
+    /// segment to sync before the anchor (its `Begin`), and the segments the checkpoint
+    /// makes obsolete.
+    pub(super) fn roll_for_checkpoint(
+        &mut self,
+    ) -> Result<(Option<LogPos>, Vec<String>, Vec<String>)> {
+        if self.wal.is_none() {
+            return Ok((None, Vec::new(), Vec::new()));
+        }
+        let old: Vec<u64> = self.wal.as_ref().expect("logging").segments.clone();
+        let start = if self.wal.as_ref().expect("logging").writer.is_some() {
+            self.roll_segment()?
+        } else {
+            let store = self.store.clone();
+            let limit = self.anchor.ctr_next;
+            let w = self.wal.as_mut().expect("logging");
+            let seg = w.next_seg;
+            if seg >= limit {
+                return Err(Error::Invalid("write counters exhausted".into()));
+            }
+            let prev = (w.end != LogPos::default()).then_some(w.end);
+            let writer = Writer::begin(store.as_ref(), &w.keys, seg, prev)?;
+            w.next_seg += 1;
+            w.segments.push(seg);
+            w.end = writer.pos();
+            w.writer = Some(writer);
+            w.end
+        };
+        let w = self.wal.as_mut().expect("logging");
+        w.segments.retain(|&s| s == start.seg);
+        w.bytes = 0;
+        let obsolete = old
+            .into_iter()
+            .filter(|&s| s != start.seg)
+            .map(wal::segment_name)
+            .collect();
+        Ok((Some(start), vec![wal::segment_name(start.seg)], obsolete))
+    }
+
+    /// Phase A of a seal of the log (an fsync's): logs which files' appends the waiting
+    /// fsyncs made durable, and takes the anchor that seals the log up to here. `None`:
+    /// nothing new to seal.
+    pub(super) fn log_seal_begin(&mut self) -> Result<Option<super::commit::InFlight>> {
+        if self.read_only || self.wal.is_none() {
+            return Ok(None);
+        }
+        if self.is_broken() {
+            self.mend();
+            if let Some(why) = &self.poisoned {
+                return Err(Error::Poisoned(why.clone()));
+            }
+        }
+        let synced = std::mem::take(&mut self.changes.synced);
+        if !synced.is_empty() {
+            let mut by_pos: BTreeMap<LogPos, Vec<u64>> = BTreeMap::new();
+            for (ino, at) in synced {
+                by_pos.entry(at).or_default().push(ino);
+            }
+            let items: Vec<Item> = by_pos
+                .into_iter()
+                .map(|(upto, inos)| Item::Synced { upto, inos })
+                .collect();
+            if let Err(e) = self.log_append(&items) {
+                self.broke(&e);
+                return Err(e);
+            }
+        }
+        let target = self.wal.as_ref().expect("logging").end;
+        let sealed = self.anchor.log.map(|l| l.sealed.end);
+        self.commits_begun += 1;
+        let n = self.commits_begun;
+        let (Some(l), true) = (self.anchor.log, sealed.is_some_and(|s| target > s)) else {
+            self.commits_ended = n;
+            self.unsealed.log_sealed(n);
+            return Ok(None);
+        };
+        let mut anchor = self.anchor.clone();
+        anchor.epoch += 1;
+        anchor.log = Some(AnchorLog {
+            sealed: wal::LogRef {
+                start: l.sealed.start,
+                end: target,
+            },
+            tail: true,
+        });
+        let from = self.wal.as_ref().expect("logging").synced;
+        self.committing = true;
+        Ok(Some(super::commit::InFlight {
+            n,
+            commit: None,
+            anchor,
+            log_sync: self.segments_between(from, target),
+            obsolete: Vec::new(),
+            log_end: Some(target),
+            anchor_key: self.keys.anchor.clone(),
+            journal_key: self.keys.journal.clone(),
+            store: self.store.clone(),
+            trusted: self.trusted.clone(),
+        }))
+    }
+
+    /// Names of the segments holding records in `[from, to)` (the ones a seal syncs).
+    pub(super) fn segments_between(&self, from: LogPos, to: LogPos) -> Vec<String> {
+        self.wal
+            .as_ref()
+            .map(|w| {
+                w.segments
+                    .iter()
+                    .filter(|&&s| s >= from.seg && s <= to.seg)
+                    .map(|&s| wal::segment_name(s))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Replays groups read back from the log (docs/design.md, "The log"): in order, leaving
+    /// out a file's data items from the first one whose direct writes did not survive (no
+    /// fsync covered them). Returns how many groups were applied.
+    pub(super) fn replay_log(&mut self, groups: Vec<(LogPos, Vec<u8>)>) -> Result<usize> {
+        let mut decoded = Vec::with_capacity(groups.len());
+        for (at, bytes) in groups {
+            let items = decode_group(&bytes).ok_or_else(|| {
+                log_damage(format!(
+                    "log record at {:016x}:{} does not parse",
+                    at.seg, at.off
+                ))
+            })?;
+            decoded.push((at, items));
+        }
+        // Records a going back discarded (a later record says so) do not count.
+        let voids: Vec<(LogPos, LogPos)> = decoded
+            .iter()
+            .flat_map(|(_, items)| items.iter())
+            .filter_map(|it| match it {
+                Item::Void { from, to } => Some((*from, *to)),
+                _ => None,
+            })
+            .collect();
+        decoded.retain(|(at, _)| !voids.iter().any(|(f, t)| at >= f && at < t));
+        let skip = self.check_unsynced(&decoded)?;
+        for (k, (at, items)) in decoded.iter().enumerate() {
+            for (j, it) in items.iter().enumerate() {
+                tracing::debug!(
+                    seg = at.seg,
+                    off = at.off,
+                    left_out = skip.contains(&(k, j)),
+                    item = %describe(it),
+                    "replay"
+                );
+            }
+        }
+        let n = decoded.len();
+        for (k, (_, items)) in decoded.into_iter().enumerate() {
+            for (j, it) in items.into_iter().enumerate() {
+                if skip.contains(&(k, j)) {
+                    continue;
+                }
+                self.replay_item(it)?;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Finds the data items to leave out: for each file, its data items that no `Synced`
+    /// covers are checked (their direct writes read back through the file's scheme, under
+    /// the state they logged); from the first that fails, the file's later data items go.
+    fn check_unsynced(
+        &mut self,
+        groups: &[(LogPos, Vec<Item>)],
+    ) -> Result<BTreeSet<(usize, usize)>> {
+        // Per inode: its data items since it was last created or freed, and the last
+        // position a Synced covers for it.
+        struct Run {
+            items: Vec<(usize, usize)>,
+            synced: Option<LogPos>,
+        }
+        let mut runs: Vec<Run> = Vec::new();
+        let mut current: HashMap<u64, usize> = HashMap::new();
+        for (k, (_, items)) in groups.iter().enumerate() {
+            for (j, it) in items.iter().enumerate() {
+                match it {
+                    // A freed inode: a later file there is another one.
+                    Item::Rec { ino, rec } if rec.kind == Kind::Free => {
+                        current.remove(ino);
+                    }
+                    Item::Data { ino, .. } => {
+                        let r = *current.entry(*ino).or_insert_with(|| {
+                            runs.push(Run {
+                                items: Vec::new(),
+                                synced: None,
+                            });
+                            runs.len() - 1
+                        });
+                        runs[r].items.push((k, j));
+                    }
+                    Item::Synced { upto, inos } => {
+                        for ino in inos {
+                            if let Some(&r) = current.get(ino) {
+                                runs[r].synced = Some(*upto);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let mut skip = BTreeSet::new();
+        for run in runs {
+            let unsynced: Vec<(usize, usize)> = run
+                .items
+                .iter()
+                .copied()
+                .filter(|&(k, _)| run.synced.is_none_or(|s| groups[k].0 >= s))
+                .collect();
+            let direct = |k: usize, j: usize| match &groups[k].1[j] {
+                Item::Data { ops, .. } => ops.iter().any(|o| matches!(o, LoggedOp::Direct { .. })),
+                _ => false,
+            };
+            if !unsynced.iter().any(|&(k, j)| direct(k, j)) {
+                continue;
+            }
+            // Fast path: the whole run holds.
+            let all = run.items.len();
+            if self.run_holds(groups, &run.items, all, &unsynced)? {
+                continue;
+            }
+            let mut cut = None;
+            for (m, &(k, j)) in run.items.iter().enumerate() {
+                if !unsynced.contains(&(k, j)) {
+                    continue;
+                }
+                if !self.run_holds(groups, &run.items, m + 1, &unsynced)? {
+                    cut = Some(m);
+                    break;
+                }
+            }
+            let cut = cut.unwrap_or(all);
+            if let Some(&(k, j)) = run.items.get(cut) {
+                let ino = match &groups[k].1[j] {
+                    Item::Data { ino, .. } => *ino,
+                    _ => unreachable!("runs hold data items"),
+                };
+                tracing::warn!(
+                    ino,
+                    kept = cut,
+                    left_out = all - cut,
+                    "writes not fsynced before a crash did not all reach the store: the file \
+                     is back at its last complete state"
+                );
+            }
+            skip.extend(run.items[cut..].iter().copied());
+        }
+        Ok(skip)
+    }
+
+    /// Whether the first `n` data items of a run leave every block they wrote directly
+    /// readable (among the `unsynced` ones): the file's state after them, its objects as
+    /// the store holds them plus the staged changes, read through its scheme.
+    fn run_holds(
+        &mut self,
+        groups: &[(LogPos, Vec<Item>)],
+        run: &[(usize, usize)],
+        n: usize,
+        unsynced: &[(usize, usize)],
+    ) -> Result<bool> {
+        let mut tx = Tx::read_only(self.store.clone());
+        let mut last = None;
+        for &(k, j) in &run[..n] {
+            let Item::Data { rec, ops, .. } = &groups[k].1[j] else {
+                unreachable!("runs hold data items")
+            };
+            for op in ops {
+                if tx.replay(op).is_err() {
+                    return Ok(false);
+                }
+            }
+            last = Some(rec);
+        }
+        let rec = last.expect("n > 0");
+        let cache = NodeCache::new(0);
+        let env = Env {
+            cache: &cache,
+            ..env!(self)
+        };
+        let mut of = match OpenFile::load((**rec).clone(), &self.keys, &mut tx, Subject::Journal) {
+            Ok(of) => of,
+            Err(e) if e.is_tampered() => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let bs = env.bs as u64;
+        let blocks = of.state.blocks();
+        for &(k, j) in &run[..n] {
+            if !unsynced.contains(&(k, j)) {
+                continue;
+            }
+            let Item::Data { ops, .. } = &groups[k].1[j] else {
+                unreachable!("runs hold data items")
+            };
+            for op in ops {
+                let LoggedOp::Direct { name, off, len } = op else {
+                    continue;
+                };
+                // Missing or short: the write did not reach the store.
+                if self.store.len(name)?.is_none_or(|l| l < off + len) {
+                    return Ok(false);
+                }
+                if *name != of.state.names.data {
+                    continue;
+                }
+                let first = off / bs;
+                let end = (off + len).div_ceil(bs).min(blocks);
+                let mut b = first;
+                while b < end {
+                    let e = end.min(b + 256);
+                    let mut buf = vec![0u8; ((e - b) * bs) as usize];
+                    match scheme(of.inode.scheme).read_blocks(
+                        &env,
+                        &mut of.state,
+                        &mut tx,
+                        b,
+                        &mut buf,
+                    ) {
+                        Ok(()) => {}
+                        Err(e) if e.is_tampered() => return Ok(false),
+                        Err(e) => return Err(e),
+                    }
+                    b = e;
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Applies one item to the engine's state (records dirty, entries, the overlay).
+    fn replay_item(&mut self, it: Item) -> Result<()> {
+        match it {
+            Item::Rec { ino, rec } => {
+                if ino == 0 {
+                    return Err(log_damage("the log names inode 0"));
+                }
+                // A number past the table's records is free (the table grows at the
+                // checkpoint that writes the new record).
+                let in_table = (ino + 1) * RECORD_SIZE as u64 <= self.itable.inode.size;
+                let cur_free = match self.files.get(&ino) {
+                    Some(_) => false,
+                    None => {
+                        ino >= self.header.count
+                            || !in_table
+                            || self.read_record(ino)?.kind == Kind::Free
+                    }
+                };
+                if rec.kind == Kind::Free {
+                    if let Some(of) = self.files.remove(&ino) {
+                        self.cache.remove_file(&of.inode.id);
+                    }
+                    self.write_record(ino, &rec)?;
+                    return Ok(());
+                }
+                if cur_free {
+                    // Created empty: its data items, if any survived, fill it.
+                    let mut rec = *rec;
+                    rec.size = 0;
+                    rec.tree = self.empty_tree(rec.scheme, &rec.id);
+                    rec.counters = TrustedCounters::Inline(crate::tree::CounterIntervals::new());
+                    rec.ctr_hw = 0;
+                    let mut of =
+                        OpenFile::load(rec, &self.keys, &mut self.tx, Subject::Inode(ino))?;
+                    match of.inode.kind {
+                        Kind::Dir => of.dir = Some(BTreeMap::new()),
+                        Kind::Xattr => of.xattrs = Some(XattrSet::default()),
+                        _ => {}
+                    }
+                    of.dir_dirty = of.inode.kind == Kind::Dir;
+                    of.xattrs_dirty = of.inode.kind == Kind::Xattr;
+                    of.record_dirty = true;
+                    self.files.insert(ino, of);
+                    return Ok(());
+                }
+                let of = self.replay_open(ino)?;
+                merge_attrs(&mut of.inode, &rec);
+                of.record_dirty = true;
+            }
+            Item::Data { ino, rec, ops } => {
+                // The record as it was, before the item's changes of its objects (its
+                // spilled counters, say) are staged.
+                let (mut inode, dir, xattrs) = match self.files.remove(&ino) {
+                    Some(of) => (of.inode, of.dir, of.xattrs),
+                    None => (self.replay_record(ino)?, None, None),
+                };
+                for op in &ops {
+                    self.tx.replay(op)?;
+                }
+                if inode.id != rec.id {
+                    self.cache.remove_file(&inode.id);
+                }
+                merge_data(&mut inode, &rec);
+                let mut new = OpenFile::load(inode, &self.keys, &mut self.tx, Subject::Inode(ino))?;
+                new.dir = dir;
+                new.xattrs = xattrs;
+                new.record_dirty = true;
+                if ops.iter().any(|o| matches!(o, LoggedOp::Direct { .. })) {
+                    // Its appends may not be durable: an fsync syncs them.
+                    let at = self.wal.as_ref().map(|w| w.end).unwrap_or_default();
+                    new.unsynced_since = Some(at);
+                }
+                self.files.insert(ino, new);
+            }
+            Item::Entry { dir, name, target } => {
+                self.replay_open(dir)?;
+                let entries = self.loaded_dir(dir, "")?;
+                match target {
+                    Some(t) => {
+                        entries.insert(name, t);
+                    }
+                    None => {
+                        entries.remove(&name);
+                    }
+                }
+                let of = self.files.get_mut(&dir).expect("loaded by dir_entries");
+                of.dir_dirty = true;
+                of.subdirs = None;
+                of.record_dirty = true;
+            }
+            Item::Header(h) => {
+                self.header = h;
+                self.logged_header = h;
+                self.header_dirty = true;
+            }
+            Item::Xattr { x, name, value } => {
+                let set = self.xattrs_of(x)?;
+                match value {
+                    Some(v) => {
+                        set.set(&name, &v, usize::MAX)?;
+                    }
+                    None => {
+                        set.remove(&name);
+                    }
+                }
+                self.files.get_mut(&x).expect("loaded").xattrs_dirty = true;
+            }
+            Item::Ops(ops) => {
+                for op in &ops {
+                    self.tx.replay(op)?;
+                }
+            }
+            Item::Synced { .. } | Item::Void { .. } => {}
+        }
+        Ok(())
+    }
+
+    /// An inode the log changes, loaded from the table if it is not open (also a number
+    /// the front end was told is gone: replay rebuilds what the log holds).
+    fn replay_open(&mut self, ino: u64) -> Result<&mut OpenFile> {
+        if !self.files.contains_key(&ino) {
+            let inode = self.replay_record(ino)?;
+            let of = OpenFile::load(inode, &self.keys, &mut self.tx, Subject::Inode(ino))?;
+            self.files.insert(ino, of);
+        }
+        Ok(self.files.get_mut(&ino).expect("loaded"))
+    }
+
+    /// The table's record of an inode the log changes (which must be in use).
+    fn replay_record(&mut self, ino: u64) -> Result<Inode> {
+        if ino == 0 || ino >= self.header.count {
+            return Err(log_damage(format!(
+                "the log changes inode {ino}, past the inode table"
+            )));
+        }
+        let inode = self.read_record(ino)?;
+        if inode.kind == Kind::Free {
+            return Err(log_damage(format!(
+                "the log changes inode {ino}, which is free"
+            )));
+        }
+        Ok(inode)
+    }
+
+    /// Reads the log the anchor names and replays it (an open; `sealed_only`: a going
+    /// back, which keeps only what a seal covered). Returns the chain's end and how many
+    /// groups were applied.
+    pub(super) fn replay_anchored_log(
+        &mut self,
+        sealed_only: bool,
+    ) -> Result<(LogPos, Vec<u64>, usize)> {
+        let Some(l) = self.anchor.log else {
+            return Ok((LogPos::default(), Vec::new(), 0));
+        };
+        let keys = LogKeys::new(&self.keys.log, self.anchor.volume_id);
+        let chain: Chain = wal::read_chain(self.store.as_ref(), &keys, &l.sealed)?;
+        let tail = l.tail && !sealed_only;
+        let mut end = l.sealed.end;
+        let groups: Vec<(LogPos, Vec<u8>)> = chain
+            .groups
+            .into_iter()
+            .filter(|(_, _, sealed)| *sealed || tail)
+            .map(|(at, g, _)| (at, g))
+            .collect();
+        if tail {
+            end = chain.end;
+        }
+        let n = self.replay_log(groups)?;
+        Ok((end, chain.segments, n))
+    }
+}
