@@ -81,7 +81,7 @@ struct SyncTimes {
 }
 
 impl SyncHook for SyncTimes {
-    fn before_sync(&self) {
+    fn before_sync(&self, _names: &[String]) {
         self.begun.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
@@ -481,4 +481,59 @@ fn fsx_like_operations_during_checkpoints_match_the_model() {
         );
         assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
     }
+}
+
+/// An fsync never waits for a checkpoint's I/O (docs/design.md, "The log"): with a
+/// checkpoint held in flight (its journal's sync waits at a gate), writes and an fsync of
+/// another file return, and what they wrote survives a crash of the process.
+#[test]
+fn an_fsync_completes_while_a_checkpoint_is_in_flight() {
+    use std::time::Duration;
+    let gated = Arc::new(Hooked {
+        inner: MemStore::new(),
+        hook: Gate::journal_only(),
+    });
+    let store: Arc<dyn intact_core::store::UntrustedStore> = gated.clone();
+    let trusted = MemTrusted::new();
+    let vol = Arc::new(create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096));
+    vol.create_file("/a", None).unwrap();
+    vol.write_path("/a", 0, &pattern(1, 100_000)).unwrap();
+    vol.create_file("/b", None).unwrap();
+    vol.sync().unwrap();
+    // An overwrite, so that the next checkpoint has a journal; it is held at its sync.
+    vol.write_path("/a", 10, &pattern(2, 5_000)).unwrap();
+    gated.hook.set(true);
+    let syncer = {
+        let vol = vol.clone();
+        std::thread::spawn(move || vol.sync())
+    };
+    gated.hook.wait_for_a_sync();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let writer = {
+        let vol = vol.clone();
+        std::thread::spawn(move || {
+            let ino = vol.stat("/b").unwrap().ino;
+            let r = vol
+                .write_path("/b", 0, &pattern(3, 20_000))
+                .and_then(|()| vol.fsync(ino));
+            tx.send(r).unwrap();
+        })
+    };
+    let r = rx.recv_timeout(Duration::from_secs(20));
+    assert!(
+        matches!(r, Ok(Ok(()))),
+        "the fsync waited for the checkpoint's I/O: {r:?}"
+    );
+    gated.hook.set(false);
+    writer.join().unwrap();
+    syncer.join().unwrap().unwrap();
+    let vol = Arc::try_unwrap(vol).ok().expect("one owner");
+    vol.set_seal_on_drop(false);
+    drop(vol);
+    let vol = open(store, &trusted).unwrap();
+    let mut a = pattern(1, 100_000);
+    a[10..5_010].copy_from_slice(&pattern(2, 5_000));
+    assert_eq!(read_all(&vol, "/a").unwrap(), a);
+    assert_eq!(read_all(&vol, "/b").unwrap(), pattern(3, 20_000));
+    assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
 }

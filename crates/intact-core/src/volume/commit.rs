@@ -6,26 +6,26 @@ use super::*;
 
 /// A seal between its phases (docs/design.md, "Commits in flight" and "The log"): what its
 /// I/O needs, taken under the engine lock by [`Inner::commit_begin`] (a checkpoint) or
-/// [`Inner::log_seal_begin`] (a seal of the log only).
+/// [`Inner::log_seal_begin`] (a seal of the log only). A checkpoint and a seal of the log
+/// may be in flight at the same time; each composes its anchor from the last one stored
+/// ([`sealer::Sealer`]).
 pub(super) struct InFlight {
     /// Its number (see [`Inner::commits_begun`]).
     pub(super) n: u64,
     /// A checkpoint's commit (`None`: a seal of the log).
     pub(super) commit: Option<Commit>,
-    /// The anchor that seals it, but for a checkpoint's journal reference (known once
-    /// written).
-    pub(super) anchor: Anchor,
+    /// A checkpoint's inode-table record.
+    pub(super) itable: Option<Inode>,
     /// Log segments to sync before the anchor is stored.
     pub(super) log_sync: Vec<String>,
     /// Log segments a checkpoint folds in: deleted once it is applied.
     pub(super) obsolete: Vec<String>,
-    /// A log seal: where the sealed log ends; a checkpoint: where the log it rolled
-    /// begins.
+    /// A seal of the log: where the sealed log ends; a checkpoint: where the log it
+    /// rolled begins.
     pub(super) log_end: Option<crate::wal::LogPos>,
-    pub(super) anchor_key: SubKey,
     pub(super) journal_key: SubKey,
     pub(super) store: Arc<dyn UntrustedStore>,
-    pub(super) trusted: Arc<dyn TrustedStore>,
+    pub(super) sealer: Arc<sealer::Sealer>,
 }
 
 impl InFlight {
@@ -35,44 +35,97 @@ impl InFlight {
     /// docs/design.md: nothing the anchor names can be missing when it is sealed, and
     /// nothing is overwritten in place before the journal holding it is sealed.
     pub(super) fn run(&self) -> Result<Anchor> {
-        let mut anchor = self.anchor.clone();
-        if let Some(c) = &self.commit {
-            anchor.journal = c.write_journal(self.store.as_ref(), &self.journal_key)?;
-        }
-        if !self.log_sync.is_empty() {
-            crate::metrics::timed(Phase::StoreWait, || self.store.sync(&self.log_sync))?;
-        }
-        let bytes = anchor.encode(&self.anchor_key);
-        self.trusted.store(&bytes)?;
-        let mut bytes = bytes;
-        if let Some(c) = &self.commit {
-            c.apply(self.store.as_ref())?;
-            if anchor.journal.is_some() {
-                // Applied in full: a reopen must not replay it (appends made to its objects
-                // from now on lie past the lengths it sets).
-                anchor.applied = true;
-                anchor.epoch += 1;
-                bytes = anchor.encode(&self.anchor_key);
-                self.trusted.store(&bytes)?;
+        let (anchor, bytes) = match &self.commit {
+            Some(c) => {
+                let journal = c.write_journal(self.store.as_ref(), &self.journal_key)?;
+                self.sync_log()?;
+                let itable = self.itable.clone().expect("a checkpoint's record");
+                let start = self.log_end;
+                let (anchor, bytes) = self.sealer.store(self.n, |a| {
+                    a.journal = journal;
+                    a.applied = false;
+                    a.itable = itable;
+                    if let Some(start) = start {
+                        // A seal of the log may have sealed past the new start already.
+                        let end = a.log.map_or(start, |l| l.sealed.end.max(start));
+                        a.log = Some(AnchorLog {
+                            sealed: crate::wal::LogRef { start, end },
+                            tail: true,
+                        });
+                    }
+                })?;
+                c.apply(self.store.as_ref())?;
+                let done = if journal.is_some() {
+                    // Applied in full: a reopen must not replay it (appends made to its
+                    // objects from now on lie past the lengths it sets).
+                    self.sealer.store(self.n, |a| {
+                        if a.journal == journal {
+                            a.applied = true;
+                        }
+                    })?
+                } else {
+                    (anchor, bytes)
+                };
+                for name in &self.obsolete {
+                    if let Err(e) = self.store.delete(name) {
+                        tracing::warn!(object = %name, error = %e, "cannot delete an old log segment");
+                    }
+                }
+                done
             }
-        }
-        for name in &self.obsolete {
-            if let Err(e) = self.store.delete(name) {
-                tracing::warn!(object = %name, error = %e, "cannot delete an old log segment");
+            None => {
+                self.sync_log()?;
+                let target = self.log_end.expect("a seal of the log's end");
+                self.sealer.store(self.n, |a| {
+                    if let Some(l) = &mut a.log {
+                        l.sealed.end = l.sealed.end.max(target);
+                        l.tail = true;
+                    }
+                })?
             }
-        }
+        };
         // The untrusted copy (for `recover-anchor` only) is written in place and not
         // synced: it never protects anything, and a lost or torn copy fails its MAC.
         self.store.write_at(ANCHOR_COPY_NAME, 0, &bytes)?;
         Ok(anchor)
     }
+
+    /// Syncs the log segments the anchor will name; one a checkpoint folded in (and
+    /// deleted) meanwhile needs nothing.
+    fn sync_log(&self) -> Result<()> {
+        if self.log_sync.is_empty() {
+            return Ok(());
+        }
+        crate::metrics::timed(Phase::StoreWait, || match self.store.sync(&self.log_sync) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let mut gone = false;
+                for name in &self.log_sync {
+                    match self.store.len(name)? {
+                        Some(_) => self.store.sync(std::slice::from_ref(name))?,
+                        None => gone = true,
+                    }
+                }
+                if gone {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            }
+        })
+    }
 }
 
 impl Inner {
+    /// Whether a seal (a checkpoint or a seal of the log) is in flight.
+    pub(super) fn sealing(&self) -> bool {
+        self.checkpointing || self.log_sealing
+    }
+
     /// A whole commit, synchronously, under the lock (opening, closing, and work that
     /// needs no commit in flight; see [`Volume::idle`]).
     pub(super) fn commit(&mut self) -> Result<()> {
-        debug_assert!(!self.committing, "a commit is in flight");
+        debug_assert!(!self.sealing(), "a seal is in flight");
         match self.commit_begin()? {
             None => Ok(()),
             Some(f) => {
@@ -89,8 +142,9 @@ impl Inner {
         if self.read_only {
             return Ok(None);
         }
-        debug_assert!(!self.committing, "a commit is in flight");
+        debug_assert!(!self.checkpointing, "a checkpoint is in flight");
         if self.is_broken() {
+            debug_assert!(!self.sealing(), "going back with a seal in flight");
             // A half-updated file is never sealed: back to the last seal first.
             self.mend();
             if let Some(why) = &self.poisoned {
@@ -105,29 +159,36 @@ impl Inner {
         match r {
             Ok(Some((commit, anchor, start, log_sync, obsolete))) => {
                 self.commits_begun += 1;
-                self.committing = true;
+                self.checkpointing = true;
                 Ok(Some(InFlight {
                     n: self.commits_begun,
                     commit: Some(commit),
-                    anchor,
+                    itable: Some(anchor.itable),
                     log_sync,
                     obsolete,
                     log_end: start,
-                    anchor_key: self.keys.anchor.clone(),
                     journal_key: self.keys.journal.clone(),
                     store: self.store.clone(),
-                    trusted: self.trusted.clone(),
+                    sealer: self.sealer.clone(),
                 }))
             }
             Ok(None) => {
                 self.commits_begun += 1;
-                self.commits_ended = self.commits_begun;
+                self.commits_ended = self.commits_ended.max(self.commits_begun);
                 self.checkpoints_ended = self.commits_begun;
-                self.unsealed.applied(self.commits_ended);
+                if !self.sealing() {
+                    self.unsealed.applied(self.commits_begun);
+                }
                 Ok(None)
             }
             Err(e) => {
-                self.commit_failed(None, &e);
+                if self.sealing() {
+                    // A seal of the log is in flight: it ends first, then the next
+                    // request goes back.
+                    self.broke(&e);
+                } else {
+                    self.commit_failed(&e);
+                }
                 Err(e)
             }
         }
@@ -137,14 +198,18 @@ impl Inner {
     pub(super) fn commit_end(&mut self, f: &InFlight, r: Result<Anchor>) -> Result<()> {
         if let Some(c) = &f.commit {
             self.tx.end_commit(c);
+            self.checkpointing = false;
+        } else {
+            self.log_sealing = false;
         }
-        self.committing = false;
-        self.commits_ended = f.n;
+        self.commits_ended = self.commits_ended.max(f.n);
+        // The anchor as the trusted store holds it (another seal may have stored one
+        // after this one's).
+        self.anchor = self.sealer.last();
         match r {
-            Ok(anchor) => {
-                self.anchor = anchor;
+            Ok(_) => {
                 if f.commit.is_some() {
-                    self.checkpoints_ended = f.n;
+                    self.checkpoints_ended = self.checkpoints_ended.max(f.n);
                     self.checkpointed_at = std::time::Instant::now();
                     self.unsealed.applied(f.n);
                     // Everything written directly before the checkpoint began is synced.
@@ -165,7 +230,19 @@ impl Inner {
                 Ok(())
             }
             Err(e) => {
-                self.commit_failed(Some(f), &e);
+                if self.sealer.stored_by(f.n) {
+                    // Its anchor landed, then its I/O failed (applying the journal, the
+                    // anchor's copy): what it sealed is sealed.
+                    self.unsealed.seal_ended(f.n);
+                } else if let Some(c) = &f.commit {
+                    self.doom_created(c.created());
+                }
+                if self.sealing() {
+                    // The other seal in flight ends first; the next request goes back.
+                    self.broke(&e);
+                } else {
+                    self.commit_failed(&e);
+                }
                 Err(e)
             }
         }
@@ -301,12 +378,14 @@ impl Volume {
         self.note(self.seal_until(g, need, true))
     }
 
-    /// The periodic seal (it has no user to tell of earlier failures): makes everything
-    /// written so far durable and rollback-protected, as [`Volume::seal`] does, but through
-    /// the log when it can: the data of every file with appends not synced yet, one record
-    /// saying so, the log and the anchor (docs/design.md, "The log"). A checkpoint instead
-    /// when one is due: the log or the staged changes past their limits, or the last
-    /// checkpoint older than 30 s (deleted files' objects go at checkpoints).
+    /// The periodic seal (it has no user to tell of earlier failures): seals the log, like
+    /// a journaling file system's periodic commit, without syncing any file's data (the
+    /// kernel writes it back at its pace: a burst of it here would stall every fsync
+    /// behind it). What was logged is then rollback-protected (records, names, attributes,
+    /// staged overwrites); data written directly but not synced is checked at a recovery
+    /// and may be left out as a power cut would. A checkpoint instead when one is due: the
+    /// log or the staged changes past their limits, or the last checkpoint older than 30 s
+    /// (deleted files' objects go, and everything is synced, at checkpoints).
     pub fn seal_periodic(&self) -> Result<()> {
         let mut g = self.lock()?;
         if g.read_only {
@@ -319,33 +398,9 @@ impl Volume {
             || g.commit_wanted
             || g.wal.as_ref().is_some_and(|w| w.bytes >= LOG_LIMIT)
             || g.checkpointed_at.elapsed() >= CHECKPOINT_AGE;
-        if due {
-            return self.note(self.seal_until(g, need, true));
-        }
-        let log_end = g.wal.as_ref().map(|w| w.end).unwrap_or_default();
-        let mut data = Vec::new();
-        for (&ino, of) in g.files.iter_mut() {
-            if of.unsynced_since.take().is_some() {
-                data.push((ino, of.state.names.data.clone()));
-            }
-        }
-        if !data.is_empty() {
-            let store = g.store.clone();
-            drop(g);
-            let names: Vec<String> = data.iter().map(|(_, n)| n.clone()).collect();
-            let r = crate::metrics::timed(Phase::StoreWait, || store.sync(&names));
-            g = self.shared.lock();
-            if let Err(e) = r {
-                g.broke(&e);
-                return self.note(Err(e));
-            }
-            for (ino, _) in data {
-                g.changes.synced.push((ino, log_end));
-            }
-        }
-        let need = g.commits_begun + 1;
-        self.note(self.seal_until(g, need, false))
+        self.note(self.seal_until(g, need, due))
     }
+
     /// Reports, once, that a failed commit discarded unsealed changes of `ino` (the FUSE
     /// adapter calls it at close, as Linux reports a writeback error there).
     pub fn take_lost(&self, ino: u64) -> Result<()> {
@@ -430,6 +485,7 @@ impl Volume {
         need: u64,
         full: bool,
     ) -> Result<()> {
+        let full = full || !g.logging();
         loop {
             if let Some(why) = &g.poisoned {
                 return Err(Error::Poisoned(why.clone()));
@@ -444,19 +500,23 @@ impl Volume {
                 // hear of what they lost from `take_lost` or the volume's generation.
                 return Ok(());
             }
-            if !g.committing {
-                let f = if full || g.commit_wanted || !g.logging() {
-                    g.commit_begin()?
-                } else {
-                    g.log_seal_begin()?
-                };
-                let Some(f) = f else {
-                    return Ok(());
-                };
-                drop(g);
-                return self.shared.finish(&f);
+            // A checkpoint and a seal of the log may run at once: an fsync never waits
+            // for a checkpoint's I/O. A broken engine goes back first, with no seal in
+            // flight.
+            let can = !g.is_broken() || !g.sealing();
+            let begun = match (full, g.checkpointing, g.log_sealing) {
+                (true, false, _) if can => Some(g.commit_begin()?),
+                (false, _, false) if can => Some(g.log_seal_begin()?),
+                _ => None,
+            };
+            match begun {
+                Some(Some(f)) => {
+                    drop(g);
+                    return self.shared.finish(&f);
+                }
+                Some(None) => return Ok(()),
+                None => g = self.shared.wait(g),
             }
-            g = self.shared.wait(g);
         }
     }
     /// The engine lock with no commit in flight (for work that reads the store directly,
@@ -496,7 +556,7 @@ impl Volume {
             let need = g.commits_begun + 1;
             return self.seal_until(g, need, true);
         }
-        if g.committing {
+        if g.checkpointing || (g.is_broken() && g.sealing()) {
             return Ok(());
         }
         let Some(f) = g.commit_begin()? else {

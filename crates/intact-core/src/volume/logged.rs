@@ -626,16 +626,15 @@ impl Inner {
         let writer = Writer::begin(store.as_ref(), &w.keys, seg, prev)?;
         writer.sync(store.as_ref())?;
         let end = writer.pos();
-        let mut a = self.anchor.clone();
-        a.epoch += 1;
-        let start = a.log.map_or(end, |l| l.sealed.start);
-        a.log = Some(AnchorLog {
-            sealed: wal::LogRef { start, end },
-            tail: true,
-        });
-        self.trusted.store(&a.encode(&self.keys.anchor))?;
+        self.sealer.store(0, |a| {
+            let start = a.log.map_or(end, |l| l.sealed.start);
+            a.log = Some(AnchorLog {
+                sealed: wal::LogRef { start, end },
+                tail: true,
+            });
+        })?;
         // Only once the anchor names it does the segment take records.
-        self.anchor = a;
+        self.anchor = self.sealer.last();
         let w = self.wal.as_mut().expect("logging");
         w.end = end;
         w.synced = end;
@@ -665,15 +664,14 @@ impl Inner {
         store.sync(&sync)?;
         let w = self.wal.as_mut().expect("logging");
         w.synced = end;
-        let mut a = self.anchor.clone();
-        a.epoch += 1;
-        let start = a.log.map_or(end, |l| l.sealed.start);
-        a.log = Some(AnchorLog {
-            sealed: wal::LogRef { start, end },
-            tail: true,
-        });
-        self.trusted.store(&a.encode(&self.keys.anchor))?;
-        self.anchor = a;
+        self.sealer.store(0, |a| {
+            let start = a.log.map_or(end, |l| l.sealed.start);
+            a.log = Some(AnchorLog {
+                sealed: wal::LogRef { start, end },
+                tail: true,
+            });
+        })?;
+        self.anchor = self.sealer.last();
         Ok(())
     }
 
@@ -778,36 +776,27 @@ impl Inner {
             }
         }
         let target = self.wal.as_ref().expect("logging").end;
-        let sealed = self.anchor.log.map(|l| l.sealed.end);
+        let sealed = self.sealer.last().log.map(|l| l.sealed.end);
         self.commits_begun += 1;
         let n = self.commits_begun;
-        let (Some(l), true) = (self.anchor.log, sealed.is_some_and(|s| target > s)) else {
-            self.commits_ended = n;
+        if sealed.is_none_or(|s| target <= s) {
+            // Nothing logged past what the anchor covers.
+            self.commits_ended = self.commits_ended.max(n);
             self.unsealed.log_sealed(n);
             return Ok(None);
-        };
-        let mut anchor = self.anchor.clone();
-        anchor.epoch += 1;
-        anchor.log = Some(AnchorLog {
-            sealed: wal::LogRef {
-                start: l.sealed.start,
-                end: target,
-            },
-            tail: true,
-        });
+        }
         let from = self.wal.as_ref().expect("logging").synced;
-        self.committing = true;
+        self.log_sealing = true;
         Ok(Some(super::commit::InFlight {
             n,
             commit: None,
-            anchor,
+            itable: None,
             log_sync: self.segments_between(from, target),
             obsolete: Vec::new(),
             log_end: Some(target),
-            anchor_key: self.keys.anchor.clone(),
             journal_key: self.keys.journal.clone(),
             store: self.store.clone(),
-            trusted: self.trusted.clone(),
+            sealer: self.sealer.clone(),
         }))
     }
 

@@ -47,6 +47,7 @@ mod logged;
 mod namespace;
 mod policy;
 mod recover;
+mod sealer;
 mod xattr;
 use commit::*;
 use file_io::*;
@@ -341,7 +342,7 @@ impl Shared {
 
     /// Waits until no commit is in flight.
     fn wait_idle<'a>(&self, mut g: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
-        while g.committing {
+        while g.sealing() {
             g = self.wait(g);
         }
         g
@@ -391,8 +392,12 @@ struct Inner {
     /// inode until its last reference goes.
     track_references: bool,
     read_only: bool,
-    /// A commit is between [`Inner::commit_begin`] and [`Inner::commit_end`].
-    committing: bool,
+    /// A checkpoint is between [`Inner::commit_begin`] and [`Inner::commit_end`].
+    checkpointing: bool,
+    /// A seal of the log is between its phases (it may run beside a checkpoint).
+    log_sealing: bool,
+    /// The trusted store's one writer ([`sealer::Sealer`]).
+    sealer: Arc<sealer::Sealer>,
     /// Commits begun and ended (numbered from 1): a [`Volume::sync`] waits for one that
     /// began after it was called.
     commits_begun: u64,
@@ -594,9 +599,15 @@ impl Volume {
         } else {
             store.max_object_len()
         };
+        let trusted: Arc<dyn TrustedStore> = Arc::from(trusted);
+        let sealer = Arc::new(sealer::Sealer::new(
+            anchor.clone(),
+            trusted.clone(),
+            keys.anchor.clone(),
+        ));
         let mut inner = Inner {
             store,
-            trusted: Arc::from(trusted),
+            trusted,
             _lock: lock,
             bs: config.block_size as usize,
             default_scheme: match config.scheme.as_str() {
@@ -625,7 +636,9 @@ impl Volume {
             stale: Default::default(),
             track_references: false,
             read_only: opts.read_only,
-            committing: false,
+            checkpointing: false,
+            log_sealing: false,
+            sealer,
             commits_begun: 0,
             commits_ended: 0,
             checkpoints_ended: 0,

@@ -25,7 +25,7 @@
 //! the sealed state still has the old file there. The front end may hold either; no
 //! answer is safe, and the volume must be remounted (it is poisoned, as before).
 
-use super::{InFlight, Inner, CTR_RESERVATION};
+use super::{Inner, CTR_RESERVATION};
 use crate::error::{Error, Result, Subject};
 use crate::format::{Anchor, Kind};
 use crate::tx::load_journal;
@@ -169,6 +169,11 @@ impl Unsealed {
         self.sealed(n);
     }
 
+    /// Seal number `n` stored its anchor, and then failed.
+    pub(super) fn seal_ended(&mut self, n: u64) {
+        self.sealed(n);
+    }
+
     /// Commit `n` sealed: what it held is no longer at risk.
     fn sealed(&mut self, n: u64) {
         self.reborn.retain(|_, e| e.0 > n);
@@ -227,8 +232,8 @@ impl Inner {
     /// poisons the volume when even that fails. Waiters hear of the loss through what
     /// was lost: the per-file reports ([`Volume::fsync`]) and the volume's generation
     /// ([`Volume::sync`]).
-    pub(super) fn commit_failed(&mut self, flight: Option<&InFlight>, cause: &Error) {
-        self.go_back(flight, Failure::of(cause));
+    pub(super) fn commit_failed(&mut self, cause: &Error) {
+        self.go_back(Failure::of(cause));
     }
 
     /// A request failed with `cause` after changing the engine's state halfway: see
@@ -272,13 +277,13 @@ impl Inner {
 
     /// Goes back to the last seal after [`Inner::broke`] (no commit may be in flight).
     pub(super) fn mend(&mut self) {
-        debug_assert!(!self.committing, "a commit is in flight");
+        debug_assert!(!self.sealing(), "a seal is in flight");
         if let Some(f) = self.unsealed.broken.take() {
-            self.go_back(None, f);
+            self.go_back(f);
         }
     }
 
-    fn go_back(&mut self, flight: Option<&InFlight>, f: Failure) {
+    fn go_back(&mut self, f: Failure) {
         self.unsealed.broken = None;
         let created = self.tx.created();
         self.tx.abandon();
@@ -286,7 +291,7 @@ impl Inner {
             self.poisoned = Some(f.cause);
             return;
         }
-        match self.back_to_seal(flight, &f, created) {
+        match self.back_to_seal(&f, created) {
             Ok(discarded) => {
                 if f.errno == Some(libc::ENOSPC) && !self.store_has_room() {
                     self.unsealed.full.store(true, Ordering::Relaxed);
@@ -322,14 +327,9 @@ impl Inner {
     /// The reopen in place of the module docs, each step tried again after a store error
     /// (a store that failed once may fail again at once). `orphans`: the objects the
     /// discarded transaction created. Returns the inodes the front end must drop.
-    fn back_to_seal(
-        &mut self,
-        flight: Option<&InFlight>,
-        f: &Failure,
-        orphans: Vec<String>,
-    ) -> Result<Vec<Discarded>> {
+    fn back_to_seal(&mut self, f: &Failure, orphans: Vec<String>) -> Result<Vec<Discarded>> {
         let mut attempt = None;
-        retry(|| self.settle(flight, &orphans, &mut attempt))?;
+        retry(|| self.settle(&orphans, &mut attempt))?;
         // What the front end must drop, before the state that knows it goes. Logged
         // changes are pending until a seal covers them; without the log, whatever is dirty
         // was never sealed.
@@ -367,16 +367,12 @@ impl Inner {
         Ok(out)
     }
 
-    /// Step 1: the trusted state. Finishes a commit that sealed before its I/O failed,
-    /// reserves fresh counters under a new epoch (the commit point: after it the engine's
-    /// anchor is the new one), and deletes the discarded objects. `attempt`: the anchor an
-    /// earlier try stored, if its store call failed (it may have landed all the same).
-    fn settle(
-        &mut self,
-        flight: Option<&InFlight>,
-        orphans: &[String],
-        attempt: &mut Option<Attempt>,
-    ) -> Result<()> {
+    /// Step 1: the trusted state. Adopts the anchor of a seal whose store call failed after
+    /// it landed (only what came after that seal began is lost then), reserves fresh
+    /// counters under a new epoch (the commit point: after it the engine's anchor is the
+    /// new one), and notes the discarded objects. `attempt`: the anchor an earlier try
+    /// stored, if its store call failed (it may have landed all the same).
+    fn settle(&mut self, orphans: &[String], attempt: &mut Option<Attempt>) -> Result<()> {
         let bytes = self.trusted.load()?.ok_or_else(|| {
             Error::AnchorCorrupt("the trusted anchor disappeared while the volume was open".into())
         })?;
@@ -391,30 +387,21 @@ impl Inner {
                 "the trusted anchor changed under the open volume".into(),
             ));
         }
-        // The failed commit's anchor carries the session's reservation; a going back's
-        // carries a new one.
-        // (A checkpoint stores a second anchor once its journal is applied.)
-        let sealed_it = flight.is_some_and(|fl| {
-            let applied = anchor.applied && anchor.epoch == fl.anchor.epoch + 1;
-            (anchor.epoch == fl.anchor.epoch || applied) && anchor.ctr_next == self.anchor.ctr_next
-        });
-        if !(sealed_it || anchor.epoch == self.anchor.epoch) {
-            return Err(Error::AnchorCorrupt(
-                "the trusted anchor changed under the open volume".into(),
-            ));
-        }
-        let mut orphans = orphans.to_vec();
-        self.tx.abandon();
-        if let Some(fl) = flight.filter(|_| sealed_it) {
-            // The seal happened and applying its journal failed: only what came after the
-            // commit began is lost.
-            self.unsealed.sealed(fl.n);
-            self.unsealed.unapplied = !anchor.applied;
-        } else if let Some(fl) = flight {
-            if let Some(c) = &fl.commit {
-                orphans.extend(c.created().iter().cloned());
+        // The trusted store holds the last anchor stored, or the one a failed store call
+        // tried to store: then that seal happened, and the journal of a checkpoint among
+        // them may not be applied.
+        match self.sealer.landed(&bytes) {
+            Some((_, n)) => self.unsealed.sealed(n),
+            None if anchor == self.sealer.last() => {}
+            None => {
+                return Err(Error::AnchorCorrupt(
+                    "the trusted anchor changed under the open volume".into(),
+                ))
             }
         }
+        let orphans = orphans.to_vec();
+        self.tx.abandon();
+        self.unsealed.unapplied = anchor.journal.is_some() && !anchor.applied;
         if self.unsealed.unapplied {
             // The journal's changes are staged again, for the next commit to apply:
             // nothing here writes the store that just failed.
@@ -449,8 +436,15 @@ impl Inner {
         Ok(())
     }
 
+    /// Objects of a failed seal's commit (new files written directly): deleted by the
+    /// next going back unless the state it reloads names them.
+    pub(super) fn doom_created(&mut self, created: &[String]) {
+        self.unsealed.doomed.extend(created.iter().cloned());
+    }
+
     /// The new anchor is stored: it becomes the engine's, and the discarded objects go.
     fn settled(&mut self, a: Attempt) {
+        self.sealer.reset(a.anchor.clone());
         self.anchor = a.anchor;
         self.ctr_floor = a.floor;
         let sealed_end = self.anchor.log.map(|l| l.sealed.end);
@@ -466,7 +460,7 @@ impl Inner {
                 _ => w.writer = None,
             }
         }
-        self.unsealed.doomed = a.orphans;
+        self.unsealed.doomed.extend(a.orphans);
     }
 
     /// Step 2: the sealed inode table, as an open loads it; `reborn` (the numbers whose

@@ -137,8 +137,8 @@ pub fn mixed(seed: u8, len: usize) -> Vec<u8> {
 
 /// What a test does around each `sync` of a store wrapped in [`Hooked`].
 pub trait SyncHook: Send + Sync {
-    /// Runs before the inner store's sync.
-    fn before_sync(&self) {}
+    /// Runs before the inner store's sync of `names`.
+    fn before_sync(&self, _names: &[String]) {}
     /// Runs after it, whatever it returned.
     fn after_sync(&self) {}
 }
@@ -166,7 +166,7 @@ impl<S: UntrustedStore, H: SyncHook> UntrustedStore for Hooked<S, H> {
         self.inner.delete(name)
     }
     fn sync(&self, names: &[String]) -> intact_core::Result<()> {
-        self.hook.before_sync();
+        self.hook.before_sync(names);
         let r = self.inner.sync(names);
         self.hook.after_sync();
         r
@@ -185,9 +185,19 @@ pub struct Gate {
     /// (closed, a sync is waiting)
     state: std::sync::Mutex<(bool, bool)>,
     cv: std::sync::Condvar,
+    /// Only the syncs of a checkpoint's journal wait.
+    pub journal_only: bool,
 }
 
 impl Gate {
+    /// A gate that holds only the syncs of a checkpoint's journal.
+    pub fn journal_only() -> Gate {
+        Gate {
+            journal_only: true,
+            ..Gate::default()
+        }
+    }
+
     pub fn set(&self, closed: bool) {
         self.state.lock().unwrap().0 = closed;
         self.cv.notify_all();
@@ -202,7 +212,10 @@ impl Gate {
 }
 
 impl SyncHook for Gate {
-    fn before_sync(&self) {
+    fn before_sync(&self, names: &[String]) {
+        if self.journal_only && !names.iter().any(|n| n.starts_with("journal")) {
+            return;
+        }
         let mut g = self.state.lock().unwrap();
         g.1 = true;
         self.cv.notify_all();
