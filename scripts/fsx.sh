@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The long fsx run (CI runs 100,000 + 10,000 operations per scheme through
-# `cargo test --test fuse fsx_every_scheme`): N operations per scheme (default 1,000,000)
-# with the page cache flushing, then N/10 with msync/fsync sealing, each on a fresh mount,
-# then fsck. Release build. Usage: scripts/fsx.sh [N] [SCHEME...]
+# The long fsx run (CI runs 50,000 cached + 2,500 sealing + 10,000 direct-I/O operations
+# per scheme through `cargo test --test fuse fsx_every_scheme`): per scheme, N operations
+# (default 1,000,000) through the page cache, N/10 with msync/fsync sealing, then N on a
+# mount in direct-I/O mode (`--direct-io`: every read and write reaches the engine); then
+# a remount, each file compared byte for byte with fsx's model of it (the same seeded run
+# on the host's file system), and fsck. Release build.
+# Usage: scripts/fsx.sh [N] [SCHEME...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ops=${1:-1000000}; shift || true
@@ -32,14 +35,30 @@ posix_fallocate = 1
 CFG
 sed -e 's/nomsyncafterwrite = true/nomsyncafterwrite = false/' "$work/plain.toml" > "$work/seal.toml"
 printf 'fsync = 1\nfdatasync = 1\n' >> "$work/seal.toml"
+runs=("fsx.a plain $ops 1" "fsx.b seal $((ops / 10)) 2" "fsx.c plain $ops 3")
+fsx_run() { # DIR NAME CONFIG OPS SEED
+  (cd "$1" && fsx -f "$work/$3.toml" -N "$4" -S "$5" -P "$work" "$2" | tail -1)
+}
+mkdir -p "$work/ref"
+for r in "${runs[@]}"; do
+  set -- $r
+  fsx_run "$work/ref" "$@" >/dev/null
+done
 for s in "${schemes[@]}"; do
   rm -rf "$work/c" "$work/s"; mkdir -p "$work/mnt"
   "$bin" --state "$work/s" init "$work/c" --scheme "$s" --kdf-memory 1024 --kdf-passes 1 >/dev/null
-  "$bin" --state "$work/s" mount "$work/c" "$work/mnt" 2>/dev/null
   start=$(date +%s)
-  (cd "$work/mnt" && fsx -f "$work/plain.toml" -N "$ops" -S 1 -P "$work" fsx.a | tail -1)
-  (cd "$work/mnt" && fsx -f "$work/seal.toml" -N $((ops / 10)) -S 2 -P "$work" fsx.b | tail -1)
-  fusermount3 -u "$work/mnt"; sleep 1
+  "$bin" --state "$work/s" mount "$work/c" "$work/mnt" 2>/dev/null
+  for r in "${runs[@]:0:2}"; do set -- $r; fsx_run "$work/mnt" "$@"; done
+  "$bin" --state "$work/s" umount "$work/mnt"
+  "$bin" --state "$work/s" mount "$work/c" "$work/mnt" --direct-io 2>/dev/null
+  set -- ${runs[2]}; fsx_run "$work/mnt" "$@"
+  "$bin" --state "$work/s" umount "$work/mnt"
+  "$bin" --state "$work/s" mount "$work/c" "$work/mnt" 2>/dev/null
+  for f in fsx.a fsx.b fsx.c; do
+    cmp "$work/ref/$f" "$work/mnt/$f" || { echo "$s: $f differs from fsx's model after a remount"; exit 1; }
+  done
+  "$bin" --state "$work/s" umount "$work/mnt"
   "$bin" --state "$work/s" --volume "$work/c" fsck >/dev/null
-  echo "$s: $ops + $((ops / 10)) operations OK, fsck clean ($(( $(date +%s) - start )) s)"
+  echo "$s: $ops cached + $((ops / 10)) sealing + $ops direct-I/O operations OK, files equal to fsx's model after a remount, fsck clean ($(( $(date +%s) - start )) s)"
 done

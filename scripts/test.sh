@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite (the README's test command; .ci/run calls it after fmt and clippy).
-# Installs what the tests need first: fuse3 (the mount tests), stress-ng and rsync (the
-# stress and copy tests, from apt), fsx (cargo install). Then no test may skip:
+# Installs what the tests need first, from apt: fuse3 (the mount tests), stress-ng and
+# rsync (the stress and copy tests), zstd and python3 (zlib: the compression round trips
+# against the reference tools); fsx with cargo install. Then no test may skip:
 # INTACT_REQUIRE_ALL=1 turns a missing tool into a failure.
 # Usage: scripts/test.sh [cargo test arguments]
 set -euo pipefail
@@ -10,6 +11,8 @@ need=()
 command -v fusermount3 >/dev/null || need+=(fuse3)
 command -v stress-ng >/dev/null || need+=(stress-ng)
 command -v rsync >/dev/null || need+=(rsync)
+command -v zstd >/dev/null || need+=(zstd)
+command -v python3 >/dev/null || need+=(python3)
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"

@@ -521,6 +521,75 @@ mod tests {
         assert!(buf.iter().all(|&b| b == 0));
     }
 
+    /// Known answers: the AES-256 test cases 13 to 16 of McGrew and Viega, "The
+    /// Galois/Counter Mode of Operation (GCM)" (2005), Appendix B, the vectors NIST's GCM
+    /// validation reuses: (key, nonce, AAD, plaintext, ciphertext, tag). Sealed in place
+    /// with a detached tag (the block path), appended (the envelope path), opened back, and
+    /// a flipped tag bit refused.
+    #[test]
+    fn gcm_aes256_mcgrew_viega_test_cases_13_to_16() {
+        const K15: &str = "feffe9928665731c6d6a8f9467308308feffe9928665731c6d6a8f9467308308";
+        const P15: &str = "d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a72\
+                           1c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b391aafd255";
+        const C15: &str = "522dc1f099567d07f47f37a32a84427d643a8cdcbfe5c0c97598a2bd2555d1aa\
+                           8cb08e48590dbb3da7b08b1056828838c5f61e6393ba7a0abcc9f662898015ad";
+        let zero = "00".repeat(32);
+        let vectors: [(&str, &str, &str, &str, &str, &str); 4] = [
+            (
+                &zero,
+                "000000000000000000000000",
+                "",
+                "",
+                "",
+                "530f8afbc74536b9a963b4f1c4cb738b",
+            ),
+            (
+                &zero,
+                "000000000000000000000000",
+                "",
+                "00000000000000000000000000000000",
+                "cea7403d4d606b6e074ec5d3baf39d18",
+                "d0d1c8a799996bf0265b98b5d48ab919",
+            ),
+            (
+                K15,
+                "cafebabefacedbaddecaf888",
+                "",
+                P15,
+                C15,
+                "b094dac5d93471bdec1a502270e3cc6c",
+            ),
+            (
+                K15,
+                "cafebabefacedbaddecaf888",
+                "feedfacedeadbeeffeedfacedeadbeefabaddad2",
+                &P15[..120],
+                &C15[..120],
+                "76fc6ece0f4e1768cddf8853bb2d551b",
+            ),
+        ];
+        for (n, (key, nonce, aad, p, c, t)) in vectors.into_iter().enumerate() {
+            let key: [u8; 32] = hex::decode(key).unwrap().try_into().unwrap();
+            let gcm = Gcm::new(&SubKey(key));
+            let nonce: [u8; NONCE_LEN] = hex::decode(nonce).unwrap().try_into().unwrap();
+            let (aad, p) = (hex::decode(aad).unwrap(), hex::decode(p).unwrap());
+            let mut buf = p.clone();
+            let tag = gcm.seal(nonce, &aad, &mut buf);
+            assert_eq!(hex::encode(&buf), c, "test case {}: ciphertext", 13 + n);
+            assert_eq!(hex::encode(tag), t, "test case {}: tag", 13 + n);
+            let mut env = p.clone();
+            gcm.seal_append(nonce, &aad, &mut env);
+            assert_eq!(hex::encode(&env), format!("{c}{t}"));
+            assert_eq!(gcm.open_in_place(nonce, &aad, &mut env), Some(p.len()));
+            assert_eq!(&env[..p.len()], &p[..]);
+            gcm.open(nonce, &aad, &tag, &mut buf).unwrap();
+            assert_eq!(buf, p);
+            let mut bad = tag;
+            bad[15] ^= 0x80;
+            assert!(gcm.open(nonce, &aad, &bad, &mut buf).is_err());
+        }
+    }
+
     /// Known answers: the four examples of Bernstein, "The Poly1305-AES
     /// message-authentication code" (2005), Appendix B: (m, r, k, n, AES_k(n), tag).
     #[test]

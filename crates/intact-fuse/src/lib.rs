@@ -47,6 +47,10 @@ pub struct MountOptions {
     pub mountpoint: PathBuf,
     /// Whether SIGHUP unmounts (a foreground mount) or is ignored (a daemon).
     pub unmount_on_hangup: bool,
+    /// Every file opened with direct I/O (FOPEN_DIRECT_IO) and no writeback cache: each
+    /// read and write reaches the engine. Shared mmap goes through the page cache
+    /// (FUSE_DIRECT_IO_ALLOW_MMAP, Linux 6.6 and later).
+    pub direct_io: bool,
 }
 
 impl Default for MountOptions {
@@ -62,6 +66,7 @@ impl Default for MountOptions {
             status_file: None,
             mountpoint: PathBuf::new(),
             unmount_on_hangup: true,
+            direct_io: false,
         }
     }
 }
@@ -394,10 +399,11 @@ impl IntactFs {
     }
 
     /// How a file is opened: through the page cache, kept across opens (nobody else
-    /// writes the volume), but with direct I/O while the store is full, so that write(2)
+    /// writes the volume), but with direct I/O when the mount asks for it, and while the
+    /// store is full, so that write(2)
     /// itself gets ENOSPC instead of a cache that cannot be written back.
     fn open_flags(&self) -> FopenFlags {
-        match self.vol.is_full() {
+        match self.opts.direct_io || self.vol.is_full() {
             true => FopenFlags::FOPEN_DIRECT_IO,
             false => FopenFlags::FOPEN_KEEP_CACHE,
         }
@@ -431,7 +437,9 @@ impl Filesystem for IntactFs {
             | InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_READDIRPLUS_AUTO
             | InitFlags::FUSE_CACHE_SYMLINKS;
-        if !self.vol.is_read_only() {
+        if self.opts.direct_io {
+            want |= InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
+        } else if !self.vol.is_read_only() {
             // The engine is the only writer of the volume (it holds the trusted store's
             // lock), so the kernel may cache writes and attributes.
             want |= InitFlags::FUSE_WRITEBACK_CACHE;

@@ -159,6 +159,11 @@ enum Cmd {
         /// Log file of the daemon [default: mount.log beside the anchor].
         #[arg(long)]
         log: Option<PathBuf>,
+        /// Bypass the kernel's page cache: every read and write of a file reaches the
+        /// engine (FOPEN_DIRECT_IO; shared mmap still works on Linux 6.6 and later).
+        /// Slower; for databases that cache themselves and for testing the engine.
+        #[arg(long)]
+        direct_io: bool,
         #[arg(long, hide = true)]
         daemon_child: bool,
     },
@@ -809,6 +814,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             commit_interval,
             xattr_max_bytes,
             log,
+            direct_io,
             daemon_child,
         } => {
             // Absolute paths: the daemon and `intact stat` find the mount by them.
@@ -830,6 +836,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     commit_interval: *commit_interval,
                     xattr_max_bytes: *xattr_max_bytes,
                     log: log.as_deref(),
+                    direct_io: *direct_io,
                     daemon_child: *daemon_child,
                 },
             );

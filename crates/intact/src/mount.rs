@@ -27,6 +27,7 @@ pub struct MountArgs<'a> {
     pub commit_interval: u64,
     pub xattr_max_bytes: usize,
     pub log: Option<&'a Path>,
+    pub direct_io: bool,
     pub daemon_child: bool,
 }
 
@@ -113,6 +114,9 @@ pub fn mount(cli: &Cli, a: &MountArgs) -> Result<ExitCode> {
     }
     if a.ro {
         cmd.arg("--ro");
+    }
+    if a.direct_io {
+        cmd.arg("--direct-io");
     }
     if let Some(s) = a.scheme {
         cmd.arg("--scheme").arg(s);
@@ -223,6 +227,7 @@ fn serve(
         status_file: Some(status),
         mountpoint: a.mountpoint.to_path_buf(),
         unmount_on_hangup: foreground,
+        direct_io: a.direct_io,
         ..Default::default()
     };
     intact_fuse::serve(vol.clone(), a.mountpoint, opts, ready)
