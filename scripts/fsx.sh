@@ -13,6 +13,15 @@ schemes=("$@")
 [ ${#schemes[@]} -gt 0 ] || schemes=(aead mt-eint mt-eint-cbc none mac-tree rand-eint comp-eint comp-eint-zstd)
 command -v fsx >/dev/null || cargo install --locked fsx --version "=0.3.2"
 command -v fusermount3 >/dev/null || { echo "install fuse3"; exit 1; }
+# fsx 0.3.2 never unmaps what its mapped reads map: past vm.max_map_count (65,530 by
+# default, about 300,000 operations here) its mmap fails with ENOMEM, on any file system.
+need_maps=$(( ops * 3 / 10 + 10000 ))
+if [ "$(cat /proc/sys/vm/max_map_count)" -lt "$need_maps" ]; then
+  sysctl -q -w vm.max_map_count="$need_maps" 2>/dev/null || {
+    echo "fsx needs vm.max_map_count >= $need_maps for $ops operations: run as root, or lower N" >&2
+    exit 1
+  }
+fi
 CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target} cargo build --release -p intact
 bin=${CARGO_TARGET_DIR:-$PWD/target}/release/intact
 work=$(mktemp -d /var/tmp/intact-fsx.XXXXXX)

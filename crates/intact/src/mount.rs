@@ -7,7 +7,7 @@
 use crate::{exit_code, locate_at, password, state_dir, Cli, Cmd};
 use anyhow::{bail, Context, Result};
 use intact_core::format::SchemeId;
-use intact_core::store::TrustedStore;
+use intact_core::store::{FaultPlan, FaultStore, TrustedStore, UntrustedStore};
 use intact_core::{Options, Volume};
 use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
@@ -59,6 +59,7 @@ pub fn mount(cli: &Cli, a: &MountArgs) -> Result<ExitCode> {
     let status = status_path(&state);
     let pw = password(cli, false)?;
     if a.foreground {
+        let (store, faults) = inject_faults(store)?;
         let vol = Volume::open(
             store,
             Box::new(state) as Box<dyn TrustedStore>,
@@ -76,6 +77,7 @@ pub fn mount(cli: &Cli, a: &MountArgs) -> Result<ExitCode> {
                 a.mountpoint.display()
             );
         })?;
+        report_faults(faults.as_deref());
         return Ok(ExitCode::SUCCESS);
     }
     // Daemon: start the child, hand it the password, wait for "ready".
@@ -170,6 +172,7 @@ fn child(cli: &Cli, a: &MountArgs, scheme: Option<SchemeId>) -> Result<ExitCode>
     };
     let r = (|| -> Result<_> {
         let (store, state) = locate_at(cli, a.cipherdir)?;
+        let (store, faults) = inject_faults(store)?;
         let mut pw = zeroize::Zeroizing::new(String::new());
         std::io::stdin()
             .lock()
@@ -188,9 +191,9 @@ fn child(cli: &Cli, a: &MountArgs, scheme: Option<SchemeId>) -> Result<ExitCode>
                 xattr_bytes_max: a.xattr_max_bytes,
             },
         )?;
-        Ok((vol, status))
+        Ok((vol, status, faults))
     })();
-    let (vol, status) = match r {
+    let (vol, status, faults) = match r {
         Ok(v) => v,
         Err(e) => {
             report(&e);
@@ -205,7 +208,38 @@ fn child(cli: &Cli, a: &MountArgs, scheme: Option<SchemeId>) -> Result<ExitCode>
         tracing::error!(error = %e, "mount failed");
         report(e);
     }
+    report_faults(faults.as_deref());
     r.map(|()| ExitCode::SUCCESS)
+}
+
+type Faulty = FaultStore<Arc<dyn UntrustedStore>>;
+/// The store the volume opens, and the fault injector in it, if any.
+type Injected = (Arc<dyn UntrustedStore>, Option<Arc<Faulty>>);
+
+/// A test hook (docs/testing.md, "I/O errors at every call"): with `INTACT_FAULT` set to
+/// `eio@N`, `enospc@N` or `sync-eio@N`, the mount's store fails its N-th mutating call (or
+/// sync) once; with `none`, it only counts. Either way the daemon prints its counts when it
+/// exits, so that a test can aim at each call of a workload. It can only make calls fail.
+fn inject_faults(store: Arc<dyn UntrustedStore>) -> Result<Injected> {
+    let Ok(text) = std::env::var("INTACT_FAULT") else {
+        return Ok((store, None));
+    };
+    let plan = FaultPlan::parse(&text).with_context(|| {
+        format!("INTACT_FAULT={text}: want eio@N, enospc@N, sync-eio@N or none")
+    })?;
+    let faulty = Arc::new(FaultStore::new(store));
+    faulty.set_plan(plan);
+    Ok((faulty.clone() as Arc<dyn UntrustedStore>, Some(faulty)))
+}
+
+fn report_faults(faults: Option<&Faulty>) {
+    if let Some(f) = faults {
+        eprintln!(
+            "intact: fault store: {} mutating calls, {} syncs",
+            f.attempts(),
+            f.syncs()
+        );
+    }
 }
 
 fn serve(

@@ -27,11 +27,39 @@ pub struct FaultPlan {
     /// replace) fails with `ENOSPC` and changes nothing, until the plan changes. Writes
     /// inside an object, shrinking and deleting still work, as on a full file system.
     pub full_from: Option<u64>,
+    /// The mutating call whose [`FaultStore::attempts`] number equals this fails once with
+    /// `ENOSPC` and changes nothing (a disk full for one call).
+    pub fail_enospc_on: Option<u64>,
+    /// The sync call ([`UntrustedStore::sync`] or [`UntrustedStore::sync_all`]) whose
+    /// [`FaultStore::syncs`] number equals this fails once with `EIO`, after the inner
+    /// store synced (what was written may or may not be durable: the caller cannot know).
+    pub fail_sync_on: Option<u64>,
     /// The `write_at` call with this (1-based) number returns `Ok` but writes nothing.
     pub drop_write: Option<u64>,
     /// Every read of this object comes back with one bit flipped (the lowest bit of the
     /// first byte returned).
     pub corrupt_reads_of: Option<String>,
+}
+
+impl FaultPlan {
+    /// A plan from its text form, as the mount daemon takes it for tests (the environment
+    /// variable `INTACT_FAULT`): `eio@N`, `enospc@N` (the N-th mutating call fails once),
+    /// `sync-eio@N` (the N-th sync fails once), or `none`.
+    pub fn parse(text: &str) -> Option<FaultPlan> {
+        let mut plan = FaultPlan::default();
+        if text == "none" {
+            return Some(plan);
+        }
+        let (kind, n) = text.split_once('@')?;
+        let n = n.parse().ok()?;
+        match kind {
+            "eio" => plan.fail_eio_on = Some(n),
+            "enospc" => plan.fail_enospc_on = Some(n),
+            "sync-eio" => plan.fail_sync_on = Some(n),
+            _ => return None,
+        }
+        Some(plan)
+    }
 }
 
 /// What reached the media when the power was cut.
@@ -150,6 +178,8 @@ pub struct FaultStore<S> {
     attempts: AtomicU64,
     /// `write_at` calls attempted.
     write_ats: AtomicU64,
+    /// Sync calls attempted.
+    syncs: AtomicU64,
     crashed: AtomicBool,
     /// `None` when crash images are not tracked.
     model: Option<Mutex<Model>>,
@@ -205,6 +235,7 @@ impl<S> FaultStore<S> {
             writes: AtomicU64::new(0),
             attempts: AtomicU64::new(0),
             write_ats: AtomicU64::new(0),
+            syncs: AtomicU64::new(0),
             crashed: AtomicBool::new(false),
             model: None,
             reserved: Default::default(),
@@ -243,8 +274,14 @@ impl<S> FaultStore<S> {
         self.write_ats.load(Ordering::SeqCst)
     }
 
+    /// Sync calls attempted so far, the numbering used by [`FaultPlan::fail_sync_on`].
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::SeqCst)
+    }
+
     /// Sets all call counters to zero (the plan's numbers then count from here).
     pub fn reset_counters(&self) {
+        self.syncs.store(0, Ordering::SeqCst);
         self.writes.store(0, Ordering::SeqCst);
         self.attempts.store(0, Ordering::SeqCst);
         self.write_ats.store(0, Ordering::SeqCst);
@@ -313,7 +350,9 @@ impl<S> FaultStore<S> {
             let plan = self.plan.lock().unwrap().clone();
             if plan.fail_eio_on == Some(seq) {
                 Some(libc::EIO)
-            } else if plan.full_from.is_some_and(|n| seq >= n) && grows()? {
+            } else if plan.fail_enospc_on == Some(seq)
+                || (plan.full_from.is_some_and(|n| seq >= n) && grows()?)
+            {
                 Some(libc::ENOSPC)
             } else {
                 None
@@ -332,6 +371,19 @@ impl<S> FaultStore<S> {
             }
         }
         self.writes.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+impl<S> FaultStore<S> {
+    /// The error of sync call `seq` ([`FaultPlan::fail_sync_on`]).
+    fn sync_fault(&self, seq: u64) -> Result<()> {
+        if self.plan.lock().unwrap().fail_sync_on == Some(seq) {
+            return Err(Error::io(
+                "fault injection (sync)",
+                std::io::Error::from_raw_os_error(libc::EIO),
+            ));
+        }
         Ok(())
     }
 }
@@ -430,29 +482,31 @@ impl<S: UntrustedStore> UntrustedStore for FaultStore<S> {
 
     fn sync(&self, names: &[String]) -> Result<()> {
         self.check_crash()?;
+        let seq = self.syncs.fetch_add(1, Ordering::SeqCst) + 1;
         match &self.model {
             Some(m) => {
                 let mut m = m.lock().unwrap();
                 self.inner.sync(names)?;
                 names.iter().for_each(|n| m.sync_one(n));
-                Ok(())
             }
-            None => self.inner.sync(names),
+            None => self.inner.sync(names)?,
         }
+        self.sync_fault(seq)
     }
 
     fn sync_all(&self) -> Result<()> {
         self.check_crash()?;
+        let seq = self.syncs.fetch_add(1, Ordering::SeqCst) + 1;
         match &self.model {
             Some(m) => {
                 let mut m = m.lock().unwrap();
                 self.inner.sync_all()?;
                 let pending = std::mem::take(&mut m.pending);
                 pending.iter().for_each(|p| p.apply(&mut m.durable));
-                Ok(())
             }
-            None => self.inner.sync_all(),
+            None => self.inner.sync_all()?,
         }
+        self.sync_fault(seq)
     }
 
     fn list(&self) -> Result<Vec<String>> {
@@ -546,6 +600,31 @@ mod tests {
         });
         assert!(is_eio(&s.replace("a", b"new").unwrap_err()));
         assert_eq!(s.read_all("a").unwrap().unwrap(), b"124");
+    }
+
+    #[test]
+    fn enospc_once_and_sync_eio_once() {
+        let s = FaultStore::new(MemStore::new());
+        s.set_plan(FaultPlan::parse("enospc@2").unwrap());
+        s.write_at("a", 0, b"1").unwrap();
+        let e = s.write_at("a", 1, b"2").unwrap_err();
+        assert!(
+            matches!(&e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC)),
+            "{e}"
+        );
+        s.write_at("a", 1, b"3").unwrap();
+        assert_eq!(s.read_all("a").unwrap().unwrap(), b"13");
+        s.set_plan(FaultPlan::parse("sync-eio@2").unwrap());
+        s.sync(&["a".into()]).unwrap();
+        assert!(is_eio(&s.sync_all().unwrap_err()));
+        s.sync_all().unwrap();
+        assert_eq!(s.syncs(), 3);
+        s.reset_counters();
+        assert_eq!(s.syncs(), 0);
+        assert_eq!(FaultPlan::parse("none"), Some(FaultPlan::default()));
+        assert_eq!(FaultPlan::parse("eio@x"), None);
+        assert_eq!(FaultPlan::parse("crash@1"), None);
+        assert_eq!(FaultPlan::parse("eio@7").unwrap().fail_eio_on, Some(7));
     }
 
     #[test]
