@@ -15,14 +15,17 @@
 #   INTACT_BIN     intact binary (default /work/target-rel/release/intact, then PATH)
 #   INTACT_SCHEMES space-separated schemes (default: parsed from `intact init --help`)
 #   INTACT_MOUNT_ARGS extra arguments to `intact mount` (e.g. "--threads 4")
-#   RAND_SECS      runtime of each random-I/O job (default 20; --quick 3)
 #   WL_TIMEOUT     seconds before one workload is declared hung (default 900)
 #
 # Workloads (MB = 10^6 bytes; every timing is wall clock around the operation):
 #   seq write   512 MiB of random data (from /dev/shm) in 1 MiB writes, fsync at the end
 #   seq read    the same file after remount + drop_caches, 1 MiB reads (contents checked)
-#   rand write  fio psync 4 KiB random writes over a 128 MiB file, RAND_SECS, end_fsync=1
-#   rand read   fio psync 4 KiB random reads of it, after remount + drop_caches, RAND_SECS
+#   rand write  fio psync 4 KiB random writes over a 128 MiB file, a quarter of its blocks
+#               (each once), fsync at the end inside the timed region; through the page cache
+#   rand write O_DIRECT  the same on another file with O_DIRECT: every write reaches the daemon
+#               (both files are then checked block by block, untimed: fio --verify_only)
+#   rand read   fio psync 4 KiB random reads of the first, after remount + drop_caches, a
+#               quarter of its blocks (each once: no read is served from the page cache)
 #   create      2,000 files of 16 KiB (one process), then sync (below) — files/s
 #   read back   list + read them after remount + drop_caches (contents checked) — files/s
 #   tar -x      untar a ~60 MB source tree (/usr/include, then cargo registry sources),
@@ -65,9 +68,9 @@ while [ $# -gt 0 ]; do
 done
 
 if [ "$QUICK" = 1 ]; then
-    SEQ_MIB=64 RAND_MIB=32 RAND_SECS=${RAND_SECS:-3} NFILES=200 FILE_KIB=16 TREE_MB=8
+    SEQ_MIB=64 RAND_MIB=32 NFILES=200 FILE_KIB=16 TREE_MB=8
 else
-    SEQ_MIB=512 RAND_MIB=128 RAND_SECS=${RAND_SECS:-20} NFILES=2000 FILE_KIB=16 TREE_MB=60
+    SEQ_MIB=512 RAND_MIB=128 NFILES=2000 FILE_KIB=16 TREE_MB=60
 fi
 
 die() { echo "fs.sh: ERROR: $*" >&2; exit 1; }
@@ -272,9 +275,11 @@ T() { timeout -k 10 "$WL_TIMEOUT" "$@"; }
 wl_seq_write() {
     drop_caches
     local t0 t1
+    io_begin
     t0=$(now)
     T dd if="$RAND" of="$W/seq.bin" bs=1M conv=fsync status=none || return 1
     t1=$(now)
+    io_end seq_write
     R=$(rate "$(mb $((SEQ_MIB << 20)))" "$t0" "$t1")
 }
 
@@ -289,34 +294,76 @@ wl_seq_read() {
     T cmp "$W/seq.bin" "$RAND" || { echo "fs.sh: ERROR: $SYS: seq.bin read back differs from what was written" >&2; return 1; }
 }
 
-fio_job() { # RW JSON
-    T fio --name="$1" --filename="$W/rand.dat" --size="${RAND_MIB}m" --bs=4k --rw="$1" \
-        --ioengine=psync --direct=0 --time_based --runtime="$RAND_SECS" \
-        $([ "$1" = randwrite ] && echo --end_fsync=1) \
-        --output-format=json --output="$2" >>"$D/fio.err" 2>&1
+# The random rows (issue 15: fair to every system). Each job issues a fixed number of 4 KiB
+# operations (a quarter of the file's blocks; fio's random map visits no block twice), so
+# no read is served from what an earlier read cached and no write is merged with one to
+# the same block. Writes end with fsync inside the timed region, once through the page
+# cache (which may merge neighbours before they reach the daemon) and once with O_DIRECT
+# (each write reaches the daemon as issued), on two files. Every written block carries
+# fio's crc32c header: after a remount, `fio --verify_only` (untimed) checks that every
+# block reads back as written. Reads run after remount + drop_caches, with
+# POSIX_FADV_RANDOM (fio's default), so every one reaches the file system.
+RAND_OPS() { echo $(((RAND_MIB << 20) / 4096 / 4)); }
+fio_job() { # NAME FILE RW DIRECT JSON [extra fio args]
+    local name=$1 file=$2 rw=$3 direct=$4 json=$5
+    shift 5
+    T fio --name="$name" --filename="$file" --size="${RAND_MIB}m" --bs=4k --rw="$rw" \
+        --ioengine=psync --direct="$direct" --io_size=$(($(RAND_OPS) * 4096)) \
+        --verify=crc32c --do_verify=0 --randseed=42 \
+        $([ "$rw" = randwrite ] && echo --end_fsync=1) \
+        --output-format=json --output="$json" "$@" >>"$D/fio.err" 2>&1
 }
 fio_bytes() { # JSON DIR(read|write)
     "$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["jobs"][0][sys.argv[2]]["io_bytes"])' "$1" "$2"
 }
 
-wl_rand_write() {
-    T dd if="$RAND" of="$W/rand.dat" bs=1M count="$RAND_MIB" conv=fsync status=none || return 1
+# The process that serves the mount (none for plain), and its bytes written so far
+# (/proc/PID/io write_bytes: what it sent toward the backing disk, page cache included).
+daemon_pid() { [ "$(kind_of "$SYS")" = plain ] || pgrep -n -f -- "$D/mnt" | head -n 1; }
+daemon_written() { awk '/^write_bytes:/ { print $2 }' "/proc/$1/io" 2>/dev/null; }
+declare -A WB=()    # WB[sys,workload] = MB the daemon wrote to the backing store
+io_begin() { IO_PID=$(daemon_pid); IO0=$( [ -n "$IO_PID" ] && daemon_written "$IO_PID"); }
+io_end() { # WORKLOAD
+    local b
+    [ -n "${IO_PID:-}" ] && [ -n "${IO0:-}" ] || return 0
+    b=$(daemon_written "$IO_PID") || return 0
+    [ -n "$b" ] && WB[$SYS,$1]=$(mb $((b - IO0)))
+}
+
+rand_write() { # WORKLOAD FILE DIRECT
+    T dd if="$RAND" of="$2" bs=1M count="$RAND_MIB" conv=fsync status=none || return 1
     drop_caches
     local t0 t1 b
+    io_begin
     t0=$(now)
-    fio_job randwrite "$D/fio-randwrite.json" || { tail -n 20 "$D/fio.err" >&2; return 1; }
+    fio_job "$1" "$2" randwrite "$3" "$D/fio-$1.json" || { tail -n 20 "$D/fio.err" >&2; return 1; }
     t1=$(now)
-    b=$(fio_bytes "$D/fio-randwrite.json" write) || return 1
+    io_end "$1"
+    b=$(fio_bytes "$D/fio-$1.json" write) || return 1
     R=$(rate "$(mb "$b")" "$t0" "$t1")
 }
+wl_rand_write() { rand_write rand_write "$W/rand.dat" 0; }
+wl_rand_write_direct() { rand_write rand_write_direct "$W/rand-direct.dat" 1; }
 
 wl_rand_read() {
     remount "$SYS" || return 1
     drop_caches
-    local t0 t1 b
+    local t0 t1 b f
+    # Untimed: every block the two write jobs wrote reads back as written.
+    for f in rand_write:rand.dat rand_write_direct:rand-direct.dat; do
+        fio_job "${f%%:*}" "$W/${f#*:}" randwrite 0 "$D/fio-verify-${f%%:*}.json" --verify_only --do_verify=1 ||
+            { echo "fs.sh: ERROR: $SYS: ${f#*:} does not read back as fio wrote it:" >&2; tail -n 20 "$D/fio.err" >&2; return 1; }
+        b=$(fio_bytes "$D/fio-verify-${f%%:*}.json" read) || return 1
+        [ "$b" = $(($(RAND_OPS) * 4096)) ] ||
+            { echo "fs.sh: ERROR: $SYS: fio verified $b bytes of ${f#*:}, not $(($(RAND_OPS) * 4096))" >&2; return 1; }
+    done
+    remount "$SYS" || return 1
+    drop_caches
+    io_begin
     t0=$(now)
-    fio_job randread "$D/fio-randread.json" || { tail -n 20 "$D/fio.err" >&2; return 1; }
+    fio_job rand_read "$W/rand.dat" randread 0 "$D/fio-randread.json" || { tail -n 20 "$D/fio.err" >&2; return 1; }
     t1=$(now)
+    io_end rand_read
     b=$(fio_bytes "$D/fio-randread.json" read) || return 1
     R=$(rate "$(mb "$b")" "$t0" "$t1")
 }
@@ -325,7 +372,9 @@ wl_create() {
     mkdir "$W/small" || return 1
     drop_caches
     local s
+    io_begin
     s=$(T "$PY" "$HERE/smallfiles.py" create "$W/small" "$NFILES" $((FILE_KIB * 1024)) "$RAND" "$D/cipher") || return 1
+    io_end create
     R=$(awk -v n="$NFILES" -v s="$s" 'BEGIN { printf "%.3f", n / s }')
 }
 
@@ -345,10 +394,12 @@ wl_untar() {
     mkdir "$W/tree" || return 1
     drop_caches
     local t0 t1
+    io_begin
     t0=$(now)
     T tar -xf "$TREE_TAR" -C "$W/tree" --no-same-owner || return 1
     settle "$W/tree" || return 1
     t1=$(now)
+    io_end untar
     R=$(rate "$(mb "$TREE_BYTES")" "$t0" "$t1")
 }
 
@@ -368,7 +419,7 @@ wl_tar() {
 # mount log — integrity failures, EIO — over the whole run.
 post_check() {
     if [ "$(kind_of "$1")" != plain ] && ! mountpoint -q "$D/mnt"; then return 0; fi
-    if ! T rm -rf "${W:?}"/seq.bin "$W"/rand.dat "$W"/small "$W"/tree || ! T sync -f "$W"; then
+    if ! T rm -rf "${W:?}"/seq.bin "$W"/rand.dat "$W"/rand-direct.dat "$W"/small "$W"/tree || ! T sync -f "$W"; then
         echo "fs.sh: ERROR: $1: removing the files through the mount, or syncing after it, failed" >&2
         NOTES+="$1: rm -rf + sync -f through the mount failed."$'\n'
         FAILED=1
@@ -386,10 +437,10 @@ check_log() { # after the unmount
 }
 NOTES=""
 
-WORKLOADS="seq_write seq_read rand_write rand_read create readback untar tar"
+WORKLOADS="seq_write seq_read rand_write rand_write_direct rand_read create readback untar tar"
 declare -A HEAD=(
     [seq_write]="seq write MB/s" [seq_read]="seq read MB/s" [rand_write]="rand 4K write MB/s"
-    [rand_read]="rand 4K read MB/s" [create]="create files/s" [readback]="read back files/s"
+    [rand_write_direct]="rand 4K write O_DIRECT MB/s" [rand_read]="rand 4K read, cold MB/s" [create]="create files/s" [readback]="read back files/s"
     [untar]="tar -x MB/s" [tar]="tar -c MB/s"
 )
 declare -A RES=()   # RES[sys,workload] = number or an error word
@@ -470,12 +521,25 @@ table() {
     done
 }
 
+# MB that each daemon wrote toward the backing disk during each writing workload.
+written_table() {
+    local wls="seq_write rand_write rand_write_direct create untar" h="| system |" sep="|---|" s wl
+    declare -A name=([seq_write]="seq write" [rand_write]="rand 4K write" [rand_write_direct]="rand 4K write O_DIRECT" [create]="create" [untar]="tar -x")
+    for wl in $wls; do h+=" ${name[$wl]} |"; sep+="---|"; done
+    echo "$h"; echo "$sep"
+    for s in $SYSTEMS; do
+        local row="| $s |"
+        for wl in $wls; do row+=" $(fmt "${WB[$s,$wl]:-—}") |"; done
+        echo "$row"
+    done
+}
+
 header() {
     local rev
     rev=$(git -C "$HERE/.." rev-parse --short HEAD 2>/dev/null || echo "?")
     git -C "$HERE/.." diff --quiet HEAD -- crates Cargo.toml Cargo.lock 2>/dev/null || rev+=" + uncommitted changes"
     echo "Run $(date -u '+%Y-%m-%d %H:%M UTC') on $(uname -r), $(nproc) cores, backing dir $BASE ($(df -T "$BASE" | awk 'NR==2 {print $2}'))."
-    echo "Sizes: seq ${SEQ_MIB} MiB; random 4 KiB over ${RAND_MIB} MiB, ${RAND_SECS} s each; ${NFILES} x ${FILE_KIB} KiB files;"
+    echo "Sizes: seq ${SEQ_MIB} MiB; random: $(RAND_OPS) operations of 4 KiB over ${RAND_MIB} MiB per job; ${NFILES} x ${FILE_KIB} KiB files;"
     echo "tar of $TREE_FILES files, $(awk -v b="$TREE_BYTES" 'BEGIN{printf "%.1f", b/1e6}') MB. MB = 10^6 bytes."
     [ "$NEED_INTACT" = 1 ] && echo "intact: $INTACT_BIN (built $(date -u -r "$INTACT_BIN" '+%Y-%m-%d %H:%M UTC'), repo at $rev), schemes: $INTACT_SCHEMES; mount args: ${INTACT_MOUNT_ARGS:-defaults}."
     echo "load = 1-minute load average when the system's run started. intact rows: (ratio to gocryptfs, to bindfs)."
@@ -487,7 +551,10 @@ case $(df -T "$BASE" | awk 'NR==2 {print $2}') in tmpfs | ramfs) die "$BASE is o
 log "systems: $SYSTEMS"
 for s in $SYSTEMS; do run_system "$s"; done
 
-REPORT=$(header; echo; table; [ -z "$NOTES" ] || { echo; echo "Errors seen:"; printf '%s' "$NOTES" | sed 's/^/* /'; })
+REPORT=$(header; echo; table; echo
+    echo "MB the daemon wrote toward the backing disk (/proc/PID/io write_bytes) during each writing workload"
+    echo "(data written: seq $(mb $((SEQ_MIB << 20))) MB, random $(mb $(($(RAND_OPS) * 4096))) MB each, create $(mb $((NFILES * FILE_KIB * 1024))) MB, tar $(mb "$TREE_BYTES") MB):"
+    echo; written_table; [ -z "$NOTES" ] || { echo; echo "Errors seen:"; printf '%s' "$NOTES" | sed 's/^/* /'; })
 echo
 echo "$REPORT"
 if [ -n "$OUT" ]; then echo "$REPORT" >"$OUT"; log "table written to $OUT"; fi
