@@ -46,7 +46,10 @@ CFG
 sed -e 's/nomsyncafterwrite = true/nomsyncafterwrite = false/' "$work/plain.toml" > "$work/seal.toml"
 sed -e 's/^mapread = .*/mapread = 0/; s/^mapwrite = .*/mapwrite = 0/' "$work/plain.toml" > "$work/direct.toml"
 printf 'fsync = 1\nfdatasync = 1\n' >> "$work/seal.toml"
-runs=("fsx.a plain $((ops / 10)) 1" "fsx.b seal $((ops / 100)) 2" "fsx.c direct $ops 3")
+# The direct-I/O operations run as ten files of N/10 each: within a million operations
+# fsx 0.3.2 almost surely draws a zero-length posix_fallocate (below).
+runs=("fsx.a plain $((ops / 10)) 1" "fsx.b seal $((ops / 100)) 2")
+for k in 0 1 2 3 4 5 6 7 8 9; do runs+=("fsx.c$k direct $((ops / 10)) $((3 + k))"); done
 fsx_run() { # DIR NAME CONFIG OPS SEED
   (cd "$1" && fsx -f "$work/$3.toml" -N "$4" -S "$5" -P "$work" "$2" | tail -1)
 }
@@ -72,13 +75,14 @@ for s in "${schemes[@]}"; do
   for r in "${runs[@]:0:2}"; do set -- $r; fsx_run "$work/mnt" "$@"; done
   "$bin" --state "$work/s" umount "$work/mnt"
   "$bin" --state "$work/s" mount "$work/c" "$work/mnt" --direct-io 2>/dev/null
-  set -- ${runs[2]}; fsx_run "$work/mnt" "$@"
+  for r in "${runs[@]:2}"; do set -- $r; fsx_run "$work/mnt" "$@" >/dev/null; done
   "$bin" --state "$work/s" umount "$work/mnt"
   "$bin" --state "$work/s" mount "$work/c" "$work/mnt" 2>/dev/null
-  for f in fsx.a fsx.b fsx.c; do
+  for r in "${runs[@]}"; do
+    f=${r%% *}
     cmp "$work/ref/$f" "$work/mnt/$f" || { echo "$s: $f differs from fsx's model after a remount"; exit 1; }
   done
   "$bin" --state "$work/s" umount "$work/mnt"
   "$bin" --state "$work/s" --volume "$work/c" fsck >/dev/null
-  echo "$s: $ops direct-I/O + $((ops / 10)) cached + $((ops / 100)) sealing operations OK, files equal to fsx's model after a remount, fsck clean ($(( $(date +%s) - start )) s)"
+  echo "$s: $ops direct-I/O (10 files) + $((ops / 10)) cached + $((ops / 100)) sealing operations OK, files equal to fsx's model after a remount, fsck clean ($(( $(date +%s) - start )) s)"
 done

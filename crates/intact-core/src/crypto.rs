@@ -502,6 +502,102 @@ mod tests {
     const FROZEN_NODE: &str = "c12a321c93a67b3ca74d453230c81d573022ee20fa0ab2e25c849c64f3012a0a";
     const FROZEN_IV: &str = "2658afe7b3d36c6f02007bf03f82f1a0";
 
+    /// Keys never print: their Debug form is a fixed placeholder, not the bytes.
+    #[test]
+    fn keys_debug_print_no_bytes() {
+        let m = MasterKey::from_bytes([0xab; 32]);
+        assert_eq!(format!("{m:?}"), "MasterKey(..)");
+        let k = m.derive(label::FILE_DATA, b"f");
+        assert_eq!(format!("{k:?}"), "SubKey(..)");
+        assert_eq!(format!("{:?}", Gcm::new(&k)), "Gcm(..)");
+        assert_eq!(format!("{:?}", Cbc::new(&k)), "Cbc(..)");
+        let fk = FileKeys::derive(&m, &[1; 16]);
+        assert_eq!(format!("{:?}", fk.mac), "PolyAes(..)");
+        assert_eq!(format!("{:?}", fk.ctr), "Ctr(..)");
+        assert_eq!(format!("{:?}", fk.wide), "Hctr2(..)");
+    }
+
+    /// RAND-EINT's tweak (§5.2) binds the block's index and its write counter: changing
+    /// either changes it, and so does the file.
+    #[test]
+    fn tweaks_bind_index_counter_and_file() {
+        let m = fixed_master();
+        let (a, b) = (
+            FileKeys::derive(&m, &[1; 16]),
+            FileKeys::derive(&m, &[2; 16]),
+        );
+        let t = a.tweak(1, 1);
+        assert_ne!(t, [0u8; 32]);
+        assert_ne!(t, a.tweak(2, 1));
+        assert_ne!(t, a.tweak(1, 2));
+        assert_ne!(a.tweak(1, 2), a.tweak(2, 1));
+        assert_ne!(t, b.tweak(1, 1));
+        assert_eq!(t, FileKeys::derive(&m, &[1; 16]).tweak(1, 1));
+    }
+
+    /// Argon2 parameters from a config are bounded one by one: memory 8 KiB to 4 GiB,
+    /// 1 to 64 passes, 1 to 16 lanes (a damaged config cannot make us allocate terabytes).
+    #[test]
+    fn kdf_parameters_are_bounded_each() {
+        // The default the README states: 64 MiB, 3 passes, 1 lane.
+        assert_eq!(
+            KdfParams::DEFAULT,
+            KdfParams {
+                m_kib: 65536,
+                t: 3,
+                p: 1
+            }
+        );
+        KdfParams::DEFAULT.validate().unwrap();
+        let ok = KdfParams {
+            m_kib: 8,
+            t: 1,
+            p: 1,
+        };
+        ok.validate().unwrap();
+        KdfParams {
+            m_kib: 4 << 20,
+            t: 64,
+            p: 16,
+        }
+        .validate()
+        .unwrap();
+        for bad in [
+            KdfParams { m_kib: 7, ..ok },
+            KdfParams {
+                m_kib: (4 << 20) + 1,
+                ..ok
+            },
+            KdfParams {
+                m_kib: u32::MAX,
+                ..ok
+            },
+            KdfParams { t: 0, ..ok },
+            KdfParams { t: 65, ..ok },
+            KdfParams { p: 0, ..ok },
+            KdfParams { p: 17, ..ok },
+        ] {
+            assert!(matches!(bad.validate(), Err(Error::Config(_))), "{bad:?}");
+        }
+    }
+
+    /// The master key's bytes are what it was made from (the key envelope wraps them).
+    #[test]
+    fn master_key_exposes_the_bytes_it_holds() {
+        let b: [u8; 32] = std::array::from_fn(|i| i as u8);
+        assert_eq!(MasterKey::from_bytes(b).expose_secret(), &b);
+        let g = MasterKey::generate();
+        assert_ne!(g.expose_secret(), MasterKey::generate().expose_secret());
+    }
+
+    /// File ids are random: distinct, and not the zero id.
+    #[test]
+    fn random_file_ids_differ() {
+        let ids: std::collections::HashSet<FileId> = (0..64).map(|_| random_file_id()).collect();
+        assert_eq!(ids.len(), 64);
+        assert!(!ids.contains(&[0u8; 16]));
+    }
+
     #[test]
     fn gcm_round_trip_and_tamper() {
         let m = fixed_master();
