@@ -95,7 +95,7 @@ detect_schemes() {
     if [ -z "$s" ]; then
         s=$(printf '%s' "$h" | sed -n 's/.*Default scheme of new files: \([^.[]*\).*/\1/p' | sed 's/([^)]*)//g')
     fi
-    s=$(printf '%s' "$s" | tr ',' ' ' | xargs)
+    s=$(printf '%s' "$s" | tr ',/' '  ' | xargs)
     for x in $s; do [[ "$x" =~ ^[a-z0-9-]+$ ]] || return 1; done
     [ -n "$s" ] && echo "$s"
 }
