@@ -309,7 +309,7 @@ fio_job() { # NAME FILE RW DIRECT JSON [extra fio args]
     shift 5
     T fio --name="$name" --filename="$file" --size="${RAND_MIB}m" --bs=4k --rw="$rw" \
         --ioengine=psync --direct="$direct" --io_size=$(($(RAND_OPS) * 4096)) \
-        --verify=crc32c --do_verify=0 --randseed=42 \
+        --verify=crc32c --do_verify=0 --verify_state_save=0 --randseed=42 \
         $([ "$rw" = randwrite ] && echo --end_fsync=1) \
         --output-format=json --output="$json" "$@" >>"$D/fio.err" 2>&1
 }
