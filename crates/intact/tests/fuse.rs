@@ -125,22 +125,25 @@ impl Vol {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        // The daemon's log is drained as it comes: a pipe left unread fills up (64 KiB) and
+        // blocks the daemon's threads in write(2), which deadlocks the mount.
+        let mut pipe = child.stderr.take().unwrap();
+        let drain = std::thread::spawn(move || {
+            let mut log = Vec::new();
+            let _ = pipe.read_to_end(&mut log);
+            String::from_utf8_lossy(&log).into_owned()
+        });
         let start = Instant::now();
         loop {
             if is_mounted(&self.mnt()) {
                 return Ok(Mount {
                     mnt: self.mnt(),
                     child: Some(child),
+                    log: Some(drain),
                 });
             }
             if let Some(status) = child.try_wait().unwrap() {
-                let mut err = String::new();
-                child
-                    .stderr
-                    .take()
-                    .unwrap()
-                    .read_to_string(&mut err)
-                    .unwrap();
+                let err = drain.join().unwrap();
                 return Err((status.code().unwrap_or(-1), err));
             }
             assert!(
@@ -216,6 +219,8 @@ impl Vol {
 struct Mount {
     mnt: PathBuf,
     child: Option<Child>,
+    /// The thread reading the daemon's stderr; it returns the log at the daemon's exit.
+    log: Option<std::thread::JoinHandle<String>>,
 }
 
 impl Mount {
@@ -238,8 +243,11 @@ impl Mount {
             return String::new();
         };
         let (ok, status) = unmount_or_kill(&self.mnt, &mut child, 100);
-        let mut err = String::new();
-        let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+        let err = self
+            .log
+            .take()
+            .map(|t| t.join().unwrap_or_default())
+            .unwrap_or_default();
         if check {
             assert!(ok, "fusermount3 -u failed: {err}");
             assert!(status.success(), "mount exited with {status}: {err}");
