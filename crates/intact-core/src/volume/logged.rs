@@ -626,15 +626,8 @@ impl Inner {
         let writer = Writer::begin(store.as_ref(), &w.keys, seg, prev)?;
         writer.sync(store.as_ref())?;
         let end = writer.pos();
-        self.sealer.store(0, |a| {
-            let start = a.log.map_or(end, |l| l.sealed.start);
-            a.log = Some(AnchorLog {
-                sealed: wal::LogRef { start, end },
-                tail: true,
-            });
-        })?;
         // Only once the anchor names it does the segment take records.
-        self.anchor = self.sealer.last();
+        self.anchor_log_end(end)?;
         let w = self.wal.as_mut().expect("logging");
         w.end = end;
         w.synced = end;
@@ -664,6 +657,12 @@ impl Inner {
         store.sync(&sync)?;
         let w = self.wal.as_mut().expect("logging");
         w.synced = end;
+        self.anchor_log_end(end)
+    }
+
+    /// Stores an anchor whose log ends at `end` (its sealed part keeps its start; a tail
+    /// may follow), and takes it as the current anchor.
+    fn anchor_log_end(&mut self, end: LogPos) -> Result<()> {
         self.sealer.store(0, |a| {
             let start = a.log.map_or(end, |l| l.sealed.start);
             a.log = Some(AnchorLog {
