@@ -309,54 +309,54 @@ mod tests {
         ]
     }
 
-    /// Raw DEFLATE against zlib itself (through Python's `zlib`, wbits -15): what we
-    /// compress, zlib decompresses to the same block; what zlib compresses at level 9, we
-    /// decompress to the same block.
+    /// Each sample block, compressed by us, decompresses with `unpack` (a reference tool)
+    /// to the same block (a block that does not compress must be a large one); compressed
+    /// by `pack`, it decompresses with us to the same block.
+    fn round_trips_with(c: Compression, unpack: &[&str], pack: &[&str]) {
+        for b in sample_blocks() {
+            let mut out = vec![0u8; l_c(4096, HASH_LEN, CIPHER_BLOCK)];
+            if let Some(n) = c.compress(&b, &mut out) {
+                let Some(back) = reference_tool(unpack, &out[..n]) else {
+                    return;
+                };
+                assert_eq!(back, b, "{c:?}: ours, then {unpack:?}");
+            } else {
+                assert!(b.len() > 1000, "a {}-byte block did not compress", b.len());
+            }
+            let Some(theirs) = reference_tool(pack, &b) else {
+                return;
+            };
+            let mut out = vec![0u8; b.len()];
+            assert!(
+                c.decompress(&theirs, &mut out),
+                "{c:?}: {pack:?}, then ours"
+            );
+            assert_eq!(out, b);
+        }
+    }
+
+    /// Raw DEFLATE against zlib itself (through Python's `zlib`, wbits -15), level 9 on
+    /// their side.
     #[test]
     fn deflate_round_trips_with_the_reference_zlib() {
         let inflate = "import sys, zlib; sys.stdout.buffer.write(zlib.decompress(sys.stdin.buffer.read(), -15))";
         let deflate = "import sys, zlib; c = zlib.compressobj(9, zlib.DEFLATED, -15); \
                        sys.stdout.buffer.write(c.compress(sys.stdin.buffer.read()) + c.flush())";
-        for b in sample_blocks() {
-            let mut c = vec![0u8; l_c(4096, HASH_LEN, CIPHER_BLOCK)];
-            if let Some(n) = Compression::Deflate.compress(&b, &mut c) {
-                let Some(back) = reference_tool(&["python3", "-c", inflate], &c[..n]) else {
-                    return;
-                };
-                assert_eq!(back, b);
-            } else {
-                assert!(b.len() > 1000, "a {}-byte block did not compress", b.len());
-            }
-            let Some(theirs) = reference_tool(&["python3", "-c", deflate], &b) else {
-                return;
-            };
-            let mut out = vec![0u8; b.len()];
-            assert!(Compression::Deflate.decompress(&theirs, &mut out));
-            assert_eq!(out, b);
-        }
+        round_trips_with(
+            Compression::Deflate,
+            &["python3", "-c", inflate],
+            &["python3", "-c", deflate],
+        );
     }
 
-    /// Zstandard against the reference `zstd` tool: our frames decompress with `zstd -d`,
-    /// and frames of `zstd -19` decompress with ours.
+    /// Zstandard against the reference `zstd` tool (`-19` on its side).
     #[test]
     fn zstd_round_trips_with_the_reference_tool() {
-        for b in sample_blocks() {
-            let mut c = vec![0u8; l_c(4096, HASH_LEN, CIPHER_BLOCK)];
-            if let Some(n) = Compression::Zstd.compress(&b, &mut c) {
-                let Some(back) = reference_tool(&["zstd", "-d", "-c", "-q"], &c[..n]) else {
-                    return;
-                };
-                assert_eq!(back, b);
-            } else {
-                assert!(b.len() > 1000, "a {}-byte block did not compress", b.len());
-            }
-            let Some(theirs) = reference_tool(&["zstd", "-19", "-c", "-q"], &b) else {
-                return;
-            };
-            let mut out = vec![0u8; b.len()];
-            assert!(Compression::Zstd.decompress(&theirs, &mut out));
-            assert_eq!(out, b);
-        }
+        round_trips_with(
+            Compression::Zstd,
+            &["zstd", "-d", "-c", "-q"],
+            &["zstd", "-19", "-c", "-q"],
+        );
     }
 
     #[test]
