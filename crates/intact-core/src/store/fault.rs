@@ -619,6 +619,9 @@ mod tests {
         assert!(is_eio(&s.sync_all().unwrap_err()));
         s.sync_all().unwrap();
         assert_eq!(s.syncs(), 3);
+        // `sync` counts from 1 like `sync_all`: the next call is number 4.
+        s.set_plan(FaultPlan::parse("sync-eio@4").unwrap());
+        assert!(is_eio(&s.sync(&["a".into()]).unwrap_err()));
         s.reset_counters();
         assert_eq!(s.syncs(), 0);
         assert_eq!(FaultPlan::parse("none"), Some(FaultPlan::default()));
