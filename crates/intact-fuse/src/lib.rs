@@ -59,7 +59,7 @@ impl Default for MountOptions {
             allow_other: false,
             scheme: None,
             auto: false,
-            threads: 2,
+            threads: 8,
             commit_interval: Some(Duration::from_secs(5)),
             backing_dir: None,
             attr_ttl: Duration::from_secs(10),
@@ -167,12 +167,139 @@ pub struct IntactFs {
     lookups: Mutex<HashMap<u64, u64>>,
     next_fh: AtomicU64,
     sealer: Option<Sealer>,
-    last_failure: Mutex<Option<String>>,
-    /// Held while the status file is written: one writer at a time, each writing the
-    /// counts it reads under the lock, so the file always ends with the latest counts.
-    status_lock: Mutex<()>,
+    /// Where bulk writes are served ([`BulkWrites`]); `None` before `init` and read-only.
+    bulk: Option<BulkWrites>,
+    report: Reporter,
     /// The volume's block size (fixed; read once instead of locking the engine per reply).
     bs: u32,
+}
+
+/// What the adapter's threads share to report failures: the log, and the status file
+/// that `intact stat` reads.
+#[derive(Clone)]
+struct Reporter {
+    vol: Arc<Volume>,
+    status_file: Option<PathBuf>,
+    mountpoint: PathBuf,
+    last_failure: Arc<Mutex<Option<String>>>,
+    /// Held while the status file is written: one writer at a time, each writing the
+    /// counts it reads under the lock, so the file always ends with the latest counts.
+    status_lock: Arc<Mutex<()>>,
+}
+
+impl Reporter {
+    /// Records the mount's state for `intact stat` (best effort: a failure is logged). One
+    /// writer at a time, through a temporary file renamed over the status file, so a reader
+    /// sees a whole file and the last write holds the latest counts.
+    fn write_status(&self, mounted: bool) {
+        let Some(path) = &self.status_file else {
+            return;
+        };
+        let _one = self.status_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let last_failure = self
+            .last_failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let status = serde_json::json!({
+            "mounted": mounted,
+            "pid": std::process::id(),
+            "mountpoint": self.mountpoint.display().to_string(),
+            "integrity_failures": self.vol.integrity_failures(),
+            "last_failure": last_failure,
+            "updated_unix": SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        });
+        let json = serde_json::to_string_pretty(&status).expect("json") + "\n";
+        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+        let r = std::fs::write(&tmp, json).and_then(|()| std::fs::rename(&tmp, path));
+        if let Err(e) = r {
+            tracing::warn!(error = %e, path = %path.display(), "cannot write the status file");
+        }
+    }
+
+    /// Logs an engine error (integrity failures loudly, with path and block) and maps it.
+    fn fail(&self, op: &str, e: Error) -> Errno {
+        if e.is_tampered() {
+            tracing::error!(op, error = %e, "integrity failure: returning EIO");
+            *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+            self.write_status(true);
+        } else if matches!(
+            e,
+            Error::Io { .. } | Error::Poisoned(_) | Error::Lost { .. }
+        ) {
+            tracing::error!(op, error = %e, "I/O failure");
+        } else {
+            tracing::debug!(op, error = %e);
+        }
+        errno(&e)
+    }
+}
+
+/// Bulk writes (a copy, a backup, the kernel's writeback of a large file), served by a
+/// thread of their own instead of the kernel's request threads (issue 14). A bulk write
+/// takes its turn behind other requests at the engine lock and may wait for a seal when
+/// its writer fills memory ([`Volume::write_ino`]); on a request thread, a few of them
+/// held every thread, and a lookup or a create of another process found none free.
+/// Replies are sent from the worker; the queue is bounded, so the memory held by writes
+/// not yet served is too (the request thread waits when it is full).
+struct BulkWrites {
+    queue: Option<std::sync::mpsc::SyncSender<BulkWrite>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+struct BulkWrite {
+    ino: u64,
+    offset: u64,
+    data: Vec<u8>,
+    reply: ReplyWrite,
+}
+
+/// Bulk writes queued at most (each up to the mount's largest write, 1 MiB): what they hold
+/// is bounded at 64 MiB. The kernel keeps less than that in flight for one mount (its dirty
+/// limit for a FUSE mount is 1 % of the system's), so writeback does not fill the queue;
+/// when it is full, the request thread waits for room.
+const BULK_QUEUE: usize = 64;
+/// Requests the kernel sends in the background (writeback, readahead) before it queues
+/// them on its side. Above what one mount's dirty limit lets it have in flight, so that
+/// the writeback of a small file never waits in the kernel behind a bulk writer's.
+const MAX_BACKGROUND: u16 = 256;
+
+impl BulkWrites {
+    fn start(vol: Arc<Volume>, report: Reporter) -> std::io::Result<BulkWrites> {
+        let (queue, jobs) = std::sync::mpsc::sync_channel::<BulkWrite>(BULK_QUEUE);
+        let thread = std::thread::Builder::new()
+            .name("intact-bulk".into())
+            .spawn(move || {
+                for w in jobs {
+                    match vol.write_ino(w.ino, w.offset, &w.data) {
+                        Ok(()) => w.reply.written(w.data.len() as u32),
+                        Err(e) => w.reply.error(report.fail("write", e)),
+                    }
+                }
+            })?;
+        Ok(BulkWrites {
+            queue: Some(queue),
+            thread: Some(thread),
+        })
+    }
+
+    /// Queues a write, or gives it back if the worker is gone.
+    fn submit(&self, w: BulkWrite) -> Result<(), BulkWrite> {
+        match &self.queue {
+            Some(q) => q.send(w).map_err(|e| e.0),
+            None => Err(w),
+        }
+    }
+
+    /// Serves what is queued, then ends the worker.
+    fn stop(&mut self) {
+        self.queue.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// The periodic seal: a thread that calls [`Volume::seal_periodic`] every `commit_interval`.
@@ -227,14 +354,20 @@ impl IntactFs {
         vol.track_references();
         IntactFs {
             bs: vol.block_size(),
-            vol,
-            opts,
+            vol: vol.clone(),
+            opts: opts.clone(),
             dirs: Mutex::new(HashMap::new()),
             lookups: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             sealer: None,
-            last_failure: Mutex::new(None),
-            status_lock: Mutex::new(()),
+            bulk: None,
+            report: Reporter {
+                vol: vol.clone(),
+                status_file: opts.status_file.clone(),
+                mountpoint: opts.mountpoint.clone(),
+                last_failure: Arc::new(Mutex::new(None)),
+                status_lock: Arc::new(Mutex::new(())),
+            },
         }
     }
 
@@ -259,52 +392,12 @@ impl IntactFs {
         }
     }
 
-    /// Records the mount's state for `intact stat` (best effort: a failure is logged). One
-    /// writer at a time, through a temporary file renamed over the status file, so a reader
-    /// sees a whole file and the last write holds the latest counts.
     fn write_status(&self, mounted: bool) {
-        let Some(path) = &self.opts.status_file else {
-            return;
-        };
-        let _one = self.status_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let last_failure = self
-            .last_failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let status = serde_json::json!({
-            "mounted": mounted,
-            "pid": std::process::id(),
-            "mountpoint": self.opts.mountpoint.display().to_string(),
-            "integrity_failures": self.vol.integrity_failures(),
-            "last_failure": last_failure,
-            "updated_unix": SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
-        });
-        let json = serde_json::to_string_pretty(&status).expect("json") + "\n";
-        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-        let r = std::fs::write(&tmp, json).and_then(|()| std::fs::rename(&tmp, path));
-        if let Err(e) = r {
-            tracing::warn!(error = %e, path = %path.display(), "cannot write the status file");
-        }
+        self.report.write_status(mounted);
     }
 
-    /// Logs an engine error (integrity failures loudly, with path and block) and maps it.
     fn fail(&self, op: &str, e: Error) -> Errno {
-        if e.is_tampered() {
-            tracing::error!(op, error = %e, "integrity failure: returning EIO");
-            *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
-            self.write_status(true);
-        } else if matches!(
-            e,
-            Error::Io { .. } | Error::Poisoned(_) | Error::Lost { .. }
-        ) {
-            tracing::error!(op, error = %e, "I/O failure");
-        } else {
-            tracing::debug!(op, error = %e);
-        }
-        errno(&e)
+        self.report.fail(op, e)
     }
 
     /// Counts one more kernel reference to `ino` (before the reply that creates it is
@@ -451,8 +544,15 @@ impl Filesystem for IntactFs {
         }
         let _ = config.set_max_write(1 << 20);
         let _ = config.set_max_readahead(1 << 20);
-        let _ = config.set_max_background(64);
-        let _ = config.set_congestion_threshold(48);
+        let _ = config.set_max_background(MAX_BACKGROUND);
+        let _ = config.set_congestion_threshold(MAX_BACKGROUND / 4 * 3);
+        if !self.vol.is_read_only() {
+            match BulkWrites::start(self.vol.clone(), self.report.clone()) {
+                Ok(b) => self.bulk = Some(b),
+                // Without the worker, bulk writes are served on the request threads.
+                Err(e) => tracing::warn!(error = %e, "no thread for bulk writes"),
+            }
+        }
         if let Some(every) = self.opts.commit_interval {
             if !self.vol.is_read_only() {
                 self.sealer = Some(Sealer::start(self.vol.clone(), every));
@@ -464,6 +564,9 @@ impl Filesystem for IntactFs {
     }
 
     fn destroy(&mut self) {
+        if let Some(mut b) = self.bulk.take() {
+            b.stop();
+        }
         if let Some(mut s) = self.sealer.take() {
             s.stop();
         }
@@ -730,6 +833,21 @@ impl Filesystem for IntactFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let reply = match &self.bulk {
+            Some(bulk) if Volume::is_bulk_write(data.len()) => {
+                let w = BulkWrite {
+                    ino: ino.0,
+                    offset,
+                    data: data.to_vec(),
+                    reply,
+                };
+                match bulk.submit(w) {
+                    Ok(()) => return,
+                    Err(w) => w.reply,
+                }
+            }
+            _ => reply,
+        };
         match self.vol.write_ino(ino.0, offset, data) {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(self.fail("write", e)),

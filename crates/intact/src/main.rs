@@ -145,10 +145,10 @@ enum Cmd {
         /// Scheme of new files (default: the volume's).
         #[arg(long)]
         scheme: Option<String>,
-        /// Threads serving the kernel (requests that wait for a seal, such as fsync, hold
-        /// one each while others go on; more threads do not help yet: the engine runs one
-        /// request at a time, see docs/performance.md "Latency").
-        #[arg(long, default_value_t = 2)]
+        /// Threads serving the kernel's requests. A request that waits (an fsync for its
+        /// seal, a read for the disk) holds one while the others go on; bulk writes are
+        /// served by a thread of their own (docs/performance.md, "Latency").
+        #[arg(long, default_value_t = 8)]
         threads: usize,
         /// Seal what was written at least every N seconds (0: only on fsync and unmount).
         #[arg(long, default_value_t = 5)]

@@ -153,6 +153,7 @@ impl Inner {
         }
         let metrics = self.metrics.clone();
         let _a = Account::with_phase(&metrics, Phase::Root);
+        let staged = self.tx.overlay_bytes() + self.dirty_bytes;
         let r = self.commit_prepare();
         self.dirty_bytes = 0;
         self.commit_wanted = false;
@@ -160,6 +161,8 @@ impl Inner {
             Ok(Some((commit, anchor, start, log_sync, obsolete))) => {
                 self.commits_begun += 1;
                 self.checkpointing = true;
+                self.checkpoints_begun += 1;
+                self.drain.begin(staged);
                 Ok(Some(InFlight {
                     n: self.commits_begun,
                     commit: Some(commit),
@@ -199,6 +202,7 @@ impl Inner {
         if let Some(c) = &f.commit {
             self.tx.end_commit(c);
             self.checkpointing = false;
+            self.drain.end(r.is_ok());
         } else {
             self.log_sealing = false;
         }
@@ -531,14 +535,24 @@ impl Volume {
         }
         Ok(g)
     }
-    /// After a request that wrote (to `ino`, when it names one): past the dirty limits, a
-    /// commit begins (its locked phase here) and its I/O runs on a thread of its own, so
-    /// that no request waits for it. Past twice the limits, the request waits for a commit
-    /// to end if its file wrote at least [`THROTTLE_SHARE`] since the last commit began
-    /// (the writer that fills memory is slowed; a small write of another file, such as a
-    /// create or a log line, never waits behind a bulk writer's seal). Past four times the
-    /// limits every writer waits, so memory stays bounded whatever the number of files.
-    pub(super) fn after_write(&self, mut g: MutexGuard<'_, Inner>, ino: Option<u64>) -> Result<()> {
+    /// After a request that wrote (to `ino`, when it names one; `len` bytes of data):
+    /// past the dirty limits, a commit begins (its locked phase here) and its I/O runs on a
+    /// thread of its own, so that no request waits for it. A file that wrote at least
+    /// [`THROTTLE_SHARE`] since the last checkpoint began is a heavy writer:
+    /// - past twice the limits, it is paced: each of its writes waits as long as
+    ///   checkpoints take to write `len` bytes out, more the further past the limits
+    ///   ([`gate::Drain`]), so that it slows to the store's speed without long stops;
+    /// - past three times the limits, it waits for a checkpoint to end.
+    ///
+    /// A small write of another file, such as a create or a log line, never waits behind
+    /// a bulk writer's seal. Past four times the limits every writer waits, so memory stays
+    /// bounded whatever the number of files.
+    pub(super) fn after_write(
+        &self,
+        mut g: MutexGuard<'_, Inner>,
+        ino: Option<u64>,
+        len: usize,
+    ) -> Result<()> {
         if !g.commit_wanted || g.read_only {
             return Ok(());
         }
@@ -548,34 +562,47 @@ impl Volume {
         let heavy = || {
             ino.is_none_or(|ino| {
                 g.files.get(&ino).is_some_and(|f| {
-                    f.written.0 == g.commits_begun && f.written.1 >= THROTTLE_SHARE
+                    f.written.0 == g.checkpoints_begun && f.written.1 >= THROTTLE_SHARE
                 })
             })
         };
-        if over(4) || (over(2) && heavy()) {
+        let pace = if over(2) && heavy() {
+            // 1 at twice the limits, 9 halfway to three times.
+            let limits = (g.tx.overlay_bytes() as f64 / OVERLAY_LIMIT as f64)
+                .max(g.dirty_bytes as f64 / TOTAL_DIRTY_LIMIT as f64);
+            let pressure = 1.0 + 16.0 * (limits - 2.0);
+            Some(g.drain.delay(len, pressure)).filter(|_| !over(3))
+        } else {
+            Some(std::time::Duration::ZERO)
+        };
+        let Some(pace) = pace.filter(|_| !over(4)) else {
             let need = g.commits_begun + 1;
             return self.seal_until(g, need, true);
-        }
-        if g.checkpointing || (g.is_broken() && g.sealing()) {
-            return Ok(());
-        }
-        let Some(f) = g.commit_begin()? else {
-            return Ok(());
+        };
+        let begun = if g.checkpointing || (g.is_broken() && g.sealing()) {
+            None
+        } else {
+            g.commit_begin()?
         };
         drop(g);
-        let f = Arc::new(f);
-        let (shared, bg) = (self.shared.clone(), f.clone());
-        let spawned = std::thread::Builder::new()
-            .name("intact-seal".into())
-            .spawn(move || {
-                if let Err(e) = shared.finish(&bg) {
-                    tracing::error!(error = %e, "seal at the dirty limit failed");
-                }
-            });
-        match spawned {
-            Ok(_) => Ok(()),
-            // No thread to be had: run it here.
-            Err(_) => self.shared.finish(&f),
+        if let Some(f) = begun {
+            let f = Arc::new(f);
+            let (shared, bg) = (self.shared.clone(), f.clone());
+            let spawned = std::thread::Builder::new()
+                .name("intact-seal".into())
+                .spawn(move || {
+                    if let Err(e) = shared.finish(&bg) {
+                        tracing::error!(error = %e, "seal at the dirty limit failed");
+                    }
+                });
+            if spawned.is_err() {
+                // No thread to be had: run it here.
+                self.shared.finish(&f)?;
+            }
         }
+        if !pace.is_zero() {
+            std::thread::sleep(pace);
+        }
+        Ok(())
     }
 }

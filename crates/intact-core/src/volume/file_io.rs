@@ -25,8 +25,9 @@ pub(super) struct OpenFile {
     pub(super) sealed_by: u64,
     /// What the `auto` policy observed this session (files with `inode.auto` only).
     pub(super) obs: Observed,
-    /// Bytes written to this file since commit number `.0` began: past the dirty limits,
-    /// only a file that wrote a large share waits for a commit ([`Volume::after_write`]).
+    /// Bytes written to this file since checkpoint number `.0` began (seals of the log,
+    /// which every fsync starts, do not count): past the dirty limits, only a file that
+    /// wrote a large share is slowed ([`Volume::after_write`]).
     pub(super) written: (u64, usize),
     /// Its data object holds direct writes that no fsync or checkpoint synced yet, logged
     /// from this position of the log on.
@@ -402,8 +403,8 @@ impl Inner {
         let of = self.files.get_mut(&ino).expect("opened");
         let before = of.dirty.len();
         file_write(&env, &mut self.tx, of, off, data)?;
-        if of.written.0 != self.commits_begun {
-            of.written = (self.commits_begun, 0);
+        if of.written.0 != self.checkpoints_begun {
+            of.written = (self.checkpoints_begun, 0);
         }
         of.written.1 = of.written.1.saturating_add(data.len());
         self.dirty_bytes += of.dirty.len().saturating_sub(before) * env.bs;

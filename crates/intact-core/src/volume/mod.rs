@@ -41,6 +41,7 @@ macro_rules! env {
 mod commit;
 mod file_io;
 mod fsck;
+mod gate;
 mod inodes;
 mod keys;
 mod logged;
@@ -86,8 +87,8 @@ const KEEP_NAMES: usize = 1 << 20;
 /// Dirty plaintext held across all files before the engine seals on its own. The part of a
 /// seal that holds the engine lock (encrypting what is dirty) grows with it.
 const TOTAL_DIRTY_LIMIT: usize = 32 << 20;
-/// Bytes a file writes between two commits before it counts as a heavy writer: past twice
-/// the dirty limits, only heavy writers wait for a commit ([`Volume::after_write`]).
+/// Bytes a file writes after a checkpoint began before it counts as a heavy writer: past
+/// twice the dirty limits, only heavy writers are slowed ([`Volume::after_write`]).
 const THROTTLE_SHARE: usize = 4 << 20;
 /// Longest extended-attribute value.
 pub const XATTR_VALUE_MAX: usize = 64 << 10;
@@ -320,6 +321,8 @@ pub struct Volume {
     seal_on_drop: std::sync::atomic::AtomicBool,
     /// The engine's [`Volume::is_full`] flag.
     full: Arc<std::sync::atomic::AtomicBool>,
+    /// Bulk writes give way to other requests at the engine lock.
+    gate: gate::Gate,
 }
 
 /// The engine and what its threads share (a seal at the dirty limit runs its I/O on a
@@ -404,8 +407,13 @@ struct Inner {
     commits_ended: u64,
     /// The number of the last checkpoint that ended (a seal of the log only is not one).
     checkpoints_ended: u64,
+    /// Checkpoints begun (seals of the log not counted): what a file wrote since the last
+    /// one began makes it a heavy writer ([`Volume::after_write`]).
+    checkpoints_begun: u64,
     /// When the last checkpoint ended (or the volume opened).
     checkpointed_at: std::time::Instant,
+    /// How fast checkpoints write out what is staged: heavy writers are paced by it.
+    drain: gate::Drain,
     /// The dirty limits were reached: the front end's request that reached them starts a
     /// commit once it has left the engine's lock (see [`Volume::after_write`]).
     commit_wanted: bool,
@@ -642,7 +650,9 @@ impl Volume {
             commits_begun: 0,
             commits_ended: 0,
             checkpoints_ended: 0,
+            checkpoints_begun: 0,
             checkpointed_at: std::time::Instant::now(),
+            drain: gate::Drain::default(),
             commit_wanted: false,
             xattr_bytes_max: opts.xattr_bytes_max,
             poisoned: None,
@@ -765,6 +775,7 @@ impl Volume {
             }),
             integrity_failures: AtomicU64::new(0),
             seal_on_drop: std::sync::atomic::AtomicBool::new(true),
+            gate: gate::Gate::default(),
         }
     }
 
@@ -788,8 +799,17 @@ impl Volume {
         g.tx.capture(capture);
     }
 
+    /// The engine lock, for any request but a bulk write ([`gate`]).
     fn lock(&self) -> Result<MutexGuard<'_, Inner>> {
-        let mut g = self.shared.lock();
+        let light = self.gate.light();
+        let g = self.shared.lock();
+        drop(light);
+        self.ready(g)
+    }
+
+    /// A just-taken engine lock, mended after a failed commit, or the reason the engine
+    /// can serve nothing.
+    fn ready<'a>(&self, mut g: MutexGuard<'a, Inner>) -> Result<MutexGuard<'a, Inner>> {
         if g.is_broken() {
             g = self.shared.wait_idle(g);
             g.mend();
@@ -897,7 +917,9 @@ impl Volume {
             g.expect_kind(ino, path, Kind::File)?;
             g.write_ino(ino, off, data)
         })();
-        let r = g.ended(r).and_then(|()| self.after_write(g, None));
+        let r = g
+            .ended(r)
+            .and_then(|()| self.after_write(g, None, data.len()));
         self.note(r.map_err(|e| e.at_path(path)))
     }
 
@@ -909,7 +931,7 @@ impl Volume {
             g.expect_kind(ino, path, Kind::File)?;
             g.truncate_ino(ino, size)
         })();
-        let r = g.ended(r).and_then(|()| self.after_write(g, None));
+        let r = g.ended(r).and_then(|()| self.after_write(g, None, 0));
         self.note(r.map_err(|e| e.at_path(path)))
     }
 
@@ -998,7 +1020,35 @@ impl Volume {
         writes: bool,
         f: impl FnOnce(&mut Inner) -> Result<T>,
     ) -> Result<T> {
-        let mut g = self.lock()?;
+        let g = self.lock()?;
+        self.run_locked(g, None, ino, writes.then_some(0), f)
+    }
+
+    /// [`Volume::with_ino_write`] for a bulk write: it takes its turn at the gate first,
+    /// and gives the turn back before it may wait for a seal ([`gate`]).
+    fn with_ino_bulk<T>(
+        &self,
+        ino: u64,
+        len: usize,
+        f: impl FnOnce(&mut Inner) -> Result<T>,
+    ) -> Result<T> {
+        let turn = self.gate.bulk(gate::MAX_YIELD);
+        let g = self.ready(self.shared.lock())?;
+        self.run_locked(g, Some(turn), ino, Some(len), f)
+    }
+
+    /// Runs `f` under the engine lock `g` for a request about `ino`: errors name the
+    /// file, the request is logged, and a request that wrote (`written`: the bytes of data
+    /// it wrote, if any) goes on to [`Volume::after_write`]. A bulk write's `turn` is given
+    /// back before that.
+    fn run_locked<T>(
+        &self,
+        mut g: MutexGuard<'_, Inner>,
+        turn: Option<MutexGuard<'_, ()>>,
+        ino: u64,
+        written: Option<usize>,
+        f: impl FnOnce(&mut Inner) -> Result<T>,
+    ) -> Result<T> {
         let r = f(&mut g).map_err(|e| match e {
             Error::Tampered {
                 subject: Subject::Inode(i),
@@ -1016,10 +1066,10 @@ impl Volume {
             other => other,
         });
         let r = g.ended(r);
-        let after = if writes {
-            self.after_write(g, Some(ino))
-        } else {
-            Ok(())
+        drop(turn);
+        let after = match written {
+            Some(len) => self.after_write(g, Some(ino), len),
+            None => Ok(()),
         };
         let r = match (r, after) {
             (Ok(v), Ok(())) => Ok(v),
@@ -1231,12 +1281,25 @@ impl Volume {
         })
     }
 
+    /// Whether a write of `len` bytes is a bulk write: it gives way to other requests at
+    /// the engine lock ([`gate`]), and a front end may serve it off the threads that serve
+    /// small requests.
+    pub fn is_bulk_write(len: usize) -> bool {
+        len >= gate::BULK_WRITE
+    }
+
     /// Writes `data` at `off` of file `ino`, extending it as needed.
     pub fn write_ino(&self, ino: u64, off: u64, data: &[u8]) -> Result<()> {
-        self.with_ino_write(ino, |g| {
+        let f = |g: &mut Inner| {
             g.expect_kind(ino, "", Kind::File)?;
             g.write_ino(ino, off, data)
-        })
+        };
+        if Self::is_bulk_write(data.len()) {
+            self.with_ino_bulk(ino, data.len(), f)
+        } else {
+            let g = self.lock()?;
+            self.run_locked(g, None, ino, Some(data.len()), f)
+        }
     }
 
     /// Makes `[off, off + len)` of file `ino` read as zeros (fallocate's PUNCH_HOLE and
