@@ -221,6 +221,14 @@ impl Reporter {
 
     /// Logs an engine error (integrity failures loudly, with path and block) and maps it.
     fn fail(&self, op: &str, e: Error) -> Errno {
+        if matches!(e, Error::Lost { .. }) && !BY_HANDLE.contains(&op) {
+            // The inode was created since the last seal and discarded with a failed commit:
+            // the kernel reached it through a name it still caches. ESTALE makes it look
+            // the name up again (and find it gone) instead of failing the call; the loss
+            // itself is reported to the descriptors that wrote, by the calls below.
+            tracing::debug!(op, error = %e, "stale inode: ESTALE");
+            return Errno::ESTALE;
+        }
         if e.is_tampered() {
             tracing::error!(op, error = %e, "integrity failure: returning EIO");
             *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
@@ -236,6 +244,23 @@ impl Reporter {
         errno(&e)
     }
 }
+
+/// Requests made through an open descriptor: a change lost with a failed commit is
+/// reported to them with the failure's errno (as Linux reports a writeback error). Other
+/// requests name an inode the kernel found by name, and hear ESTALE ([`Reporter::fail`]).
+const BY_HANDLE: &[&str] = &[
+    "read",
+    "write",
+    "flush",
+    "fsync",
+    "release",
+    "fallocate",
+    "readdir",
+    "readdirplus",
+    "fsyncdir",
+    "fgetattr",
+    "fsetattr",
+];
 
 /// Bulk writes (a copy, a backup, the kernel's writeback of a large file), served by a
 /// thread of their own instead of the kernel's request threads (issue 14). A bulk write
@@ -598,10 +623,10 @@ impl Filesystem for IntactFs {
     // batch_forget: fuser's default calls `forget` for each node (its ForgetOne type is
     // not public in 0.18, so it cannot be overridden).
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.vol.attr(ino.0) {
             Ok(a) => reply.attr(&self.opts.attr_ttl, &self.fuse_attr(&a)),
-            Err(e) => reply.error(self.fail("getattr", e)),
+            Err(e) => reply.error(self.fail(if fh.is_some() { "fgetattr" } else { "getattr" }, e)),
         }
     }
 
@@ -616,7 +641,7 @@ impl Filesystem for IntactFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -633,7 +658,7 @@ impl Filesystem for IntactFs {
         };
         match self.vol.setattr(ino.0, &set) {
             Ok(a) => reply.attr(&self.opts.attr_ttl, &self.fuse_attr(&a)),
-            Err(e) => reply.error(self.fail("setattr", e)),
+            Err(e) => reply.error(self.fail(if fh.is_some() { "fsetattr" } else { "setattr" }, e)),
         }
     }
 
