@@ -1524,4 +1524,174 @@ mod tests {
         tx.read_at("f.d", 0, &mut buf).unwrap();
         assert_eq!(buf, [0; 4]);
     }
+
+    /// What counts as staged ([`ObjState::staged`]): an object only read is not; a cut
+    /// that was extended back to the same length still is (its tail must become zeros),
+    /// and so is a deletion and a growth by `set_len` alone. After the commit, nothing is
+    /// left to commit.
+    #[test]
+    fn only_changed_objects_are_dirty_and_journaled() {
+        let store = Arc::new(MemStore::new());
+        for (name, data) in [
+            ("a", &b"0123"[..]),
+            ("b", b"bbbb"),
+            ("c", b"cc"),
+            ("t", b"tttt"),
+        ] {
+            store.write_at(name, 0, data).unwrap();
+        }
+        let mut tx = Tx::new(store.clone());
+        assert_eq!(read(&mut tx, "a").unwrap(), b"0123");
+        assert_eq!(tx.len("missing").unwrap(), None);
+        assert!(!tx.is_dirty(), "reads made the transaction dirty");
+        tx.delete("b").unwrap();
+        tx.set_len("c", 6).unwrap();
+        tx.set_len("t", 2).unwrap();
+        tx.set_len("t", 4).unwrap();
+        assert!(tx.is_dirty());
+        let c = tx.begin_commit(1, None).unwrap();
+        c.write_journal(store.as_ref(), &key()).unwrap();
+        c.apply(store.as_ref()).unwrap();
+        tx.end_commit(&c);
+        assert_eq!(store.read_all("a").unwrap().unwrap(), b"0123");
+        assert_eq!(store.len("b").unwrap(), None);
+        assert_eq!(store.read_all("c").unwrap().unwrap(), b"cc\0\0\0\0");
+        assert_eq!(store.read_all("t").unwrap().unwrap(), b"tt\0\0");
+        assert!(!tx.is_dirty(), "something left after the commit");
+    }
+
+    /// A read-only transaction (a read-only open replaying a journal through its overlay)
+    /// stages every write, even appends and new objects, which a writable one writes
+    /// directly; the store is never touched, and it cannot commit.
+    #[test]
+    fn a_read_only_transaction_never_writes_the_store() {
+        let store = Arc::new(MemStore::new());
+        store.write_at("a.d", 0, b"0123").unwrap();
+        let mut tx = Tx::read_only(store.clone());
+        tx.write_at("a.d", 4, b"45").unwrap();
+        tx.write_at("n.d", 0, b"new").unwrap();
+        assert_eq!(read(&mut tx, "a.d").unwrap(), b"012345");
+        assert_eq!(read(&mut tx, "n.d").unwrap(), b"new");
+        assert_eq!(store.read_all("a.d").unwrap().unwrap(), b"0123");
+        assert_eq!(store.len("n.d").unwrap(), None);
+        assert!(tx.begin_commit(1, None).is_err());
+    }
+
+    /// The overlay's byte count, which drives the engine's dirty limits: staged bytes
+    /// count once however they overlap, direct writes not at all, and a commit takes them.
+    #[test]
+    fn overlay_bytes_count_what_is_staged() {
+        let store = Arc::new(MemStore::new());
+        store.write_at("a.d", 0, &[0u8; 16]).unwrap();
+        let mut tx = Tx::new(store.clone());
+        assert_eq!(tx.overlay_bytes(), 0);
+        tx.write_at("a.d", 0, &[1; 8]).unwrap();
+        assert_eq!(tx.overlay_bytes(), 8);
+        tx.write_at("a.d", 4, &[2; 8]).unwrap();
+        assert_eq!(tx.overlay_bytes(), 12, "overlapping ranges count once");
+        tx.write_at("a.d", 16, &[3; 4]).unwrap();
+        assert_eq!(tx.overlay_bytes(), 12, "an append is written directly");
+        let c = tx.begin_commit(1, None).unwrap();
+        assert_eq!(tx.overlay_bytes(), 0, "the commit took them");
+        tx.write_at("a.d", 0, &[4; 2]).unwrap();
+        assert_eq!(tx.overlay_bytes(), 2);
+        c.write_journal(store.as_ref(), &key()).unwrap();
+        c.apply(store.as_ref()).unwrap();
+        tx.end_commit(&c);
+        assert_eq!(tx.overlay_bytes(), 2);
+    }
+
+    /// A store that returns at most 3 bytes per read (a network store may return less
+    /// than asked): every read through the transaction is completed, from any offset,
+    /// also through the frozen image of a commit in flight.
+    #[test]
+    fn short_reads_of_the_store_are_completed() {
+        struct ShortReads(MemStore);
+        impl UntrustedStore for ShortReads {
+            fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> Result<usize> {
+                let n = buf.len().min(3);
+                self.0.read_at(name, off, &mut buf[..n])
+            }
+            fn write_at(&self, name: &str, off: u64, data: &[u8]) -> Result<()> {
+                self.0.write_at(name, off, data)
+            }
+            fn len(&self, name: &str) -> Result<Option<u64>> {
+                self.0.len(name)
+            }
+            fn set_len(&self, name: &str, len: u64) -> Result<()> {
+                self.0.set_len(name, len)
+            }
+            fn delete(&self, name: &str) -> Result<()> {
+                self.0.delete(name)
+            }
+            fn sync(&self, names: &[String]) -> Result<()> {
+                self.0.sync(names)
+            }
+            fn sync_all(&self) -> Result<()> {
+                self.0.sync_all()
+            }
+            fn list(&self) -> Result<Vec<String>> {
+                self.0.list()
+            }
+        }
+        let mem = MemStore::new();
+        mem.write_at("a.d", 0, b"0123456789abcdef").unwrap();
+        let store = Arc::new(ShortReads(mem));
+        let mut tx = Tx::new(store.clone());
+        assert_eq!(read(&mut tx, "a.d").unwrap(), b"0123456789abcdef");
+        let mut b = [0u8; 7];
+        assert_eq!(tx.read_at("a.d", 6, &mut b).unwrap(), 7);
+        assert_eq!(&b, b"6789abc");
+        tx.write_at("a.d", 2, b"XY").unwrap();
+        let c = tx.begin_commit(1, None).unwrap();
+        let mut b = [0u8; 9];
+        assert_eq!(tx.read_at("a.d", 5, &mut b).unwrap(), 9);
+        assert_eq!(&b, b"56789abcd");
+        let mut b = [0u8; 6];
+        assert_eq!(tx.read_at("a.d", 1, &mut b).unwrap(), 6);
+        assert_eq!(&b, b"1XY456");
+        c.write_journal(store.as_ref(), &key()).unwrap();
+        c.apply(store.as_ref()).unwrap();
+        tx.end_commit(&c);
+        assert_eq!(read(&mut tx, "a.d").unwrap(), b"01XY456789abcdef");
+    }
+
+    /// The journal is written only once the commit's direct writes are durable: a power
+    /// cut right after `write_journal` keeps them (an anchor naming the journal may be
+    /// sealed next, and it covers them).
+    #[test]
+    fn direct_writes_are_durable_before_the_journal() {
+        use crate::store::{CrashImage, FaultStore};
+        let faulty = Arc::new(FaultStore::new_mem());
+        faulty.write_at("a.d", 0, b"0123").unwrap();
+        faulty.sync_all().unwrap();
+        let store: Arc<dyn UntrustedStore> = faulty.clone();
+        let mut tx = Tx::new(store.clone());
+        tx.write_at("a.d", 4, b"4567").unwrap();
+        tx.write_at("n.d", 0, b"new").unwrap();
+        tx.write_at("a.d", 0, b"X").unwrap();
+        let c = tx.begin_commit(1, None).unwrap();
+        c.write_journal(store.as_ref(), &key()).unwrap();
+        let image = faulty.crash_image(CrashImage::DurableOnly);
+        assert_eq!(image.read_all("a.d").unwrap().unwrap(), b"01234567");
+        assert_eq!(image.read_all("n.d").unwrap().unwrap(), b"new");
+        assert!(c.journal().is_some());
+    }
+
+    /// The objects a commit creates in the store before its seal (orphans if it never
+    /// seals): new ones written directly; not those the store held, nor a new object that
+    /// is staged (the store gets it only once the journal is sealed).
+    #[test]
+    fn a_commit_names_the_objects_it_creates() {
+        let store = Arc::new(MemStore::new());
+        store.write_at("old.d", 0, b"old").unwrap();
+        let mut tx = Tx::new(store.clone());
+        tx.write_at("old.d", 3, b"more").unwrap();
+        tx.write_at("new.d", 0, b"new").unwrap();
+        tx.write_at("meta", 0, b"staged").unwrap();
+        let c = tx.begin_commit(1, None).unwrap();
+        let mut created = c.created().to_vec();
+        created.sort();
+        assert_eq!(created, ["new.d"]);
+    }
 }
