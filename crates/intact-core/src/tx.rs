@@ -1544,6 +1544,9 @@ mod tests {
         assert_eq!(read(&mut tx, "a").unwrap(), b"0123");
         assert_eq!(tx.len("missing").unwrap(), None);
         assert!(!tx.is_dirty(), "reads made the transaction dirty");
+        // Setting the length an object has changes nothing (ftruncate to the same size).
+        tx.set_len("a", 4).unwrap();
+        assert!(!tx.is_dirty(), "a set_len to the same length made it dirty");
         tx.delete("b").unwrap();
         tx.set_len("c", 6).unwrap();
         tx.set_len("t", 2).unwrap();
