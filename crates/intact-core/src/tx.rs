@@ -1697,4 +1697,46 @@ mod tests {
         created.sort();
         assert_eq!(created, ["new.d"]);
     }
+
+    /// `deletes` (fsck's view of what a volume opened read-only still holds): an object
+    /// deleted by the transaction, or by the commit in flight under it.
+    #[test]
+    fn deletes_sees_the_transaction_and_the_commit_in_flight() {
+        let store = Arc::new(MemStore::new());
+        for name in ["a", "b", "c"] {
+            store.write_at(name, 0, b"x").unwrap();
+        }
+        let mut tx = Tx::new(store.clone());
+        assert!(!tx.deletes("a"));
+        tx.delete("a").unwrap();
+        assert!(tx.deletes("a"));
+        assert!(!tx.deletes("b") && !tx.deletes("missing"));
+        let c = tx.begin_commit(1, None).unwrap();
+        assert!(tx.deletes("a"), "deleted by the commit in flight");
+        tx.delete("b").unwrap();
+        assert!(tx.deletes("b"));
+        assert!(!tx.deletes("c"));
+        c.write_journal(store.as_ref(), &key()).unwrap();
+        c.apply(store.as_ref()).unwrap();
+        tx.end_commit(&c);
+        assert!(
+            !tx.deletes("a"),
+            "gone from the store: nothing left to delete"
+        );
+    }
+
+    /// Capture is kept while on (turning it on again keeps what was recorded) and
+    /// dropped when turned off.
+    #[test]
+    fn capture_off_drops_what_was_recorded() {
+        let store = Arc::new(MemStore::new());
+        let mut tx = Tx::new(store);
+        tx.capture(true);
+        tx.write_at("f.d", 0, b"x").unwrap();
+        tx.capture(true);
+        assert!(tx.has_captured());
+        tx.capture(false);
+        assert!(!tx.has_captured());
+        assert!(tx.drain().is_empty());
+    }
 }
