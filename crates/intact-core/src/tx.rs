@@ -1739,4 +1739,33 @@ mod tests {
         assert!(!tx.has_captured());
         assert!(tx.drain().is_empty());
     }
+
+    /// A replayed direct write that ends exactly at a replayed cut leaves the cut in
+    /// place: what the store holds past it (the tail the truncation removed) stays hidden
+    /// when the object is extended again, and reads as zeros.
+    #[test]
+    fn a_direct_write_up_to_a_replayed_cut_keeps_the_cut() {
+        let store = Arc::new(MemStore::new());
+        store.write_at("f.d", 0, b"0123OLD!").unwrap();
+        let mut tx = Tx::new(store.clone());
+        let name = || "f.d".to_string();
+        for op in [
+            LoggedOp::SetLen {
+                name: name(),
+                len: 4,
+            },
+            LoggedOp::Direct {
+                name: name(),
+                off: 0,
+                len: 4,
+            },
+            LoggedOp::SetLen {
+                name: name(),
+                len: 8,
+            },
+        ] {
+            tx.replay(&op).unwrap();
+        }
+        assert_eq!(read(&mut tx, "f.d").unwrap(), b"0123\0\0\0\0");
+    }
 }
