@@ -250,6 +250,47 @@ mod tests {
     }
 
     #[test]
+    fn a_checkpoint_of_exactly_the_measured_size_counts() {
+        let mut d = Drain::default();
+        let prior = d.delay(1 << 20, 1.0);
+        d.begin(MIN_MEASURED);
+        std::thread::sleep(Duration::from_millis(100));
+        d.end(true);
+        assert!(d.delay(1 << 20, 1.0) > prior, "not measured");
+    }
+
+    #[test]
+    fn a_small_checkpoint_in_flight_does_not_count_as_late() {
+        let mut d = Drain::default();
+        d.begin(64 << 20);
+        std::thread::sleep(Duration::from_millis(20));
+        d.end(true);
+        let base = d.delay(1 << 20, 1.0);
+        d.begin(MIN_MEASURED - 1);
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(d.delay(1 << 20, 1.0), base);
+    }
+
+    /// The moving average of two checkpoints lies between their own rates.
+    #[test]
+    fn drain_averages_the_time_per_byte() {
+        let one = |ms| {
+            let mut d = Drain::default();
+            d.begin(64 << 20);
+            std::thread::sleep(Duration::from_millis(ms));
+            d.end(true);
+            d
+        };
+        let (fast, slow) = (one(20).delay(1 << 20, 1.0), one(200).delay(1 << 20, 1.0));
+        let mut d = one(20);
+        d.begin(64 << 20);
+        std::thread::sleep(Duration::from_millis(200));
+        d.end(true);
+        let avg = d.delay(1 << 20, 1.0);
+        assert!(fast < avg && avg < slow, "{fast:?} < {avg:?} < {slow:?}");
+    }
+
+    #[test]
     fn drain_follows_a_slower_store() {
         let mut d = Drain::default();
         d.begin(64 << 20);
