@@ -242,8 +242,10 @@ mod tests {
             "{base:?} {pressed:?}"
         );
         // A checkpoint in flight for longer than the rate allows lowers the rate.
-        d.begin(8 << 20);
+        // 64 MiB in flight is late only after about 100 ms.
+        d.begin(64 << 20);
         assert_eq!(d.delay(1 << 20, 1.0), base, "in time: the average");
+        d.begin(8 << 20);
         std::thread::sleep(Duration::from_millis(200));
         let late = d.delay(1 << 20, 1.0);
         assert!(late > base * 10, "{base:?} {late:?}");
@@ -298,10 +300,10 @@ mod tests {
         d.end(true);
         let fast = d.delay(1 << 20, 1.0);
         d.begin(64 << 20);
-        std::thread::sleep(Duration::from_millis(400));
+        std::thread::sleep(Duration::from_millis(1000));
         d.end(true);
         let slow = d.delay(1 << 20, 1.0);
-        assert!(slow > fast * 4, "{fast:?} then {slow:?}");
+        assert!(slow > fast * 2, "{fast:?} then {slow:?}");
     }
 
     #[test]
