@@ -1525,6 +1525,13 @@ mod tests {
         assert_eq!(buf, [0; 4]);
     }
 
+    /// Runs a begun commit to its end: journal written, applied in place, ended.
+    fn land(tx: &mut Tx, store: &dyn UntrustedStore, c: &Commit) {
+        c.write_journal(store, &key()).unwrap();
+        c.apply(store).unwrap();
+        tx.end_commit(c);
+    }
+
     /// What counts as staged ([`ObjState::staged`]): an object only read is not; a cut
     /// that was extended back to the same length still is (its tail must become zeros),
     /// and so is a deletion and a growth by `set_len` alone. After the commit, nothing is
@@ -1553,9 +1560,7 @@ mod tests {
         tx.set_len("t", 4).unwrap();
         assert!(tx.is_dirty());
         let c = tx.begin_commit(1, None).unwrap();
-        c.write_journal(store.as_ref(), &key()).unwrap();
-        c.apply(store.as_ref()).unwrap();
-        tx.end_commit(&c);
+        land(&mut tx, store.as_ref(), &c);
         assert_eq!(store.read_all("a").unwrap().unwrap(), b"0123");
         assert_eq!(store.len("b").unwrap(), None);
         assert_eq!(store.read_all("c").unwrap().unwrap(), b"cc\0\0\0\0");
@@ -1598,9 +1603,7 @@ mod tests {
         assert_eq!(tx.overlay_bytes(), 0, "the commit took them");
         tx.write_at("a.d", 0, &[4; 2]).unwrap();
         assert_eq!(tx.overlay_bytes(), 2);
-        c.write_journal(store.as_ref(), &key()).unwrap();
-        c.apply(store.as_ref()).unwrap();
-        tx.end_commit(&c);
+        land(&mut tx, store.as_ref(), &c);
         assert_eq!(tx.overlay_bytes(), 2);
     }
 
@@ -1653,9 +1656,7 @@ mod tests {
         let mut b = [0u8; 6];
         assert_eq!(tx.read_at("a.d", 1, &mut b).unwrap(), 6);
         assert_eq!(&b, b"1XY456");
-        c.write_journal(store.as_ref(), &key()).unwrap();
-        c.apply(store.as_ref()).unwrap();
-        tx.end_commit(&c);
+        land(&mut tx, store.as_ref(), &c);
         assert_eq!(read(&mut tx, "a.d").unwrap(), b"01XY456789abcdef");
     }
 
@@ -1716,9 +1717,7 @@ mod tests {
         tx.delete("b").unwrap();
         assert!(tx.deletes("b"));
         assert!(!tx.deletes("c"));
-        c.write_journal(store.as_ref(), &key()).unwrap();
-        c.apply(store.as_ref()).unwrap();
-        tx.end_commit(&c);
+        land(&mut tx, store.as_ref(), &c);
         assert!(
             !tx.deletes("a"),
             "gone from the store: nothing left to delete"

@@ -1004,24 +1004,26 @@ impl Volume {
 impl Volume {
     /// Runs `f` on the engine and reports integrity failures with `ino`'s path.
     fn with_ino<T>(&self, ino: u64, f: impl FnOnce(&mut Inner) -> Result<T>) -> Result<T> {
-        self.with_ino_then(ino, false, f)
+        self.with_ino_then(ino, None, f)
     }
 
     /// [`Volume::with_ino`] for a request that adds dirty data: then, if the dirty limits
     /// were reached, this request seals or waits ([`Volume::after_write`]). Only such
     /// requests do: a lookup or a stat never waits for a seal.
     fn with_ino_write<T>(&self, ino: u64, f: impl FnOnce(&mut Inner) -> Result<T>) -> Result<T> {
-        self.with_ino_then(ino, true, f)
+        self.with_ino_then(ino, Some(0), f)
     }
 
+    /// [`Volume::run_locked`] under the engine lock taken as any request but a bulk write
+    /// takes it.
     fn with_ino_then<T>(
         &self,
         ino: u64,
-        writes: bool,
+        written: Option<usize>,
         f: impl FnOnce(&mut Inner) -> Result<T>,
     ) -> Result<T> {
         let g = self.lock()?;
-        self.run_locked(g, None, ino, writes.then_some(0), f)
+        self.run_locked(g, None, ino, written, f)
     }
 
     /// [`Volume::with_ino_write`] for a bulk write: it takes its turn at the gate first,
@@ -1297,8 +1299,7 @@ impl Volume {
         if Self::is_bulk_write(data.len()) {
             self.with_ino_bulk(ino, data.len(), f)
         } else {
-            let g = self.lock()?;
-            self.run_locked(g, None, ino, Some(data.len()), f)
+            self.with_ino_then(ino, Some(data.len()), f)
         }
     }
 
