@@ -11,10 +11,10 @@ use fuser::{
     ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
     ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
 };
-use intact_core::format::{Kind, SchemeId};
+use intact_core::format::{Kind, SchemeId, ROOT_INO};
 use intact_core::volume::{Attr, Discarded, RenameMode, SetAttr, XattrMode, NAME_MAX};
 use intact_core::{Error, FsErrorKind, Volume};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -166,6 +166,10 @@ pub struct IntactFs {
     /// then the kernel may still send requests for it, so a freed number is not reused.
     lookups: Mutex<HashMap<u64, u64>>,
     next_fh: AtomicU64,
+    /// Handles that may write, per inode: the files whose pages the kernel may still hold
+    /// dirty (a close waits for its file's writeback), which `intact sync` makes the kernel
+    /// hand over ([`WRITERS_XATTR`]).
+    writers: Mutex<BTreeMap<u64, u32>>,
     sealer: Option<Sealer>,
     /// Where bulk writes are served ([`BulkWrites`]); `None` before `init` and read-only.
     bulk: Option<BulkWrites>,
@@ -291,6 +295,20 @@ const BULK_QUEUE: usize = 64;
 /// the writeback of a small file never waits in the kernel behind a bulk writer's.
 const MAX_BACKGROUND: u16 = 256;
 
+/// The virtual extended attribute of the mount's root that lists the files open for
+/// writing (`ino TAB path NUL` each), for `intact sync`: the kernel writes a file's cached
+/// pages back and waits for the daemon's answers when a descriptor of it is closed, which
+/// `sync(2)` and `syncfs(2)` do not wait for on a FUSE mount (docs/design.md, "When data is
+/// durable"). `WRITERS_XATTR.N` lists those after inode N. Never stored; not listed.
+pub const WRITERS_XATTR: &str = "user.intact.writers";
+/// Largest value of [`WRITERS_XATTR`] (the kernel's limit is 64 KiB).
+pub const WRITERS_MAX: usize = 60 << 10;
+
+/// A mutex's guard, whether or not a thread panicked while holding it.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl BulkWrites {
     fn start(vol: Arc<Volume>, report: Reporter) -> std::io::Result<BulkWrites> {
         let (queue, jobs) = std::sync::mpsc::sync_channel::<BulkWrite>(BULK_QUEUE);
@@ -384,6 +402,7 @@ impl IntactFs {
             dirs: Mutex::new(HashMap::new()),
             lookups: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            writers: Mutex::new(BTreeMap::new()),
             sealer: None,
             bulk: None,
             report: Reporter {
@@ -527,11 +546,37 @@ impl IntactFs {
         }
     }
 
-    /// A handle of a file opened with `flags`; its low bit says it may write (its close
-    /// reports discarded changes: a reader's close does not take that report).
-    fn file_fh(&self, flags: i32) -> FileHandle {
+    /// A handle of `ino` opened with `flags`; its low bit says it may write (its close
+    /// reports discarded changes: a reader's close does not take that report). A handle
+    /// that may write is counted in [`IntactFs::writers`] until its release.
+    fn file_fh(&self, ino: u64, flags: i32) -> FileHandle {
         let writes = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        if writes {
+            *lock(&self.writers).entry(ino).or_insert(0) += 1;
+        }
         FileHandle(self.new_fh().0 | u64::from(writes))
+    }
+
+    /// The value of [`WRITERS_XATTR`] (of the root) after inode `after`: `ino TAB path NUL`
+    /// for the files open for writing with a known path, in inode order, up to
+    /// [`WRITERS_MAX`] bytes. Unlinked files are left out: nothing can reach them.
+    fn writers_after(&self, after: u64) -> Result<Vec<u8>, Error> {
+        let inos: Vec<u64> = lock(&self.writers)
+            .range(after.saturating_add(1)..)
+            .map(|(ino, _)| *ino)
+            .collect();
+        let mut out = Vec::new();
+        for ino in inos {
+            let Some(path) = self.vol.path_of_ino(ino)? else {
+                continue;
+            };
+            let line = format!("{ino}\t{path}\0");
+            if out.len() + line.len() > WRITERS_MAX {
+                break;
+            }
+            out.extend_from_slice(line.as_bytes());
+        }
+        Ok(out)
     }
 }
 
@@ -825,7 +870,7 @@ impl Filesystem for IntactFs {
             }
         }
         // The page cache stays valid across opens: nobody else writes the volume.
-        reply.opened(self.file_fh(flags.0), self.open_flags());
+        reply.opened(self.file_fh(ino.0, flags.0), self.open_flags());
     }
 
     fn read(
@@ -901,12 +946,21 @@ impl Filesystem for IntactFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        if fh.0 & 1 == 1 {
+            let mut w = lock(&self.writers);
+            if let Some(n) = w.get_mut(&ino.0) {
+                *n -= 1;
+                if *n == 0 {
+                    w.remove(&ino.0);
+                }
+            }
+        }
         self.empty(self.vol.release_handle(ino.0), reply, "release");
     }
 
@@ -1091,6 +1145,9 @@ impl Filesystem for IntactFs {
         reply: ReplyEmpty,
     ) {
         let name = name_or_reply!(name, reply);
+        if name.starts_with(WRITERS_XATTR) {
+            return reply.error(Errno::EPERM);
+        }
         let mode = if flags & libc::XATTR_CREATE != 0 {
             XattrMode::Create
         } else if flags & libc::XATTR_REPLACE != 0 {
@@ -1110,6 +1167,19 @@ impl Filesystem for IntactFs {
         if !name.starts_with("user.") {
             // security.capability is asked on every write; answer without the engine.
             return reply.error(Errno::ENODATA);
+        }
+        if ino.0 == ROOT_INO {
+            if let Some(cursor) = name.strip_prefix(WRITERS_XATTR) {
+                let after = match cursor {
+                    "" => Some(0),
+                    c => c.strip_prefix('.').and_then(|n| n.parse().ok()),
+                };
+                return match after.map(|a| self.writers_after(a)) {
+                    Some(Ok(v)) => xattr_reply(reply, size, &v),
+                    Some(Err(e)) => reply.error(self.fail("getxattr", e)),
+                    None => reply.error(Errno::ENODATA),
+                };
+            }
         }
         match self.vol.getxattr(ino.0, name) {
             Ok(v) => xattr_reply(reply, size, &v),
@@ -1133,6 +1203,9 @@ impl Filesystem for IntactFs {
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
+        if name.starts_with(WRITERS_XATTR) {
+            return reply.error(Errno::EPERM);
+        }
         self.empty(self.vol.removexattr(ino.0, name), reply, "removexattr");
     }
 
@@ -1171,7 +1244,7 @@ impl Filesystem for IntactFs {
                     &self.opts.attr_ttl,
                     &self.fuse_attr(&a),
                     Generation(a.generation),
-                    self.file_fh(flags),
+                    self.file_fh(a.ino, flags),
                     self.open_flags(),
                 )
             }

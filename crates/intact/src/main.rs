@@ -1026,6 +1026,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 println!("inode table:        {} bytes", i.inode_table_bytes);
                 println!("epoch:              {}", i.epoch);
                 println!("anchor:             {}", i.anchor);
+                if let Some((seg, off)) = &i.log_sealed_end {
+                    println!("log sealed up to:   {seg}, byte {off}");
+                }
                 print_volume_integrity(&v, *measure);
                 if failures > 0 {
                     println!("integrity failures: {failures} (run `intact fsck`)");

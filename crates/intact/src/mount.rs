@@ -362,9 +362,13 @@ fn mount_io(what: &str, mnt: &Path, source: std::io::Error) -> anyhow::Error {
 
 /// `intact sync MOUNTPOINT`: when it returns, everything written through the mount before
 /// the call is sealed (durable, and rolled back only with an alarm). FUSE forwards no
-/// syncfs(2) to the daemon, so `sync -f` alone cannot make it seal; this calls syncfs, so
-/// that the kernel hands the daemon every write it still caches (writeback cache), then
-/// fsyncs the mount's root directory, which the daemon answers with a seal
+/// syncfs(2) to the daemon, so `sync -f` alone cannot make it seal; and neither `sync(2)`
+/// nor `syncfs(2)` waits until the daemon has the pages the kernel still caches
+/// (writeback cache, shared mappings): they start their writeback and return. A close
+/// waits for its file's writeback. So this calls syncfs (every file's writeback starts at
+/// once), then opens and closes each file open for writing (the daemon lists them:
+/// `intact_fuse::WRITERS_XATTR`; only such files can have cached pages, as every close
+/// waits), then fsyncs the mount's root directory, which the daemon answers with a seal
 /// (docs/design.md, "When data is durable").
 pub fn sync_mount(mountpoint: &Path) -> Result<()> {
     use std::os::fd::AsRawFd;
@@ -373,7 +377,7 @@ pub fn sync_mount(mountpoint: &Path) -> Result<()> {
     // SAFETY: syncfs reads only the descriptor, which `dir` keeps open for the call.
     // A failed writeback (the daemon refused a write, EFBIG or ENOSPC) is reported, but
     // the seal still runs: it keeps everything else.
-    let pushed = match unsafe { libc::syncfs(dir.as_raw_fd()) } {
+    let mut pushed = match unsafe { libc::syncfs(dir.as_raw_fd()) } {
         0 => Ok(()),
         _ => Err(mount_io(
             "syncfs (some written data was not kept)",
@@ -381,9 +385,144 @@ pub fn sync_mount(mountpoint: &Path) -> Result<()> {
             std::io::Error::last_os_error(),
         )),
     };
+    let waited = wait_for_writers(&mnt);
     dir.sync_all()
         .map_err(|e| mount_io("the seal (fsync of the root)", &mnt, e))?;
+    if let Err(e) = waited {
+        pushed = pushed.and(Err(e));
+    }
     pushed
+}
+
+/// One file open for writing, as the daemon lists it.
+#[derive(Debug, PartialEq)]
+struct Writer {
+    ino: u64,
+    path: String,
+}
+
+/// Parses a value of `WRITERS_XATTR`: `ino TAB path NUL` each.
+fn parse_writers(v: &[u8]) -> Option<Vec<Writer>> {
+    v.split(|&b| b == 0)
+        .filter(|e| !e.is_empty())
+        .map(|e| {
+            let e = std::str::from_utf8(e).ok()?;
+            let (ino, path) = e.split_once('\t')?;
+            Some(Writer {
+                ino: ino.parse().ok()?,
+                path: path.strip_prefix('/')?.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Every file of the mount open for writing, from the daemon, page by page.
+fn writers_of(mnt: &Path) -> Result<Vec<Writer>> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_mnt = std::ffi::CString::new(mnt.as_os_str().as_bytes())?;
+    let mut all: Vec<Writer> = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let name = match all.last() {
+            None => intact_fuse::WRITERS_XATTR.to_string(),
+            Some(w) => format!("{}.{}", intact_fuse::WRITERS_XATTR, w.ino),
+        };
+        let c_name = std::ffi::CString::new(name)?;
+        // SAFETY: both names are NUL-terminated strings that live across the call, and
+        // the kernel writes at most `buf.len()` bytes into `buf`.
+        let n = unsafe {
+            libc::getxattr(
+                c_mnt.as_ptr(),
+                c_name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            return Err(mount_io(
+                "listing the files open for writing",
+                mnt,
+                std::io::Error::last_os_error(),
+            ));
+        }
+        let page = parse_writers(&buf[..n as usize]).with_context(|| {
+            format!("{}: the daemon's list of writers is garbled", mnt.display())
+        })?;
+        if page.is_empty() {
+            return Ok(all);
+        }
+        all.extend(page);
+    }
+}
+
+/// Opens and closes a descriptor of each file open for writing: each close returns once
+/// the daemon has answered the file's writeback. A file renamed meanwhile is looked for
+/// again (three rounds); one that cannot be opened is reported, by path.
+fn wait_for_writers(mnt: &Path) -> Result<()> {
+    use std::os::fd::IntoRawFd;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let mut todo: Option<std::collections::BTreeSet<u64>> = None;
+    let mut failed = Vec::new();
+    for _round in 0..3 {
+        let writers = writers_of(mnt)?;
+        let mut missed = std::collections::BTreeSet::new();
+        failed.clear();
+        for w in writers {
+            if todo.as_ref().is_some_and(|t| !t.contains(&w.ino)) {
+                continue;
+            }
+            let path = mnt.join(&w.path);
+            let flags = libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY;
+            let opened = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(flags)
+                .open(&path)
+                .or_else(|_| {
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .custom_flags(flags)
+                        .open(&path)
+                });
+            let f = match opened {
+                Ok(f) => f,
+                Err(e) => {
+                    missed.insert(w.ino);
+                    failed.push(format!("{}: {e}", path.display()));
+                    continue;
+                }
+            };
+            if !f.metadata().is_ok_and(|m| m.ino() == w.ino && m.is_file()) {
+                // Another file took the name (a rename since the list was made).
+                missed.insert(w.ino);
+                failed.push(format!("{}: renamed while syncing", path.display()));
+                continue;
+            }
+            let fd = f.into_raw_fd();
+            // SAFETY: `fd` was just taken from the File, which no longer owns it; closed once.
+            if unsafe { libc::close(fd) } != 0 {
+                let e = std::io::Error::last_os_error();
+                return Err(mount_io(
+                    &format!(
+                        "the writeback of {} (some written data was not kept)",
+                        w.path
+                    ),
+                    mnt,
+                    e,
+                ));
+            }
+        }
+        if missed.is_empty() {
+            return Ok(());
+        }
+        todo = Some(missed);
+    }
+    bail!(
+        "{}: could not wait for the writes of {} file(s) open for writing, which may be left \
+         out of this seal: {}",
+        mnt.display(),
+        failed.len(),
+        failed.join("; ")
+    )
 }
 
 /// The daemon serving `mnt`, from the status files under the state directory.
@@ -440,7 +579,25 @@ pub fn umount(state_root: &Path, mountpoint: &Path) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::unescape_mountinfo;
+    use super::{parse_writers, unescape_mountinfo, Writer};
+
+    #[test]
+    fn the_daemons_list_of_writers_is_parsed() {
+        let w = |ino, path: &str| Writer {
+            ino,
+            path: path.to_string(),
+        };
+        assert_eq!(parse_writers(b""), Some(vec![]));
+        assert_eq!(
+            parse_writers(b"7\t/a b\x0012\t/d/tab\there\0"),
+            Some(vec![w(7, "a b"), w(12, "d/tab\there")])
+        );
+        // Garbled: no tab, a number that is not one, a path that is not absolute.
+        assert_eq!(parse_writers(b"7/a\0"), None);
+        assert_eq!(parse_writers(b"x\t/a\0"), None);
+        assert_eq!(parse_writers(b"7\ta\0"), None);
+        assert_eq!(parse_writers(b"7\t/\xff\0"), None);
+    }
 
     #[test]
     fn mountinfo_escapes_are_undone() {

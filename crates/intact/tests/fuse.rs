@@ -188,6 +188,33 @@ impl Vol {
         assert_eq!(v["orphans"].as_array().map_or(0, |a| a.len()), 0, "{out}");
     }
 
+    /// After a crash of the daemon, what a crash of the machine could also lose: every log
+    /// record past the last seal (the log is synced only by a seal), as if none of them
+    /// had reached the disk. Returns how many log bytes were dropped.
+    fn lose_the_unsealed_log(&self) -> u64 {
+        let (code, out, err) = self.cli(&["--json", "info"]);
+        assert_eq!(code, 0, "info: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let end = &v["log_sealed_end"];
+        let (seg, off) = (end[0].as_str().unwrap(), end[1].as_u64().unwrap());
+        let mut dropped = 0;
+        for e in fs::read_dir(self.cipher()).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().into_string().unwrap();
+            let len = e.metadata().unwrap().len();
+            // Segment names are fixed-width hex: later ones sort after.
+            if name.starts_with("log.") && name.as_str() > seg {
+                fs::remove_file(e.path()).unwrap();
+                dropped += len;
+            } else if name == seg && len > off {
+                let f = OpenOptions::new().write(true).open(e.path()).unwrap();
+                f.set_len(off).unwrap();
+                dropped += len - off;
+            }
+        }
+        dropped
+    }
+
     /// The anchor's epoch, read from the trusted state directory (bytes 24..32).
     fn epoch(&self) -> u64 {
         let dir = fs::read_dir(self.state()).unwrap().next().unwrap().unwrap();
@@ -1001,6 +1028,17 @@ impl Mount {
     }
 }
 
+/// Where two contents part: their lengths and the first byte that differs.
+fn differ(got: &[u8], want: &[u8]) -> String {
+    let first = got.iter().zip(want).position(|(a, b)| a != b);
+    let zeros = got.iter().filter(|&&b| b == 0).count();
+    format!(
+        "{} bytes (want {}), first difference at {first:?}, {zeros} zero bytes",
+        got.len(),
+        want.len()
+    )
+}
+
 /// After a crash: each file reads back with its content through the CLI and through a
 /// new mount, and fsck finds nothing.
 fn kept_after_crash(v: &Vol, files: &[(&str, &[u8])]) {
@@ -1008,7 +1046,12 @@ fn kept_after_crash(v: &Vol, files: &[(&str, &[u8])]) {
     for (path, want) in files {
         let (code, _, err) = v.cli(&["get", path, out.to_str().unwrap()]);
         assert_eq!(code, 0, "{path} lost in the crash: {err}");
-        assert!(fs::read(&out).unwrap() == *want, "{path}: other content");
+        let got = fs::read(&out).unwrap();
+        assert!(
+            got == *want,
+            "{path}: other content: {}",
+            differ(&got, want)
+        );
     }
     v.fsck_clean();
     let m = v.mount();
@@ -1044,6 +1087,8 @@ fn fsync_and_fdatasync_survive_a_crash() {
     // Written after the last fsync, left open: may be lost, must not raise an alarm.
     f.write_all(b"tail").unwrap();
     m.crash();
+    // What each fsync covered survives a crash of the machine too.
+    v.lose_the_unsealed_log();
     kept_after_crash(&v, &[("/b", &b), ("/c", &c2)]);
     let out = v.root.join("a.out");
     let (code, _, err) = v.cli(&["get", "/a", out.to_str().unwrap()]);
@@ -1071,6 +1116,7 @@ fn rename_then_fsync_of_the_directory_survives_a_crash() {
     fs::rename(m.p("d/tmp"), m.p("d/final")).unwrap();
     fs::File::open(m.p("d")).unwrap().sync_all().unwrap();
     m.crash();
+    v.lose_the_unsealed_log();
     kept_after_crash(&v, &[("/d/final", &new)]);
     let (_, out, _) = v.cli(&["ls", "/d"]);
     assert_eq!(out.trim(), "final");
@@ -1124,6 +1170,7 @@ fn intact_sync_seals_what_the_kernel_still_caches() {
     m.crash();
     // SAFETY: the mapping made above, of that length, not used after this.
     unsafe { libc::munmap(map, b.len()) };
+    v.lose_the_unsealed_log();
     kept_after_crash(&v, &[("/x/y/a", &a), ("/b", &b)]);
     let m = v.mount();
     assert_eq!(fs::read_link(m.p("x/link")).unwrap(), Path::new("y/a"));
@@ -1149,26 +1196,44 @@ fn intact_umount_returns_after_the_daemon_sealed_and_exited() {
     assert!(status.unwrap().success());
     assert!(!is_mounted(&m.mnt));
     assert!(v.epoch() > e0);
+    assert_eq!(
+        v.lose_the_unsealed_log(),
+        0,
+        "unmounted with records past its seal"
+    );
     kept_after_crash(&v, &[("/a", &a)]);
 }
 
-/// `close`, `sync -f` and `sync` hand what the kernel caches to the daemon, which logs each
-/// request before it answers (docs/design.md, "The log"): a crash of the daemon right after
-/// them loses nothing, with no seal at all (`--commit-interval 0`, no fsync).
+/// `close` hands what the kernel caches of the file to the daemon and waits for its
+/// answers, and the daemon logs each request before it answers (docs/design.md, "The
+/// log"): a crash of the daemon right after loses nothing, with no seal at all
+/// (`--commit-interval 0`, no fsync).
 #[test]
-fn close_sync_f_and_sync_survive_a_crash_of_the_daemon() {
+fn close_survives_a_crash_of_the_daemon() {
     let v = Vol::new("mt-eint");
     let m = v.try_mount(&["--commit-interval", "0"]).unwrap();
     let e0 = v.epoch();
-    let (a, b, c) = (
-        pattern(9, 100_000),
-        pattern(10, 100_000),
-        pattern(11, 5_000),
-    );
-    fs::write(m.p("a"), &a).unwrap(); // closed
+    let (a, b) = (pattern(9, 100_000), pattern(10, 5_000));
+    fs::write(m.p("a"), &a).unwrap();
+    let mut f = File::create(m.p("b")).unwrap();
+    f.write_all(&b).unwrap();
+    drop(f);
+    assert_eq!(v.epoch(), e0, "no seal ran: the log alone keeps the data");
+    m.crash();
+    kept_after_crash(&v, &[("/a", &a), ("/b", &b)]);
+}
+
+/// `sync -f` (syncfs(2)) and `sync` start the kernel's writeback of a FUSE mount but do
+/// not wait for the daemon's answers (Linux since its 2025 writeback change, and before
+/// 6.14, which copied the pages aside): after a crash of the daemon right after them, a
+/// file still open may be at any state its writes went through, and never an alarm.
+#[test]
+fn sync_f_and_sync_leave_a_crash_state_with_no_alarm() {
+    let v = Vol::new("mt-eint");
+    let m = v.try_mount(&["--commit-interval", "0"]).unwrap();
+    let (b, c) = (pattern(10, 100_000), pattern(11, 5_000));
     let mut open_b = File::create(m.p("b")).unwrap();
     open_b.write_all(&b).unwrap();
-    // sync -f: syncfs(2) of the mount hands the kernel's cached pages to the daemon.
     // SAFETY: syncfs only reads the descriptor, open for the call.
     assert_eq!(
         unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&open_b)) },
@@ -1176,13 +1241,170 @@ fn close_sync_f_and_sync_survive_a_crash_of_the_daemon() {
     );
     let mut open_c = File::create(m.p("c")).unwrap();
     open_c.write_all(&c).unwrap();
-    // sync: every file system, this mount among them.
     // SAFETY: sync(2) takes no argument and cannot fail.
     unsafe { libc::sync() };
-    assert_eq!(v.epoch(), e0, "no seal ran: the log alone keeps the data");
     m.crash();
     drop((open_b, open_c));
-    kept_after_crash(&v, &[("/a", &a), ("/b", &b), ("/c", &c)]);
+    let out = v.root.join("got");
+    for (path, want) in [("/b", &b[..]), ("/c", &c[..])] {
+        let (code, _, err) = v.cli(&["get", path, out.to_str().unwrap()]);
+        assert_eq!(code, 0, "{path} lost in the crash: {err}");
+        let got = fs::read(&out).unwrap();
+        // Pages arrive whole or not at all: each byte is what was written, or a hole.
+        assert!(
+            got.len() <= want.len() && got.iter().zip(want).all(|(g, w)| g == w || *g == 0),
+            "{path}: not a state its writes went through: {}",
+            differ(&got, want)
+        );
+    }
+    v.fsck_clean();
+    assert_eq!(integrity_failures(&v), 0);
+}
+
+/// `intact sync` waits for every file still open for writing: the kernel may hold dirty
+/// pages of each, which `syncfs(2)` starts to write back without waiting for the daemon.
+/// Many open files with cached writes make the race of such a seal with their writeback
+/// wide; all must be kept.
+#[test]
+fn intact_sync_waits_for_every_file_open_for_writing() {
+    let v = Vol::new("mt-eint");
+    let m = v.try_mount(&["--commit-interval", "0"]).unwrap();
+    fs::create_dir(m.p("d")).unwrap();
+    let mut open = Vec::new();
+    let mut want = Vec::new();
+    for i in 0..48u8 {
+        let data = pattern(40 + u64::from(i), 96_000 + usize::from(i) * 9000);
+        // Some are renamed after their open: the daemon lists them by their new name.
+        let name = format!("/d/f{i}");
+        let mut f = File::create(m.p(&name)).unwrap();
+        f.write_all(&data).unwrap();
+        let name = if i % 8 == 0 {
+            let to = format!("/d/moved{i}");
+            fs::rename(m.p(&name), m.p(&to)).unwrap();
+            to
+        } else {
+            name
+        };
+        open.push(f);
+        want.push((name, data));
+    }
+    // A file open only for reading is not waited for, nor listed.
+    let _reader = File::open(m.p("/d/f1")).unwrap();
+    let listed = xattr::get(&m.mnt, "user.intact.writers")
+        .unwrap()
+        .unwrap_or_default();
+    assert_eq!(
+        listed.split(|&b| b == 0).filter(|e| !e.is_empty()).count(),
+        48
+    );
+    let (code, _, err) = v.cli(&["sync", m.mnt.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    m.crash();
+    drop(open);
+    v.lose_the_unsealed_log();
+    let files: Vec<(&str, &[u8])> = want.iter().map(|(n, d)| (n.as_str(), &d[..])).collect();
+    kept_after_crash(&v, &files);
+}
+
+/// The daemon's list of files open for writing (`user.intact.writers` of the root, which
+/// `intact sync` reads): every handle that may write, by its current name, page by page;
+/// not readers, not unlinked files; never stored, and not settable.
+#[test]
+fn files_open_for_writing_are_listed_page_by_page() {
+    let v = Vol::new("mt-eint");
+    let m = v.mount();
+    let list = |m: &Mount| -> Vec<(u64, String)> {
+        let mut all: Vec<(u64, String)> = Vec::new();
+        let (mut pages, mut bytes) = (0, 0);
+        loop {
+            let name = match all.last() {
+                None => "user.intact.writers".to_string(),
+                Some((ino, _)) => format!("user.intact.writers.{ino}"),
+            };
+            let page = xattr::get(&m.mnt, &name).unwrap().unwrap_or_default();
+            assert!(page.len() <= 60 << 10, "a page of {} bytes", page.len());
+            if page.is_empty() {
+                // Only what does not fit one page comes in several.
+                assert_eq!(
+                    pages > 1,
+                    bytes > 60 << 10,
+                    "{bytes} bytes in {pages} pages"
+                );
+                return all;
+            }
+            pages += 1;
+            bytes += page.len();
+            for e in page.split(|&b| b == 0).filter(|e| !e.is_empty()) {
+                let (ino, path) = std::str::from_utf8(e).unwrap().split_once('\t').unwrap();
+                all.push((ino.parse().unwrap(), path.to_string()));
+            }
+        }
+    };
+    assert!(list(&m).is_empty());
+    fs::create_dir(m.p("d")).unwrap();
+    let long = "n".repeat(200);
+    let mut open = Vec::new();
+    for i in 0..300 {
+        let name = format!("d/{long}{i}");
+        let f = File::create(m.p(&name)).unwrap();
+        open.push((name, f));
+    }
+    let reader = File::open(m.p(&open[0].0)).unwrap();
+    fs::rename(m.p(&open[1].0), m.p("d/renamed")).unwrap();
+    open[1].0 = "d/renamed".into();
+    fs::remove_file(m.p(&open[2].0)).unwrap();
+    let got = list(&m);
+    assert_eq!(got.len(), 299, "every writer but the unlinked one, once");
+    for (name, f) in open.iter().skip(3).chain(&open[..2]) {
+        let ino = f.metadata().unwrap().ino();
+        assert!(
+            got.contains(&(ino, format!("/{name}"))),
+            "{name} not listed"
+        );
+    }
+    // The kernel sends RELEASE after close(2) returns: the list follows shortly.
+    type Listed = [(u64, String)];
+    let settles = |what: &str, ok: &dyn Fn(&Listed) -> bool| {
+        let t = Instant::now();
+        while !ok(&list(&m)) {
+            assert!(t.elapsed() < Duration::from_secs(10), "{what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    open.truncate(150);
+    settles("149 writers left", &|l| l.len() == 149);
+    // A second descriptor keeps it listed until both are closed.
+    let again = OpenOptions::new()
+        .write(true)
+        .open(m.p(&open[3].0))
+        .unwrap();
+    let ino = again.metadata().unwrap().ino();
+    let (_, first) = open.remove(3);
+    drop(first);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(list(&m).iter().any(|(i, _)| *i == ino));
+    drop(again);
+    settles("closed twice", &|l| {
+        l.len() == 148 && !l.iter().any(|(i, _)| *i == ino)
+    });
+    assert_eq!(
+        xattr::set(&m.mnt, "user.intact.writers", b"x")
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EPERM)
+    );
+    assert!(xattr::get(m.p("d"), "user.intact.writers")
+        .unwrap()
+        .is_none());
+    assert!(!xattr::list(&m.mnt)
+        .unwrap()
+        .any(|n| n.to_string_lossy().contains("writers")));
+    let (code, _, err) = v.cli(&["sync", m.mnt.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    drop(open);
+    settles("no writer left", &|l| l.is_empty());
+    drop(reader);
+    m.unmount();
 }
 
 #[test]

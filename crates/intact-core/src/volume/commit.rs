@@ -343,8 +343,9 @@ impl Inner {
                 .retain(|_, f| f.inode.kind == Kind::Dir || f.inode.nlink == 0);
         }
         if self.names.len() > KEEP_NAMES {
-            // Only error messages use them; lookups repopulate what is in use.
-            self.names.clear();
+            // Error messages use them, and `intact sync` the paths of open files (kept);
+            // lookups repopulate what is in use.
+            self.trim_names();
         }
         Ok(Some((commit, anchor, start, log_sync, obsolete)))
     }

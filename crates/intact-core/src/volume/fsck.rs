@@ -207,6 +207,10 @@ impl Inner {
             inode_table_bytes: itable,
             epoch: self.anchor.epoch,
             anchor: self.trusted.location(),
+            log_sealed_end: self
+                .anchor
+                .log
+                .map(|l| (crate::wal::segment_name(l.sealed.end.seg), l.sealed.end.off)),
         })
     }
     pub(super) fn file_integrity(&mut self, ino: u64, path: &str) -> Result<FileIntegrity> {

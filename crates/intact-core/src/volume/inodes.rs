@@ -419,18 +419,41 @@ impl Inner {
     }
     /// A best-effort path of `ino`, for error messages.
     pub(super) fn path_of(&self, ino: u64) -> String {
+        self.known_path(ino)
+            .unwrap_or_else(|| format!("<inode {ino}>"))
+    }
+
+    /// The path of `ino` from the names the engine last saw (lookups, creates, renames),
+    /// or `None` when one on the way is unknown (an unlinked file, say).
+    pub(super) fn known_path(&self, ino: u64) -> Option<String> {
         let mut parts = Vec::new();
         let mut cur = ino;
-        while cur != ROOT_INO && parts.len() < 256 {
-            match self.names.get(&cur) {
-                Some((p, n)) => {
-                    parts.push(n.as_str());
-                    cur = *p;
-                }
-                None => return format!("<inode {ino}>"),
+        while cur != ROOT_INO {
+            if parts.len() >= 4096 {
+                return None;
             }
+            let (p, n) = self.names.get(&cur)?;
+            parts.push(n.as_str());
+            cur = *p;
         }
         parts.reverse();
-        format!("/{}", parts.join("/"))
+        Some(format!("/{}", parts.join("/")))
+    }
+
+    /// Drops the names kept for error messages, but those on the way to an open file
+    /// ([`Volume::path_of_ino`] must find them).
+    pub(super) fn trim_names(&mut self) {
+        let mut keep = HashMap::new();
+        for &ino in self.handles.keys() {
+            let mut cur = ino;
+            while cur != ROOT_INO {
+                let Some(e) = self.names.get(&cur) else { break };
+                if keep.insert(cur, e.clone()).is_some() {
+                    break;
+                }
+                cur = e.0;
+            }
+        }
+        self.names = keep;
     }
 }

@@ -311,6 +311,10 @@ pub struct Info {
     pub epoch: u64,
     /// Where the anchor lives.
     pub anchor: String,
+    /// Where the log records the last seal covers end: the segment (its object's name) and
+    /// the byte offset in it. Records past it were logged since: a crash of the daemon
+    /// keeps them, a crash of the machine may lose them. `None` without a log.
+    pub log_sealed_end: Option<(String, u64)>,
 }
 
 /// An encrypted, authenticated, fresh volume.
@@ -1251,6 +1255,13 @@ impl Volume {
         self.with_ino(parent, |g| {
             g.rename_at(parent, name, new_parent, new_name, mode)
         })
+    }
+
+    /// The path of `ino` as far as the engine knows it: every name on the way was looked
+    /// up, created or renamed through it (the names of open files are always kept), or
+    /// `None` (an unlinked file).
+    pub fn path_of_ino(&self, ino: u64) -> Result<Option<String>> {
+        Ok(self.lock()?.known_path(ino))
     }
 
     /// The entries of directory `ino` (sorted by name) and its parent's inode.
