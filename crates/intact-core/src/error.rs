@@ -107,6 +107,16 @@ pub enum Error {
     /// An invalid argument.
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// The volume failed authentication as a whole when opened (the cipher directory and the
+    /// trusted anchor disagree): the failure, with what each side holds, the likely causes
+    /// and the next commands ([`crate::volume::StateReport::explain`]).
+    #[error("{cause}\n\n{}", report.explain())]
+    StateMismatch {
+        /// The integrity failure.
+        cause: Box<Error>,
+        /// What the anchor and the store say.
+        report: Box<crate::volume::StateReport>,
+    },
     /// The store was crashed by the fault-injecting wrapper (tests only).
     #[error("simulated crash")]
     Crashed,
@@ -221,7 +231,7 @@ impl Error {
 
     /// True for integrity (tamper) failures.
     pub fn is_tampered(&self) -> bool {
-        matches!(self, Error::Tampered { .. })
+        matches!(self, Error::Tampered { .. } | Error::StateMismatch { .. })
     }
 
     /// Names the file of an integrity failure that only knew the inode (used when a layer

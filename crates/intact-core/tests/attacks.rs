@@ -114,10 +114,22 @@ enum Outcome {
     Undetected(Vec<u8>),
 }
 
+/// An open that failed for the whole volume carries what the anchor and the store each
+/// hold; the failure itself is its cause.
+fn open_failed(e: Error) -> Outcome {
+    match e {
+        Error::StateMismatch { cause, report } => {
+            assert!(report.explain().contains("What you can do"), "{report:?}");
+            Outcome::Detected(*cause)
+        }
+        e => Outcome::Detected(e),
+    }
+}
+
 fn read_outcome(fx: &Fx, path: &str) -> Outcome {
     let vol = match fx.vol() {
         Ok(v) => v,
-        Err(e) => return Outcome::Detected(e),
+        Err(e) => return open_failed(e),
     };
     match read_all(&vol, path) {
         Ok(b) => Outcome::Undetected(b),
@@ -128,7 +140,7 @@ fn read_outcome(fx: &Fx, path: &str) -> Outcome {
 fn list_outcome(fx: &Fx, path: &str) -> Outcome {
     let vol = match fx.vol() {
         Ok(v) => v,
-        Err(e) => return Outcome::Detected(e),
+        Err(e) => return open_failed(e),
     };
     match vol.readdir(path) {
         Ok(entries) => Outcome::Undetected(entries.iter().flat_map(|e| e.name.bytes()).collect()),

@@ -51,6 +51,13 @@ pub struct MountOptions {
     /// read and write reaches the engine. Shared mmap goes through the page cache
     /// (FUSE_DIRECT_IO_ALLOW_MMAP, Linux 6.6 and later).
     pub direct_io: bool,
+    /// Where every integrity failure is appended as one JSON line (time, request, object,
+    /// block, what).
+    pub alarms_file: Option<PathBuf>,
+    /// A command run (`sh -c`) the first time each object fails authentication, with the
+    /// failure in its environment (INTACT_ALARM_PATH, INTACT_ALARM_BLOCK,
+    /// INTACT_ALARM_KIND, INTACT_ALARM_WHAT, INTACT_MOUNTPOINT).
+    pub on_alarm: Option<String>,
 }
 
 impl Default for MountOptions {
@@ -67,6 +74,8 @@ impl Default for MountOptions {
             mountpoint: PathBuf::new(),
             unmount_on_hangup: true,
             direct_io: false,
+            alarms_file: None,
+            on_alarm: None,
         }
     }
 }
@@ -189,6 +198,10 @@ struct Reporter {
     /// Held while the status file is written: one writer at a time, each writing the
     /// counts it reads under the lock, so the file always ends with the latest counts.
     status_lock: Arc<Mutex<()>>,
+    alarms_file: Option<PathBuf>,
+    on_alarm: Option<String>,
+    /// Objects whose first failure ran `on_alarm`.
+    alarmed: Arc<Mutex<std::collections::HashSet<String>>>,
 }
 
 impl Reporter {
@@ -223,6 +236,79 @@ impl Reporter {
         }
     }
 
+    /// An integrity failure for those who watch: a line in the alarms file, and the first
+    /// time its object fails, the `on_alarm` command (on a thread of its own, which waits
+    /// for it; the request does not).
+    fn alarm(&self, op: &str, e: &Error) {
+        let (object, block, what) = match e {
+            Error::Tampered {
+                subject,
+                block,
+                what,
+            } => (subject.to_string(), *block, what.clone()),
+            other => (String::new(), None, other.to_string()),
+        };
+        if let Some(path) = &self.alarms_file {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let line = serde_json::json!({
+                "time_unix": now,
+                "kind": "integrity",
+                "request": op,
+                "object": object,
+                "block": block,
+                "what": what,
+                "mountpoint": self.mountpoint.display().to_string(),
+            })
+            .to_string()
+                + "\n";
+            // One append per line: lines of concurrent failures do not interleave.
+            let r = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+            if let Err(err) = r {
+                tracing::warn!(error = %err, path = %path.display(), "cannot write the alarms file");
+            }
+        }
+        let Some(cmd) = &self.on_alarm else { return };
+        if !lock(&self.alarmed).insert(object.clone()) {
+            return;
+        }
+        let spawned = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(cmd)
+            .env("INTACT_ALARM_PATH", &object)
+            .env(
+                "INTACT_ALARM_BLOCK",
+                block.map(|b| b.to_string()).unwrap_or_default(),
+            )
+            .env("INTACT_ALARM_KIND", "integrity")
+            .env("INTACT_ALARM_WHAT", &what)
+            .env("INTACT_MOUNTPOINT", &self.mountpoint)
+            .stdin(std::process::Stdio::null())
+            .spawn();
+        match spawned {
+            Ok(mut child) => {
+                let reaped = std::thread::Builder::new()
+                    .name("intact-on-alarm".into())
+                    .spawn(move || {
+                        if let Ok(st) = child.wait() {
+                            if !st.success() {
+                                tracing::warn!(status = %st, "the --on-alarm command failed");
+                            }
+                        }
+                    });
+                if let Err(err) = reaped {
+                    tracing::warn!(error = %err, "no thread to wait for the --on-alarm command");
+                }
+            }
+            Err(err) => tracing::error!(error = %err, "cannot run the --on-alarm command"),
+        }
+    }
+
     /// Logs an engine error (integrity failures loudly, with path and block) and maps it.
     fn fail(&self, op: &str, e: Error) -> Errno {
         if matches!(e, Error::Lost { .. }) && !BY_HANDLE.contains(&op) {
@@ -237,6 +323,7 @@ impl Reporter {
             tracing::error!(op, error = %e, "integrity failure: returning EIO");
             *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
             self.write_status(true);
+            self.alarm(op, &e);
         } else if matches!(
             e,
             Error::Io { .. } | Error::Poisoned(_) | Error::Lost { .. }
@@ -411,6 +498,9 @@ impl IntactFs {
                 mountpoint: opts.mountpoint.clone(),
                 last_failure: Arc::new(Mutex::new(None)),
                 status_lock: Arc::new(Mutex::new(())),
+                alarms_file: opts.alarms_file.clone(),
+                on_alarm: opts.on_alarm.clone(),
+                alarmed: Arc::new(Mutex::new(std::collections::HashSet::new())),
             },
         }
     }

@@ -11,10 +11,12 @@ use intact_core::{CreateOptions, Error, Options, Volume};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+mod alarm;
 mod bench;
 mod mount;
+mod scrub;
 
 /// Exit codes (documented in the README).
 mod code {
@@ -50,6 +52,11 @@ struct Cli {
     /// paper's evaluation; 16 MiB for `mount`].
     #[arg(long, global = true)]
     cache_bytes: Option<usize>,
+    /// Open the cipher directory's own latest authentic state, read-only, even when it is
+    /// not the one the trusted anchor names (after an alarm: to look, not to trust). For
+    /// ls, cat, get, stat, fsck, info and `mount --ro`; nothing is written.
+    #[arg(long, global = true)]
+    accept_stale: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -164,6 +171,19 @@ enum Cmd {
         /// Slower; for databases that cache themselves and for testing the engine.
         #[arg(long)]
         direct_io: bool,
+        /// Run CMD (with `sh -c`) the first time each file or structure fails
+        /// authentication, with INTACT_ALARM_PATH, INTACT_ALARM_BLOCK (empty when none),
+        /// INTACT_ALARM_KIND ("integrity"), INTACT_ALARM_WHAT and INTACT_MOUNTPOINT in its
+        /// environment. Every failure also goes to alarms.jsonl beside the anchor.
+        #[arg(long, value_name = "CMD")]
+        on_alarm: Option<String>,
+        /// Scrub in the background: a pass whenever the last complete one is older than
+        /// this (7d, 12h, 30m, 45s), going on where the last stopped.
+        #[arg(long, value_name = "PERIOD", value_parser = scrub::parse_period)]
+        scrub_every: Option<std::time::Duration>,
+        /// The background scrub's rate, MB (10^6 bytes) per second.
+        #[arg(long, value_name = "MB_PER_S", default_value_t = 50.0)]
+        scrub_rate: f64,
         #[arg(long, hide = true)]
         daemon_child: bool,
     },
@@ -178,6 +198,30 @@ enum Cmd {
         /// Delete objects no file references (left by an interrupted command or a crash).
         #[arg(long)]
         remove_orphans: bool,
+        /// Copy every file out into DIR (empty or new), keeping every block that
+        /// authenticates; a damaged block becomes a hole, and the damaged ranges are listed.
+        #[arg(long, value_name = "DIR")]
+        salvage: Option<PathBuf>,
+        /// With --salvage: then move each damaged file to /lost+found in the volume.
+        #[arg(long, requires = "salvage")]
+        quarantine: bool,
+    },
+    /// Verify every block of every file, at a rate, on every core; an interrupted scrub
+    /// (Ctrl-C, --limit-bytes) goes on where it stopped at the next run (a cursor in the
+    /// state directory).
+    Scrub {
+        /// At most this many MB (10^6 bytes) per second, over all workers.
+        #[arg(long, value_name = "MB_PER_S")]
+        rate: Option<f64>,
+        /// Workers, each reading through a volume of its own [default: the cores].
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Stop once this many bytes were verified in this run (the cursor keeps the rest).
+        #[arg(long)]
+        limit_bytes: Option<u64>,
+        /// Forget an interrupted scrub and start over.
+        #[arg(long)]
+        restart: bool,
     },
     /// Show the volume's scheme, sizes and trusted/untrusted storage.
     Info {
@@ -185,6 +229,15 @@ enum Cmd {
         /// integrity bandwidth per block and the time by phase.
         #[arg(long)]
         measure: bool,
+    },
+    /// Accept the cipher directory's own state from now on, after an alarm that says it
+    /// is older or newer than the trusted anchor (docs/threat-model.md says what this gives
+    /// up). Shows what is lost and asks first; keeps the replaced anchor and records the
+    /// change in the state directory's audit log. Refused while the volume is open.
+    AcceptStore {
+        /// Do not ask.
+        #[arg(long)]
+        yes: bool,
     },
     /// Rebuild a lost trusted anchor from the copy in the cipher directory.
     RecoverAnchor {
@@ -293,7 +346,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for GoneClients {
 
 fn exit_code(e: &anyhow::Error) -> u8 {
     match e.downcast_ref::<Error>() {
-        Some(Error::Tampered { .. }) => code::INTEGRITY,
+        Some(Error::Tampered { .. }) | Some(Error::StateMismatch { .. }) => code::INTEGRITY,
         Some(Error::WrongPassword) => code::PASSWORD,
         Some(Error::Config(_)) | Some(Error::AnchorCorrupt(_)) => code::CONFIG,
         Some(Error::AnchorMissing { .. }) => code::ANCHOR_MISSING,
@@ -422,13 +475,29 @@ fn locate_at(cli: &Cli, dir: &Path) -> Result<(Arc<dyn UntrustedStore>, LocalSta
 }
 
 fn open(cli: &Cli, read_only: bool) -> Result<Volume> {
-    let (mut store, mut state) = locate(cli)?;
     let pw = password(cli, false)?;
+    open_pw(cli, &pw, read_only)
+}
+
+/// [`open`] with the password given.
+fn open_pw(cli: &Cli, pw: &str, read_only: bool) -> Result<Volume> {
+    let (mut store, mut state) = locate(cli)?;
     let opts = Options {
         cache_bytes: cli.cache_bytes.unwrap_or(1024),
         read_only,
         ..Options::default()
     };
+    if cli.accept_stale {
+        if !read_only {
+            bail!(
+                "--accept-stale only reads (ls, cat, get, stat, fsck, info, mount --ro): this \
+                 command writes"
+            );
+        }
+        let vol = Volume::open_stale(store, Box::new(state), pw.as_bytes(), &opts)?;
+        alarm::warn_stale(&vol);
+        return Ok(vol);
+    }
     // Right after `fusermount3 -u` the mount's daemon may still be sealing: wait for it
     // (up to 30 s) rather than report the volume as in use.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
@@ -440,6 +509,7 @@ fn open(cli: &Cli, read_only: bool) -> Result<Volume> {
                 std::thread::sleep(std::time::Duration::from_millis(100));
                 (store, state) = locate(cli)?;
             }
+            Err(e @ Error::AnchorMissing { .. }) => return Err(alarm::other_volumes(cli, e)),
             r => break r?,
         }
     };
@@ -815,6 +885,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             xattr_max_bytes,
             log,
             direct_io,
+            on_alarm,
+            scrub_every,
+            scrub_rate,
             daemon_child,
         } => {
             // Absolute paths: the daemon and `intact stat` find the mount by them.
@@ -837,6 +910,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     xattr_max_bytes: *xattr_max_bytes,
                     log: log.as_deref(),
                     direct_io: *direct_io,
+                    on_alarm: on_alarm.as_deref(),
+                    scrub_every: *scrub_every,
+                    scrub_rate: *scrub_rate,
                     daemon_child: *daemon_child,
                 },
             );
@@ -948,7 +1024,54 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
             }
         }
-        Cmd::Fsck { remove_orphans } => {
+        Cmd::Fsck {
+            salvage: Some(dir),
+            quarantine,
+            ..
+        } => {
+            let vol = open(&cli, !*quarantine)?;
+            let total = vol.content_bytes()?;
+            let pb = bar(total, "salvage");
+            let damaged = alarm::salvage(&vol, dir, *quarantine, &mut |n| pb.inc(n))?;
+            pb.finish_and_clear();
+            if cli.json {
+                print_json(&serde_json::json!({
+                    "ok": damaged.is_empty(),
+                    "salvaged_into": dir,
+                    "damaged": damaged,
+                }))?;
+            } else {
+                for d in &damaged {
+                    let ranges: Vec<String> = d
+                        .ranges
+                        .iter()
+                        .map(|(a, b)| match *b {
+                            u64::MAX => "all".to_string(),
+                            b => format!("bytes {a}..{b}"),
+                        })
+                        .collect();
+                    println!(
+                        "{}: damaged ({}), left as holes: {}{}",
+                        d.path,
+                        d.what,
+                        ranges.join(", "),
+                        d.quarantined
+                            .as_ref()
+                            .map(|q| format!("; moved to {q}"))
+                            .unwrap_or_default()
+                    );
+                }
+                eprintln!(
+                    "salvage: copied into {}; {} damaged file(s)",
+                    dir.display(),
+                    damaged.len()
+                );
+            }
+            if !damaged.is_empty() {
+                return Ok(ExitCode::from(code::INTEGRITY));
+            }
+        }
+        Cmd::Fsck { remove_orphans, .. } => {
             let vol = open(&cli, !*remove_orphans)?;
             let total = vol.content_bytes()?;
             let pb = bar(total, "fsck");
@@ -991,7 +1114,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Cmd::Info { measure } => {
-            let vol = open(&cli, true)?;
+            let report = alarm::state_report(&cli)?;
+            let vol = match open(&cli, true) {
+                Ok(v) => v,
+                Err(e) => {
+                    alarm::print_report(&cli, &report, &e)?;
+                    return Err(e);
+                }
+            };
             let i = vol.info()?;
             let mut failures = 0;
             if *measure {
@@ -1001,6 +1131,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             if cli.json {
                 let mut j = serde_json::to_value(&i)?;
                 j["integrity"] = serde_json::to_value(&v)?;
+                j["state"] = serde_json::to_value(&report)?;
                 if *measure {
                     j["integrity_failures"] = failures.into();
                 }
@@ -1029,6 +1160,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 if let Some((seg, off)) = &i.log_sealed_end {
                     println!("log sealed up to:   {seg}, byte {off}");
                 }
+                alarm::print_seals(&report);
                 print_volume_integrity(&v, *measure);
                 if failures > 0 {
                     println!("integrity failures: {failures} (run `intact fsck`)");
@@ -1043,6 +1175,72 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench {
             what: bench::BenchCmd::Schemes(a),
         } => bench::schemes(a, cli.cache_bytes.unwrap_or(1024), cli.json)?,
+        Cmd::AcceptStore { yes } => alarm::accept_store(&cli, *yes)?,
+        Cmd::Scrub {
+            rate,
+            threads,
+            limit_bytes,
+            restart,
+        } => {
+            let (_, state) = locate(&cli)?;
+            let pw = password(&cli, false)?;
+            let n = threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+                .max(1);
+            let vols = (0..n)
+                .map(|_| open_pw(&cli, &pw, true).map(Arc::new))
+                .collect::<Result<Vec<_>>>()?;
+            let volume_id = vols[0].info()?.volume_id;
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            for sig in [libc::SIGINT, libc::SIGTERM] {
+                signal_hook::flag::register(sig, stop.clone())?;
+            }
+            let pb = Mutex::new(None::<ProgressBar>);
+            let opts = scrub::ScrubOpts {
+                rate: rate.map(|r| r * 1e6),
+                limit: *limit_bytes,
+                restart: *restart,
+            };
+            let report = scrub::scrub(
+                &vols,
+                &volume_id,
+                &scrub::cursor_path(state.volume_dir()),
+                &opts,
+                &stop,
+                &|n, total| {
+                    let mut pb = pb.lock().unwrap_or_else(|p| p.into_inner());
+                    pb.get_or_insert_with(|| bar(total, "scrub")).inc(n);
+                },
+            )?;
+            if let Some(pb) = pb.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                pb.finish_and_clear();
+            }
+            if cli.json {
+                print_json(&report)?;
+            } else {
+                for f in &report.failures {
+                    println!("{}: {}", f.path, f.what);
+                }
+                eprintln!(
+                    "scrub: {} bytes verified in {:.1} s ({:.0} MB/s), {} files, {} directories, \
+                     {} failure(s){}",
+                    report.bytes_verified,
+                    report.seconds,
+                    report.bytes_verified as f64 / report.seconds.max(1e-9) / 1e6,
+                    report.files,
+                    report.directories,
+                    report.failures.len(),
+                    if report.complete {
+                        ""
+                    } else {
+                        "; stopped before the end: `intact scrub` goes on from here"
+                    }
+                );
+            }
+            if !report.failures.is_empty() {
+                return Ok(ExitCode::from(code::INTEGRITY));
+            }
+        }
         Cmd::RecoverAnchor {
             i_accept_rollback_risk,
         } => {

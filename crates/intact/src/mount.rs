@@ -28,12 +28,45 @@ pub struct MountArgs<'a> {
     pub xattr_max_bytes: usize,
     pub log: Option<&'a Path>,
     pub direct_io: bool,
+    pub on_alarm: Option<&'a str>,
+    pub scrub_every: Option<Duration>,
+    pub scrub_rate: f64,
     pub daemon_child: bool,
 }
 
 /// The status file a mount keeps beside its anchor (read by `intact stat`).
 pub fn status_path(state: &intact_core::store::LocalStateDir) -> PathBuf {
     state.volume_dir().join("mount.json")
+}
+
+/// Opens the volume to mount: the trusted state, or with `--accept-stale` (and `--ro`) the
+/// cipher directory's own state, with the warning in the log.
+fn open_for_mount(
+    cli: &Cli,
+    a: &MountArgs,
+    store: Arc<dyn UntrustedStore>,
+    state: intact_core::store::LocalStateDir,
+    pw: &[u8],
+) -> Result<Volume> {
+    let opts = Options {
+        cache_bytes: default_cache(cli),
+        read_only: a.ro,
+        xattr_bytes_max: a.xattr_max_bytes,
+    };
+    let trusted = Box::new(state) as Box<dyn TrustedStore>;
+    if cli.accept_stale {
+        if !a.ro {
+            bail!("--accept-stale mounts only read-only: add --ro");
+        }
+        let vol = Volume::open_stale(store, trusted, pw, &opts)?;
+        crate::alarm::warn_stale(&vol);
+        tracing::warn!(
+            "--accept-stale: serving the cipher directory's own state, authentic but maybe \
+             not the latest; read-only"
+        );
+        return Ok(vol);
+    }
+    Ok(Volume::open(store, trusted, pw, &opts)?)
 }
 
 fn default_cache(cli: &Cli) -> usize {
@@ -60,16 +93,7 @@ pub fn mount(cli: &Cli, a: &MountArgs) -> Result<ExitCode> {
     let pw = password(cli, false)?;
     if a.foreground {
         let (store, faults) = inject_faults(store)?;
-        let vol = Volume::open(
-            store,
-            Box::new(state) as Box<dyn TrustedStore>,
-            pw.as_bytes(),
-            &Options {
-                cache_bytes: default_cache(cli),
-                read_only: a.ro,
-                xattr_bytes_max: a.xattr_max_bytes,
-            },
-        )?;
+        let vol = open_for_mount(cli, a, store, state, pw.as_bytes())?;
         drop(pw);
         serve(vol, a, scheme, status, true, || {
             eprintln!(
@@ -99,6 +123,9 @@ pub fn mount(cli: &Cli, a: &MountArgs) -> Result<ExitCode> {
     if let Some(c) = cli.cache_bytes {
         cmd.arg("--cache-bytes").arg(c.to_string());
     }
+    if cli.accept_stale {
+        cmd.arg("--accept-stale");
+    }
     cmd.arg("mount")
         .arg(a.cipherdir)
         .arg(a.mountpoint)
@@ -122,6 +149,13 @@ pub fn mount(cli: &Cli, a: &MountArgs) -> Result<ExitCode> {
     }
     if let Some(s) = a.scheme {
         cmd.arg("--scheme").arg(s);
+    }
+    if let Some(c) = a.on_alarm {
+        cmd.arg("--on-alarm").arg(c);
+    }
+    if let Some(e) = a.scrub_every {
+        cmd.arg("--scrub-every").arg(format!("{}s", e.as_secs()));
+        cmd.arg("--scrub-rate").arg(a.scrub_rate.to_string());
     }
     use std::os::unix::process::CommandExt;
     cmd.stdin(Stdio::piped())
@@ -181,16 +215,7 @@ fn child(cli: &Cli, a: &MountArgs, scheme: Option<SchemeId>) -> Result<ExitCode>
             .context("reading the password from the parent")?;
         let pw = zeroize::Zeroizing::new(pw.trim_end_matches('\n').to_string());
         let status = status_path(&state);
-        let vol = Volume::open(
-            store,
-            Box::new(state) as Box<dyn TrustedStore>,
-            pw.as_bytes(),
-            &Options {
-                cache_bytes: default_cache(cli),
-                read_only: a.ro,
-                xattr_bytes_max: a.xattr_max_bytes,
-            },
-        )?;
+        let vol = open_for_mount(cli, a, store, state, pw.as_bytes())?;
         Ok((vol, status, faults))
     })();
     let (vol, status, faults) = match r {
@@ -258,14 +283,32 @@ fn serve(
         threads: a.threads.max(1),
         commit_interval: (a.commit_interval > 0).then(|| Duration::from_secs(a.commit_interval)),
         backing_dir: Some(a.cipherdir.to_path_buf()),
-        status_file: Some(status),
+        alarms_file: status.parent().map(|d| d.join("alarms.jsonl")),
+        status_file: Some(status.clone()),
+        on_alarm: a.on_alarm.map(str::to_string),
         mountpoint: a.mountpoint.to_path_buf(),
         unmount_on_hangup: foreground,
         direct_io: a.direct_io,
         ..Default::default()
     };
-    intact_fuse::serve(vol.clone(), a.mountpoint, opts, ready)
-        .with_context(|| format!("mounting at {}", a.mountpoint.display()))?;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let scrubber = match (a.scrub_every, status.parent()) {
+        (Some(every), Some(dir)) => Some(crate::scrub::background(
+            vol.clone(),
+            dir.to_path_buf(),
+            every,
+            Some(a.scrub_rate * 1e6),
+            stop.clone(),
+        )?),
+        _ => None,
+    };
+    let served = intact_fuse::serve(vol.clone(), a.mountpoint, opts, ready)
+        .with_context(|| format!("mounting at {}", a.mountpoint.display()));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(h) = scrubber {
+        let _ = h.join();
+    }
+    served?;
     let failures = vol.integrity_failures();
     if failures > 0 {
         tracing::warn!(

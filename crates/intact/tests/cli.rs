@@ -1134,3 +1134,330 @@ fn one_writer_at_a_time() {
     v.run(&["rm", "/g"]).ok();
     v.run(&["fsck"]).ok();
 }
+
+// ---------------------------------------------------------------------------------------
+// 8. After an alarm: explain, look without trusting, accept on purpose, salvage, scrub
+// ---------------------------------------------------------------------------------------
+
+/// Copies a directory tree, keeping times (`cp -a`).
+fn copy_tree(from: &Path, to: &Path) {
+    let _ = std::fs::remove_dir_all(to);
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+/// The cipher directory and the anchor, byte for byte and with their times.
+type Files = BTreeMap<PathBuf, (Vec<u8>, SystemTime)>;
+
+fn everything(v: &Vol) -> (Files, Vec<u8>) {
+    (snapshot(&v.cipher), std::fs::read(v.anchor_path()).unwrap())
+}
+
+#[test]
+fn a_whole_volume_rollback_is_explained_looked_at_and_accepted_on_purpose() {
+    let v = Vol::new();
+    v.put("/a", b"one", &[]);
+    let oldest = v.tmp().join("oldest");
+    copy_tree(&v.cipher, &oldest);
+    v.put("/b", b"two", &[]);
+    let older = v.tmp().join("older");
+    copy_tree(&v.cipher, &older);
+    v.put("/c", b"three", &[]);
+    let epoch_now = v.info()["epoch"].as_u64().unwrap();
+    // A backup restored by hand: the whole cipher directory goes back.
+    copy_tree(&older, &v.cipher);
+
+    let r = v.run(&["ls", "/"]).fails(code::INTEGRITY);
+    let r = r.says("integrity failure").says("an older state");
+    for next in [
+        "intact --accept-stale ls /",
+        "intact accept-store",
+        "restored or synced back",
+    ] {
+        assert!(r.stderr.contains(next), "no {next:?} in:\n{}", r.stderr);
+    }
+    // info says the same in fields, and fails the same way.
+    let r = v.run(&["--json", "info"]).fails(code::INTEGRITY);
+    let j = r.json();
+    assert_eq!(j["state"]["verdict"], "store_older", "{j}");
+    assert_eq!(j["state"]["anchor"]["epoch"].as_u64(), Some(epoch_now));
+    let store_epoch = j["state"]["store"]["seal"]["epoch"].as_u64().unwrap();
+    assert!(store_epoch < epoch_now, "{j}");
+    assert!(j["state"]["anchor"]["stored_unix"].as_u64().is_some());
+    let r = v.run(&["info"]).fails(code::INTEGRITY);
+    assert!(r.out().contains("OLDER than the anchor's"), "{}", r.out());
+
+    // A look without trusting: the older state, with a warning, and nothing written.
+    let before = everything(&v);
+    let r = v.run(&["--accept-stale", "ls", "/"]).ok().says("WARNING");
+    assert_eq!(r.out().split_whitespace().collect::<Vec<_>>(), ["a", "b"]);
+    assert_eq!(v.run(&["--accept-stale", "cat", "/b"]).ok().stdout, b"two");
+    v.run(&["--accept-stale", "fsck"]).ok();
+    let src = v.tmp().join("x");
+    std::fs::write(&src, b"x").unwrap();
+    v.run(&["--accept-stale", "put", src.to_str().unwrap(), "/x"])
+        .fails(code::OTHER)
+        .says("only reads");
+    assert!(everything(&v) == before, "--accept-stale changed something");
+
+    // Accepting needs a confirmation; without one nothing changes.
+    v.run(&["accept-store"])
+        .fails(code::OTHER)
+        .says("not confirmed");
+    assert!(everything(&v) == before);
+    let r = v.run(&["--json", "accept-store", "--yes"]).ok();
+    let j = r.json();
+    let new_epoch = j["new_epoch"].as_u64().unwrap();
+    assert!(new_epoch > epoch_now, "{j}");
+    let kept = PathBuf::from(j["kept_anchor"].as_str().unwrap());
+    assert_eq!(
+        std::fs::read(&kept).unwrap(),
+        before.1,
+        "the replaced anchor is kept"
+    );
+    let audit = std::fs::read_to_string(j["audit_log"].as_str().unwrap()).unwrap();
+    let line: serde_json::Value = serde_json::from_str(audit.trim()).unwrap();
+    assert_eq!(line["event"], "accept-store");
+    assert_eq!(line["verdict"], "store_older");
+    assert_eq!(line["old_epoch"].as_u64(), Some(epoch_now));
+    assert_eq!(line["store_epoch"].as_u64(), Some(store_epoch));
+    assert_eq!(line["new_epoch"].as_u64(), Some(new_epoch));
+
+    // Then the volume works as usual...
+    let r = v.run(&["ls", "/"]).ok();
+    assert_eq!(r.out().split_whitespace().collect::<Vec<_>>(), ["a", "b"]);
+    v.put("/d", b"four", &[]);
+    v.run(&["fsck"]).ok();
+    assert_eq!(v.info()["state"]["verdict"], "same");
+    // ...and a rollback to an even older copy is detected again.
+    copy_tree(&oldest, &v.cipher);
+    v.run(&["cat", "/a"])
+        .fails(code::INTEGRITY)
+        .says("an older state");
+    // Nothing to accept when the store is the anchor's state.
+    copy_tree(&older, &v.cipher);
+}
+
+#[test]
+fn a_store_newer_than_the_anchor_and_a_damaged_object_are_explained() {
+    let v = Vol::new();
+    v.put("/a", b"one", &[]);
+    // The state directory comes back from an older backup (or another machine wrote on).
+    let anchor = std::fs::read(v.anchor_path()).unwrap();
+    v.put("/b", b"two", &[]);
+    std::fs::write(v.anchor_path(), &anchor).unwrap();
+    let r = v
+        .run(&["ls", "/"])
+        .fails(code::INTEGRITY)
+        .says("a newer state");
+    assert!(r.stderr.contains("another machine"), "{}", r.stderr);
+    assert_eq!(
+        v.run(&["--json", "info"]).fails(code::INTEGRITY).json()["state"]["verdict"],
+        "store_newer"
+    );
+    // accept-store takes the newer state.
+    v.run(&["accept-store", "--yes"]).ok();
+    assert_eq!(v.run(&["cat", "/b"]).ok().stdout, b"two");
+    v.run(&["accept-store", "--yes"])
+        .fails(code::OTHER)
+        .says("nothing to accept");
+
+    // The inode table damaged in place: the state is the anchor's, an object is not.
+    let v = Vol::new();
+    v.put("/a", b"one", &[]);
+    // Every data object but the file's (the inode table's among them).
+    let id = v.run(&["--json", "stat", "/a"]).ok().json()["file_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for p in files_with_ext(&v.cipher, "d") {
+        if !p.to_string_lossy().contains(&id) {
+            flip_byte(&p, 20);
+        }
+    }
+    let r = v
+        .run(&["ls", "/"])
+        .fails(code::INTEGRITY)
+        .says("damaged or changed");
+    assert!(r.stderr.contains("intact fsck --salvage"), "{}", r.stderr);
+}
+
+#[test]
+fn conflict_copies_a_foreign_volume_and_a_missing_store_are_explained() {
+    let v = Vol::new();
+    v.put("/a", b"one", &[]);
+    // A sync tool's conflict copies of our own files.
+    std::fs::write(
+        v.cipher.join("journal.1 (conflicted copy 2026-11-25)"),
+        b"x",
+    )
+    .unwrap();
+    std::fs::write(
+        v.cipher
+            .join("log.0000000100000002.sync-conflict-20261125-101010-ABCDEFG"),
+        b"y",
+    )
+    .unwrap();
+    let r = v.run(&["info"]).ok();
+    assert!(r.out().contains("conflict copies:    2"), "{}", r.out());
+    let j = v.info();
+    assert_eq!(j["state"]["conflicts"].as_array().unwrap().len(), 2, "{j}");
+    // With a failure, the explanation names them.
+    let anchor = std::fs::read(v.anchor_path()).unwrap();
+    v.put("/b", b"two", &[]);
+    std::fs::write(v.anchor_path(), &anchor).unwrap();
+    v.run(&["ls", "/"])
+        .fails(code::INTEGRITY)
+        .says("2 conflict copies")
+        .says("one writer per volume");
+
+    // Another volume's cipher directory, with this volume's state directory.
+    let other = Vol::new();
+    let r = exec(
+        {
+            let mut c = bare();
+            c.arg("--volume")
+                .arg(&other.cipher)
+                .arg("--state")
+                .arg(&v.state)
+                .args(["ls", "/"]);
+            c
+        },
+        "ls of another volume".into(),
+    )
+    .fails(code::ANCHOR_MISSING);
+    let r = r.says("another volume");
+    assert!(r.stderr.contains(&v.volume_id()), "{}", r.stderr);
+
+    // No cipher directory where one was.
+    let gone = Vol::blank();
+    std::fs::create_dir_all(&gone.cipher).unwrap();
+    gone.run(&["ls", "/"])
+        .fails(code::CONFIG)
+        .says("no intact volume here")
+        .says("moved, deleted, or not synced");
+}
+
+#[test]
+fn fsck_salvage_keeps_every_block_that_authenticates_and_quarantines() {
+    let v = Vol::new();
+    v.run(&["mkdir", "/d"]).ok();
+    let f = random_bytes(10 * 4096 + 123, 7);
+    let g = random_bytes(5000, 8);
+    v.put("/d/f", &f, &[]);
+    v.put("/g", &g, &[]);
+    v.run(&["ln", "-s", "d/f", "/link"]).ok();
+    let id = v.run(&["--json", "stat", "/d/f"]).ok().json()["file_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let data = files_with_ext(&v.cipher, "d")
+        .into_iter()
+        .find(|p| p.to_string_lossy().contains(&id))
+        .unwrap();
+    // Block 5 of the data object (its nonces and tags are in the metadata object).
+    flip_byte(&data, 5 * 4096 + 100);
+    let out = v.tmp().join("salvaged");
+    let r = v
+        .run(&["fsck", "--salvage", out.to_str().unwrap()])
+        .fails(code::INTEGRITY);
+    assert!(
+        r.out().contains("/d/f: damaged") && r.out().contains("bytes 20480..24576"),
+        "{}",
+        r.out()
+    );
+    let got = std::fs::read(out.join("d/f")).unwrap();
+    assert_eq!(got.len(), f.len());
+    let mut want = f.clone();
+    want[20480..24576].fill(0);
+    assert!(
+        got == want,
+        "every other block byte for byte, the damaged one a hole"
+    );
+    assert_eq!(std::fs::read(out.join("g")).unwrap(), g);
+    assert_eq!(
+        std::fs::read_link(out.join("link")).unwrap(),
+        Path::new("d/f")
+    );
+    // Into a directory that is not empty: refused.
+    v.run(&["fsck", "--salvage", out.to_str().unwrap()])
+        .fails(code::OTHER)
+        .says("not empty");
+    // Quarantine: the damaged file moves to /lost+found.
+    let out2 = v.tmp().join("salvaged2");
+    let r = v.run(&[
+        "--json",
+        "fsck",
+        "--salvage",
+        out2.to_str().unwrap(),
+        "--quarantine",
+    ]);
+    assert_eq!(r.code, code::INTEGRITY, "{}", r.stderr);
+    assert_eq!(r.json()["damaged"][0]["quarantined"], "/lost+found/d%f");
+    assert_eq!(v.run(&["ls", "/lost+found"]).ok().out().trim(), "d%f");
+    assert_eq!(v.run(&["ls", "/d"]).ok().out().trim(), "");
+    assert_eq!(v.get("/g"), g);
+}
+
+#[test]
+fn scrub_resumes_where_it_stopped_and_verifies_every_byte_once() {
+    let v = Vol::new();
+    v.run(&["mkdir", "/d"]).ok();
+    let mut total = 0;
+    for i in 0..6u64 {
+        let data = random_bytes(300_000 + i as usize * 70_000, i);
+        total += data.len() as u64;
+        v.put(&format!("/d/f{i}"), &data, &[]);
+    }
+    v.put("/empty", b"", &[]);
+    let cursor = v.state.join(v.volume_id()).join("scrub.cursor");
+    let last = v.state.join(v.volume_id()).join("scrub.last");
+    // A run that stops after about a third (at a chunk's end), then one that goes on.
+    let r = v
+        .run(&[
+            "--json",
+            "scrub",
+            "--threads",
+            "2",
+            "--limit-bytes",
+            "800000",
+        ])
+        .ok();
+    let a = r.json();
+    assert_eq!(a["complete"], false, "{a}");
+    assert!(cursor.exists() && !last.exists());
+    let first = a["bytes_verified"].as_u64().unwrap();
+    assert!((800_000..total).contains(&first), "{a}");
+    let b = v
+        .run(&["--json", "scrub", "--threads", "2", "--rate", "1000"])
+        .ok()
+        .json();
+    assert_eq!(b["complete"], true, "{b}");
+    assert_eq!(b["resumed"], true, "{b}");
+    assert_eq!(
+        first + b["bytes_verified"].as_u64().unwrap(),
+        total,
+        "every byte verified once over the two runs: {a} {b}"
+    );
+    assert_eq!(b["pass_bytes"].as_u64(), Some(total));
+    assert_eq!(b["files"].as_u64(), Some(7));
+    assert!(!cursor.exists() && last.exists());
+    // A new pass verifies everything again, and names a damaged block.
+    let id = v.run(&["--json", "stat", "/d/f3"]).ok().json()["file_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let data = files_with_ext(&v.cipher, "d")
+        .into_iter()
+        .find(|p| p.to_string_lossy().contains(&id))
+        .unwrap();
+    flip_byte(&data, 3 * 4096 + 9);
+    let r = v.run(&["scrub"]).fails(code::INTEGRITY);
+    assert!(r.out().contains("/d/f3: integrity failure"), "{}", r.out());
+    assert!(r.out().contains("block 3"), "{}", r.out());
+}

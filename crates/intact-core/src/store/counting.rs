@@ -197,6 +197,10 @@ impl<S> CountingStore<S> {
 }
 
 impl<S: UntrustedStore> UntrustedStore for CountingStore<S> {
+    fn modified(&self, name: &str) -> Option<std::time::SystemTime> {
+        self.inner.modified(name)
+    }
+
     fn max_object_len(&self) -> u64 {
         self.inner.max_object_len()
     }

@@ -404,6 +404,10 @@ impl<S: UntrustedStore> FaultStore<S> {
 }
 
 impl<S: UntrustedStore> UntrustedStore for FaultStore<S> {
+    fn modified(&self, name: &str) -> Option<std::time::SystemTime> {
+        self.inner.modified(name)
+    }
+
     fn max_object_len(&self) -> u64 {
         self.inner.max_object_len()
     }

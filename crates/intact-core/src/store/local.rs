@@ -331,6 +331,13 @@ fn not_found(name: &str) -> Error {
 }
 
 impl UntrustedStore for LocalDirStore {
+    fn modified(&self, name: &str) -> Option<std::time::SystemTime> {
+        Self::check(name).ok()?;
+        fs::metadata(self.path_of(name))
+            .and_then(|m| m.modified())
+            .ok()
+    }
+
     fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> Result<usize> {
         Self::check(name)?;
         let file = self

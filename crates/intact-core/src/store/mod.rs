@@ -77,6 +77,11 @@ pub trait UntrustedStore: Send + Sync {
     fn sync_all(&self) -> Result<()>;
     /// Lists all objects (names), in no particular order.
     fn list(&self) -> Result<Vec<String>>;
+    /// When object `name` was last changed, where the store can tell (for diagnoses only:
+    /// the store is untrusted, so is this).
+    fn modified(&self, _name: &str) -> Option<std::time::SystemTime> {
+        None
+    }
     /// The longest object the store can hold (a local directory: its file system's largest
     /// file, 16 TiB − 4 KiB on ext4 with 4 KiB blocks). The engine refuses a write or a
     /// truncation that would need a longer object when it arrives (EFBIG), instead of
@@ -114,6 +119,9 @@ pub trait UntrustedStore: Send + Sync {
 }
 
 impl<T: UntrustedStore + ?Sized> UntrustedStore for std::sync::Arc<T> {
+    fn modified(&self, name: &str) -> Option<std::time::SystemTime> {
+        (**self).modified(name)
+    }
     fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> Result<usize> {
         (**self).read_at(name, off, buf)
     }

@@ -28,6 +28,10 @@ pub trait TrustedStore: Send + Sync {
     /// Deletes the anchor (used by `init --force` style recovery only). Deleting a
     /// missing anchor is not an error.
     fn remove(&self) -> Result<()>;
+    /// When the anchor was last stored, where the store can tell (for diagnoses only).
+    fn modified(&self) -> Option<std::time::SystemTime> {
+        None
+    }
 }
 
 impl<T: TrustedStore + ?Sized> TrustedStore for Arc<T> {
@@ -45,6 +49,9 @@ impl<T: TrustedStore + ?Sized> TrustedStore for Arc<T> {
     }
     fn remove(&self) -> Result<()> {
         (**self).remove()
+    }
+    fn modified(&self) -> Option<std::time::SystemTime> {
+        (**self).modified()
     }
 }
 
@@ -154,6 +161,12 @@ impl LocalStateDir {
 }
 
 impl TrustedStore for LocalStateDir {
+    fn modified(&self) -> Option<std::time::SystemTime> {
+        fs::metadata(self.anchor_path())
+            .and_then(|m| m.modified())
+            .ok()
+    }
+
     fn load(&self) -> Result<Option<Vec<u8>>> {
         let path = self.anchor_path();
         match fs::read(&path) {

@@ -39,6 +39,7 @@ macro_rules! env {
 }
 
 mod commit;
+mod diagnose;
 mod file_io;
 mod fsck;
 mod gate;
@@ -51,6 +52,7 @@ mod recover;
 mod sealer;
 mod xattr;
 use commit::*;
+pub use diagnose::{is_conflict_copy, utc, Accepted, Seal, StateReport, StoreCopy, Verdict};
 use file_io::*;
 use inodes::*;
 use keys::*;
@@ -469,7 +471,9 @@ pub fn create_local(
 pub fn read_config(store: &dyn UntrustedStore) -> Result<Config> {
     let bytes = store.read_all(CONFIG_NAME)?.ok_or_else(|| {
         Error::Config(format!(
-            "no intact volume here ({CONFIG_NAME} is missing); create one with `intact init`"
+            "no intact volume here ({CONFIG_NAME} is missing): if the volume was here, its \
+             cipher directory was moved, deleted, or not synced or mounted yet; point --volume \
+             at it, or create a volume with `intact init`"
         ))
     })?;
     Config::parse(&bytes)
@@ -560,7 +564,24 @@ impl Volume {
     ) -> Result<Volume> {
         let config = read_config(store.as_ref())?;
         let master = unwrap_key(&config, password)?;
-        Self::open_with_key(store, trusted, config, master, opts)
+        // Kept to explain a failure of the whole volume (diagnose.rs).
+        let keys = derive_keys(&master);
+        let location = trusted.location();
+        let anchor = trusted
+            .load()
+            .ok()
+            .flatten()
+            .map(|b| (b, trusted.modified()));
+        match Self::open_with_key(store.clone(), trusted, config.clone(), master, opts) {
+            Err(e) if e.is_tampered() => {
+                let report = StateReport::read(store.as_ref(), &config, &keys, location, anchor);
+                Err(Error::StateMismatch {
+                    cause: Box::new(e),
+                    report: Box::new(report),
+                })
+            }
+            r => r,
+        }
     }
 
     fn open_with_key(
