@@ -2064,6 +2064,173 @@ fn tampered_block_read_is_eio_and_logged_with_path_and_block() {
     );
 }
 
+/// The volume's own directory in the state directory (anchor, status, alarms, scrub).
+fn volume_state(v: &Vol) -> PathBuf {
+    fs::read_dir(v.state())
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+}
+
+/// Waits (20 s at most) until `ok` holds.
+fn eventually(what: &str, ok: impl Fn() -> bool) {
+    let t = Instant::now();
+    while !ok() {
+        assert!(t.elapsed() < Duration::from_secs(20), "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// An alarm someone hears of: every failure is a line of `alarms.jsonl` beside the anchor,
+/// and `--on-alarm` runs once per object, with the failure in its environment.
+#[test]
+fn on_alarm_runs_once_per_object_and_every_failure_is_logged() {
+    let v = attack_fixture("mt-eint");
+    let a = v.file_id("/a");
+    edit(&v.object(&a, "d"), |o| o[(2 * BS) as usize + 7] ^= 1);
+    let c = v.file_id("/c");
+    edit(&v.object(&c, "d"), |o| o[3] ^= 1);
+    let heard = v.root.join("heard");
+    let cmd = format!(
+        "echo \"$INTACT_ALARM_PATH|$INTACT_ALARM_BLOCK|$INTACT_ALARM_KIND|$INTACT_MOUNTPOINT\" >> {}",
+        heard.display()
+    );
+    let m = v.try_mount(&["--on-alarm", &cmd]).unwrap();
+    let mnt = m.mnt.display().to_string();
+    let f = File::open(m.p("a")).unwrap();
+    let mut buf = vec![0u8; BS as usize];
+    for _ in 0..3 {
+        let e = f.read_exact_at(&mut buf, 2 * BS).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(EIO));
+    }
+    drop(f);
+    assert_eq!(fs::read(m.p("c")).unwrap_err().raw_os_error(), Some(EIO));
+    let lines = || {
+        fs::read_to_string(&heard)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    eventually("the hook ran for both files", || lines().len() >= 2);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut got = lines();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            format!("/a|2|integrity|{mnt}"),
+            format!("/c|0|integrity|{mnt}")
+        ],
+        "once per object"
+    );
+    m.unmount();
+    let log = fs::read_to_string(volume_state(&v).join("alarms.jsonl")).unwrap();
+    let events: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let on_a = events.iter().filter(|e| e["object"] == "/a").count();
+    assert!(on_a >= 3, "every failure is logged: {log}");
+    assert!(events
+        .iter()
+        .all(|e| e["kind"] == "integrity" && e["time_unix"].as_u64().is_some()));
+    assert!(events
+        .iter()
+        .any(|e| e["object"] == "/a" && e["block"].as_u64() == Some(2)));
+}
+
+/// After a rollback of the whole cipher directory, a mount refuses with the explanation;
+/// `--accept-stale mount --ro` serves the cipher directory's own state, read-only, warns in
+/// its log, and changes nothing.
+#[test]
+fn accept_stale_mounts_the_cipher_directorys_own_state_read_only() {
+    let v = Vol::new("mt-eint");
+    let m = v.mount();
+    fs::write(m.p("a"), b"one").unwrap();
+    m.unmount();
+    let old = v.root.join("old");
+    sh(Command::new("cp").arg("-a").arg(v.cipher()).arg(&old));
+    let m = v.mount();
+    fs::write(m.p("b"), b"two").unwrap();
+    m.unmount();
+    fs::remove_dir_all(v.cipher()).unwrap();
+    sh(Command::new("cp").arg("-a").arg(&old).arg(v.cipher()));
+    let (code, err) = v
+        .try_mount(&[])
+        .err()
+        .expect("a rolled-back volume mounted");
+    assert_eq!(code, 10, "{err}");
+    assert!(
+        err.contains("OLDER state") && err.contains("--accept-stale"),
+        "{err}"
+    );
+    let (code, err) = v
+        .try_mount(&["--accept-stale"])
+        .err()
+        .expect("--accept-stale mounted read-write");
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("add --ro"), "{err}");
+    let before = (
+        snapshot(&v),
+        fs::read(volume_state(&v).join("anchor")).unwrap(),
+    );
+    let m = v.try_mount(&["--accept-stale", "--ro"]).unwrap();
+    assert_eq!(fs::read(m.p("a")).unwrap(), b"one");
+    assert!(!m.p("b").exists());
+    assert_eq!(
+        fs::write(m.p("c"), b"x").unwrap_err().raw_os_error(),
+        Some(libc::EROFS)
+    );
+    let log = m.unmount_log();
+    assert!(log.contains("--accept-stale"), "{log}");
+    let same = Command::new("diff")
+        .arg("-r")
+        .arg(&before.0)
+        .arg(v.cipher())
+        .status()
+        .unwrap();
+    assert!(
+        same.success(),
+        "an --accept-stale mount changed the cipher directory"
+    );
+    assert_eq!(
+        fs::read(volume_state(&v).join("anchor")).unwrap(),
+        before.1,
+        "an --accept-stale mount changed the anchor"
+    );
+}
+
+/// `--scrub-every` verifies every block in the background through the mount, and
+/// reports what fails like a read does.
+#[test]
+fn a_mount_scrubs_in_the_background() {
+    let v = attack_fixture("mt-eint");
+    let x = v.file_id("/d1/x");
+    edit(&v.object(&x, "d"), |o| o[BS as usize + 5] ^= 1);
+    let m = v
+        .try_mount(&["--scrub-every", "1h", "--scrub-rate", "1000"])
+        .unwrap();
+    let last = volume_state(&v).join("scrub.last");
+    eventually("a background scrub pass", || last.exists());
+    let pass: serde_json::Value = serde_json::from_slice(&fs::read(&last).unwrap()).unwrap();
+    assert_eq!(pass["failures"].as_u64(), Some(1), "{pass}");
+    assert_eq!(pass["files"].as_u64(), Some(5), "{pass}");
+    let log = m.unmount_log();
+    assert!(
+        log.contains("scrub: integrity failure") && log.contains("/d1/x"),
+        "{log}"
+    );
+    let (_, out, _) = v.cli(&["--json", "stat"]);
+    let st: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        st["mount"]["integrity_failures"].as_u64().unwrap() >= 1,
+        "{out}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // fsx (the file-system exerciser) against the mount, for every scheme.
 
