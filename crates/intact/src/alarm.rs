@@ -79,7 +79,7 @@ pub fn print_report(cli: &Cli, r: &StateReport, err: &anyhow::Error) -> Result<(
 
 /// A missing anchor, explained: when the state directory holds the anchors of other
 /// volumes, the cipher directory is likely another volume than the one meant.
-pub fn other_volumes(cli: &Cli, e: intact_core::Error) -> anyhow::Error {
+pub fn other_volumes(cli: &Cli, dir: &std::path::Path, e: intact_core::Error) -> anyhow::Error {
     let base = crate::state_dir(cli);
     let mut others: Vec<String> = std::fs::read_dir(&base)
         .into_iter()
@@ -92,14 +92,12 @@ pub fn other_volumes(cli: &Cli, e: intact_core::Error) -> anyhow::Error {
     if others.is_empty() {
         return e.into();
     }
-    let dir = crate::volume_dir(cli)
-        .map(|d| d.display().to_string())
-        .unwrap_or_default();
     anyhow::Error::from(e).context(format!(
-        "{dir} is a volume this state directory ({}) has never sealed; it holds the \
+        "{} is a volume this state directory ({}) has never sealed; it holds the \
          anchors of {} other volume(s) ({}). If you meant one of those, this cipher directory \
          is another volume (a copy from another machine, or a foreign one); point --volume \
          at the right one, or --state at this volume's state directory",
+        dir.display(),
         base.display(),
         others.len(),
         others.join(", ")

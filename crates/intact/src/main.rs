@@ -509,7 +509,9 @@ fn open_pw(cli: &Cli, pw: &str, read_only: bool) -> Result<Volume> {
                 std::thread::sleep(std::time::Duration::from_millis(100));
                 (store, state) = locate(cli)?;
             }
-            Err(e @ Error::AnchorMissing { .. }) => return Err(alarm::other_volumes(cli, e)),
+            Err(e @ Error::AnchorMissing { .. }) => {
+                return Err(alarm::other_volumes(cli, &volume_dir(cli)?, e))
+            }
             r => break r?,
         }
     };

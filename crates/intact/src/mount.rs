@@ -66,7 +66,12 @@ fn open_for_mount(
         );
         return Ok(vol);
     }
-    Ok(Volume::open(store, trusted, pw, &opts)?)
+    match Volume::open(store, trusted, pw, &opts) {
+        Err(e @ intact_core::Error::AnchorMissing { .. }) => {
+            Err(crate::alarm::other_volumes(cli, a.cipherdir, e))
+        }
+        r => Ok(r?),
+    }
 }
 
 fn default_cache(cli: &Cli) -> usize {

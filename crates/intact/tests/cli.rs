@@ -1158,6 +1158,19 @@ fn everything(v: &Vol) -> (Files, Vec<u8>) {
     (snapshot(&v.cipher), std::fs::read(v.anchor_path()).unwrap())
 }
 
+/// The library's `--accept-stale` open: the cipher directory's own state, read-only.
+fn open_lib_stale(v: &Vol) -> intact_core::Volume {
+    use intact_core::store::{LocalDirStore, UntrustedStore};
+    use std::sync::Arc;
+    let store: Arc<dyn UntrustedStore> = Arc::new(LocalDirStore::open(&v.cipher).unwrap());
+    let trusted = intact_core::Volume::state_for(store.as_ref(), &v.state).unwrap();
+    let opts = intact_core::Options {
+        read_only: true,
+        ..intact_core::Options::default()
+    };
+    intact_core::Volume::open_stale(store, Box::new(trusted), PW.as_bytes(), &opts).unwrap()
+}
+
 #[test]
 fn a_whole_volume_rollback_is_explained_looked_at_and_accepted_on_purpose() {
     let v = Vol::new();
@@ -1205,10 +1218,16 @@ fn a_whole_volume_rollback_is_explained_looked_at_and_accepted_on_purpose() {
         .says("only reads");
     assert!(everything(&v) == before, "--accept-stale changed something");
 
-    // Accepting needs a confirmation; without one nothing changes.
+    // Accepting needs a confirmation; without one nothing changes. Nor while the volume
+    // is open (here by a reader of its own state).
     v.run(&["accept-store"])
         .fails(code::OTHER)
         .says("not confirmed");
+    let holder = open_lib_stale(&v);
+    v.run(&["accept-store", "--yes"])
+        .fails(code::OTHER)
+        .says("refused while the volume is open");
+    drop(holder);
     assert!(everything(&v) == before);
     let r = v.run(&["--json", "accept-store", "--yes"]).ok();
     let j = r.json();
@@ -1447,6 +1466,14 @@ fn scrub_resumes_where_it_stopped_and_verifies_every_byte_once() {
     assert_eq!(b["pass_bytes"].as_u64(), Some(total));
     assert_eq!(b["files"].as_u64(), Some(7));
     assert!(!cursor.exists() && last.exists());
+    // At 2 MB/s, a pass takes at least its bytes' time (a lower bound: never flaky).
+    let c = v.run(&["--json", "scrub", "--rate", "2"]).ok().json();
+    assert_eq!(c["bytes_verified"].as_u64(), Some(total));
+    let floor = total as f64 / 2e6;
+    assert!(
+        c["seconds"].as_f64().unwrap() >= floor * 0.95,
+        "{c} (floor {floor} s)"
+    );
     // A new pass verifies everything again, and names a damaged block.
     let id = v.run(&["--json", "stat", "/d/f3"]).ok().json()["file_id"]
         .as_str()

@@ -2203,6 +2203,65 @@ fn accept_stale_mounts_the_cipher_directorys_own_state_read_only() {
     );
 }
 
+/// Each situation in which a volume does not open is explained by `intact mount` as by the
+/// CLI, with the documented exit code: a store newer than the anchor (with a sync tool's
+/// conflict copy), another volume's cipher directory, no cipher directory.
+#[test]
+fn a_mount_that_cannot_start_says_why() {
+    let v = Vol::new("mt-eint");
+    let m = v.mount();
+    fs::write(m.p("a"), b"one").unwrap();
+    m.unmount();
+    let anchor = volume_state(&v).join("anchor");
+    let old = fs::read(&anchor).unwrap();
+    let m = v.mount();
+    fs::write(m.p("b"), b"two").unwrap();
+    m.unmount();
+    fs::write(&anchor, &old).unwrap();
+    fs::write(v.cipher().join("journal.0 (1)"), b"x").unwrap();
+    let (code, err) = v.try_mount(&[]).err().expect("mounted a newer store");
+    assert_eq!(code, 10, "{err}");
+    for words in [
+        "NEWER state",
+        "another machine",
+        "conflict cop",
+        "accept-store",
+    ] {
+        assert!(err.contains(words), "no {words:?}: {err}");
+    }
+    // Another volume's cipher directory with this volume's state directory.
+    let other = Vol::new("mt-eint");
+    let out = Command::new(BIN)
+        .arg("--state")
+        .arg(v.state())
+        .arg("mount")
+        .arg(other.cipher())
+        .arg(other.mnt())
+        .arg("-f")
+        .env("INTACT_PASSWORD", PW)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(13), "{err}");
+    assert!(err.contains("another volume"), "{err}");
+    // No cipher directory where one was.
+    let empty = v.root.join("empty");
+    fs::create_dir(&empty).unwrap();
+    let out = Command::new(BIN)
+        .arg("--state")
+        .arg(v.state())
+        .arg("mount")
+        .arg(&empty)
+        .arg(v.mnt())
+        .arg("-f")
+        .env("INTACT_PASSWORD", PW)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(12), "{err}");
+    assert!(err.contains("no intact volume here"), "{err}");
+}
+
 /// `--scrub-every` verifies every block in the background through the mount, and
 /// reports what fails like a read does.
 #[test]
