@@ -51,13 +51,98 @@ pub struct MountOptions {
     /// read and write reaches the engine. Shared mmap goes through the page cache
     /// (FUSE_DIRECT_IO_ALLOW_MMAP, Linux 6.6 and later).
     pub direct_io: bool,
-    /// Where every integrity failure is appended as one JSON line (time, request, object,
-    /// block, what).
-    pub alarms_file: Option<PathBuf>,
-    /// A command run (`sh -c`) the first time each object fails authentication, with the
-    /// failure in its environment (INTACT_ALARM_PATH, INTACT_ALARM_BLOCK,
-    /// INTACT_ALARM_KIND, INTACT_ALARM_WHAT, INTACT_MOUNTPOINT).
-    pub on_alarm: Option<String>,
+    /// Who hears of integrity failures besides the log ([`Alarms`]).
+    pub alarms: Option<Arc<Alarms>>,
+}
+
+/// Integrity failures for those who watch: each is appended as one JSON line to a file
+/// (time, request, object, block, what), and the first failure of each object runs a
+/// command (`sh -c`, on a thread of its own that waits for it) with the failure in its
+/// environment: INTACT_ALARM_PATH, INTACT_ALARM_BLOCK (empty when none),
+/// INTACT_ALARM_KIND, INTACT_ALARM_WHAT, INTACT_MOUNTPOINT. Shared by the mount's
+/// requests and its background scrub.
+#[derive(Debug)]
+pub struct Alarms {
+    file: Option<PathBuf>,
+    command: Option<String>,
+    mountpoint: PathBuf,
+    /// Objects whose first failure ran the command.
+    heard: Mutex<std::collections::HashSet<String>>,
+}
+
+impl Alarms {
+    /// Failures go to `file` and run `command`, for the mount at `mountpoint`.
+    pub fn new(file: Option<PathBuf>, command: Option<String>, mountpoint: PathBuf) -> Alarms {
+        Alarms {
+            file,
+            command,
+            mountpoint,
+            heard: Mutex::new(std::collections::HashSet::new()),
+        }
+    }
+
+    /// Reports an integrity failure of `object` (block `block`) found by `op`.
+    pub fn raise(&self, op: &str, object: &str, block: Option<u64>, what: &str) {
+        if let Some(path) = &self.file {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let line = serde_json::json!({
+                "time_unix": now,
+                "kind": "integrity",
+                "request": op,
+                "object": object,
+                "block": block,
+                "what": what,
+                "mountpoint": self.mountpoint.display().to_string(),
+            })
+            .to_string()
+                + "\n";
+            // One append per line: lines of concurrent failures do not interleave.
+            let r = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+            if let Err(err) = r {
+                tracing::warn!(error = %err, path = %path.display(), "cannot write the alarms file");
+            }
+        }
+        let Some(cmd) = &self.command else { return };
+        if !lock(&self.heard).insert(object.to_string()) {
+            return;
+        }
+        let spawned = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(cmd)
+            .env("INTACT_ALARM_PATH", object)
+            .env(
+                "INTACT_ALARM_BLOCK",
+                block.map(|b| b.to_string()).unwrap_or_default(),
+            )
+            .env("INTACT_ALARM_KIND", "integrity")
+            .env("INTACT_ALARM_WHAT", what)
+            .env("INTACT_MOUNTPOINT", &self.mountpoint)
+            .stdin(std::process::Stdio::null())
+            .spawn();
+        match spawned {
+            Ok(mut child) => {
+                let reaped = std::thread::Builder::new()
+                    .name("intact-on-alarm".into())
+                    .spawn(move || {
+                        if let Ok(st) = child.wait() {
+                            if !st.success() {
+                                tracing::warn!(status = %st, "the --on-alarm command failed");
+                            }
+                        }
+                    });
+                if let Err(err) = reaped {
+                    tracing::warn!(error = %err, "no thread to wait for the --on-alarm command");
+                }
+            }
+            Err(err) => tracing::error!(error = %err, "cannot run the --on-alarm command"),
+        }
+    }
 }
 
 impl Default for MountOptions {
@@ -74,8 +159,7 @@ impl Default for MountOptions {
             mountpoint: PathBuf::new(),
             unmount_on_hangup: true,
             direct_io: false,
-            alarms_file: None,
-            on_alarm: None,
+            alarms: None,
         }
     }
 }
@@ -198,10 +282,7 @@ struct Reporter {
     /// Held while the status file is written: one writer at a time, each writing the
     /// counts it reads under the lock, so the file always ends with the latest counts.
     status_lock: Arc<Mutex<()>>,
-    alarms_file: Option<PathBuf>,
-    on_alarm: Option<String>,
-    /// Objects whose first failure ran `on_alarm`.
-    alarmed: Arc<Mutex<std::collections::HashSet<String>>>,
+    alarms: Option<Arc<Alarms>>,
 }
 
 impl Reporter {
@@ -236,76 +317,16 @@ impl Reporter {
         }
     }
 
-    /// An integrity failure for those who watch: a line in the alarms file, and the first
-    /// time its object fails, the `on_alarm` command (on a thread of its own, which waits
-    /// for it; the request does not).
+    /// An integrity failure for those who watch ([`Alarms`]).
     fn alarm(&self, op: &str, e: &Error) {
-        let (object, block, what) = match e {
+        let Some(alarms) = &self.alarms else { return };
+        match e {
             Error::Tampered {
                 subject,
                 block,
                 what,
-            } => (subject.to_string(), *block, what.clone()),
-            other => (String::new(), None, other.to_string()),
-        };
-        if let Some(path) = &self.alarms_file {
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
-            let line = serde_json::json!({
-                "time_unix": now,
-                "kind": "integrity",
-                "request": op,
-                "object": object,
-                "block": block,
-                "what": what,
-                "mountpoint": self.mountpoint.display().to_string(),
-            })
-            .to_string()
-                + "\n";
-            // One append per line: lines of concurrent failures do not interleave.
-            let r = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
-            if let Err(err) = r {
-                tracing::warn!(error = %err, path = %path.display(), "cannot write the alarms file");
-            }
-        }
-        let Some(cmd) = &self.on_alarm else { return };
-        if !lock(&self.alarmed).insert(object.clone()) {
-            return;
-        }
-        let spawned = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(cmd)
-            .env("INTACT_ALARM_PATH", &object)
-            .env(
-                "INTACT_ALARM_BLOCK",
-                block.map(|b| b.to_string()).unwrap_or_default(),
-            )
-            .env("INTACT_ALARM_KIND", "integrity")
-            .env("INTACT_ALARM_WHAT", &what)
-            .env("INTACT_MOUNTPOINT", &self.mountpoint)
-            .stdin(std::process::Stdio::null())
-            .spawn();
-        match spawned {
-            Ok(mut child) => {
-                let reaped = std::thread::Builder::new()
-                    .name("intact-on-alarm".into())
-                    .spawn(move || {
-                        if let Ok(st) = child.wait() {
-                            if !st.success() {
-                                tracing::warn!(status = %st, "the --on-alarm command failed");
-                            }
-                        }
-                    });
-                if let Err(err) = reaped {
-                    tracing::warn!(error = %err, "no thread to wait for the --on-alarm command");
-                }
-            }
-            Err(err) => tracing::error!(error = %err, "cannot run the --on-alarm command"),
+            } => alarms.raise(op, &subject.to_string(), *block, what),
+            other => alarms.raise(op, "", None, &other.to_string()),
         }
     }
 
@@ -498,9 +519,7 @@ impl IntactFs {
                 mountpoint: opts.mountpoint.clone(),
                 last_failure: Arc::new(Mutex::new(None)),
                 status_lock: Arc::new(Mutex::new(())),
-                alarms_file: opts.alarms_file.clone(),
-                on_alarm: opts.on_alarm.clone(),
-                alarmed: Arc::new(Mutex::new(std::collections::HashSet::new())),
+                alarms: opts.alarms.clone(),
             },
         }
     }

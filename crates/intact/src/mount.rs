@@ -281,6 +281,13 @@ fn serve(
     ready: impl FnOnce(),
 ) -> Result<()> {
     let vol = Arc::new(vol);
+    // Failures of requests and of the background scrub, to alarms.jsonl beside the anchor
+    // and to --on-alarm.
+    let alarms = Arc::new(intact_fuse::Alarms::new(
+        status.parent().map(|d| d.join("alarms.jsonl")),
+        a.on_alarm.map(str::to_string),
+        a.mountpoint.to_path_buf(),
+    ));
     let opts = intact_fuse::MountOptions {
         allow_other: a.allow_other,
         scheme,
@@ -288,9 +295,8 @@ fn serve(
         threads: a.threads.max(1),
         commit_interval: (a.commit_interval > 0).then(|| Duration::from_secs(a.commit_interval)),
         backing_dir: Some(a.cipherdir.to_path_buf()),
-        alarms_file: status.parent().map(|d| d.join("alarms.jsonl")),
         status_file: Some(status.clone()),
-        on_alarm: a.on_alarm.map(str::to_string),
+        alarms: Some(alarms.clone()),
         mountpoint: a.mountpoint.to_path_buf(),
         unmount_on_hangup: foreground,
         direct_io: a.direct_io,
@@ -304,6 +310,10 @@ fn serve(
             every,
             Some(a.scrub_rate * 1e6),
             stop.clone(),
+            {
+                let alarms = alarms.clone();
+                move |f: &crate::scrub::Failure| alarms.raise("scrub", &f.path, f.block, &f.what)
+            },
         )?),
         _ => None,
     };

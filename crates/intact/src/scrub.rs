@@ -46,13 +46,28 @@ pub struct Cursor {
     pub bytes: u64,
 }
 
-/// One block that failed.
+/// One block (or structure) that failed.
 #[derive(Debug, Clone, Serialize)]
 pub struct Failure {
-    /// The file or directory.
+    /// The file, directory or structure.
     pub path: String,
-    /// What failed (the engine's error: block and cause).
+    /// The block, where one applies.
+    pub block: Option<u64>,
+    /// What failed (the engine's error).
     pub what: String,
+}
+
+impl Failure {
+    fn of(path: &str, e: &intact_core::Error) -> Failure {
+        Failure {
+            path: path.to_string(),
+            block: match e {
+                intact_core::Error::Tampered { block, .. } => *block,
+                _ => None,
+            },
+            what: e.to_string(),
+        }
+    }
 }
 
 /// What a run did.
@@ -130,6 +145,7 @@ pub fn background(
     every: Duration,
     rate: Option<f64>,
     stop: Arc<AtomicBool>,
+    on_failure: impl Fn(&Failure) + Send + 'static,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("intact-scrub".into())
@@ -156,6 +172,7 @@ pub fn background(
                     Ok(r) => {
                         for f in &r.failures {
                             tracing::error!(path = %f.path, error = %f.what, "scrub: integrity failure");
+                            on_failure(f);
                         }
                         tracing::info!(
                             bytes = r.bytes_verified,
@@ -190,9 +207,17 @@ fn save_cursor(path: &Path, c: &Cursor) -> Result<()> {
         .with_context(|| format!("writing {}", path.display()))
 }
 
-/// Every file (path, size) under the root, sorted by path; directories are verified on
-/// the way (failures go to `failures`).
+/// Every file (path, size) under the root, sorted by path. On the way, verifies the inode
+/// table, every directory, every record, symlink and extended-attribute set (failures go
+/// to `failures`).
 fn walk(vol: &Volume, failures: &mut Vec<Failure>) -> Result<(Vec<(String, u64)>, usize)> {
+    for f in vol.verify_inode_table()? {
+        failures.push(Failure {
+            path: f.path,
+            block: f.block,
+            what: f.what,
+        });
+    }
     let mut files = Vec::new();
     let mut dirs = 0;
     let mut stack = vec!["/".to_string()];
@@ -201,26 +226,30 @@ fn walk(vol: &Volume, failures: &mut Vec<Failure>) -> Result<(Vec<(String, u64)>
         let entries = match vol.readdir(&d) {
             Ok(e) => e,
             Err(e) if e.is_tampered() => {
-                failures.push(Failure {
-                    path: d,
-                    what: e.to_string(),
-                });
+                failures.push(Failure::of(&d, &e));
                 continue;
             }
             Err(e) => return Err(e.into()),
         };
         for e in entries {
             let p = crate::join(&d, &e.name);
-            match vol.stat(&p) {
+            let checked = vol.stat(&p).and_then(|st| {
+                // The extended attributes (read whole, so verified) and a symlink's target.
+                for name in vol.listxattr(st.ino)? {
+                    vol.getxattr(st.ino, &name)?;
+                }
+                if e.kind == Kind::Symlink {
+                    vol.readlink(&p)?;
+                }
+                Ok(st)
+            });
+            match checked {
                 Ok(st) => match e.kind {
                     Kind::Dir => stack.push(p),
                     Kind::File => files.push((p, st.size)),
                     _ => {}
                 },
-                Err(err) if err.is_tampered() => failures.push(Failure {
-                    path: p,
-                    what: err.to_string(),
-                }),
+                Err(err) if err.is_tampered() => failures.push(Failure::of(&p, &err)),
                 Err(err) => return Err(err.into()),
             }
         }
@@ -237,13 +266,17 @@ struct Pace {
 }
 
 impl Pace {
-    fn take(&self, n: u64) {
+    /// Counts `n` bytes and waits until they are due, or until `halted`.
+    fn take(&self, n: u64, halted: &dyn Fn() -> bool) {
         let total = self.bytes.fetch_add(n, Ordering::Relaxed) + n;
         if let Some(rate) = self.rate {
             let due = Duration::from_secs_f64(total as f64 / rate);
-            let elapsed = self.start.elapsed();
-            if due > elapsed {
-                std::thread::sleep(due - elapsed);
+            loop {
+                let elapsed = self.start.elapsed();
+                if due <= elapsed || halted() {
+                    return;
+                }
+                std::thread::sleep((due - elapsed).min(Duration::from_millis(50)));
             }
         }
     }
@@ -328,10 +361,7 @@ pub fn scrub(
                                 if !e.is_tampered() {
                                     return Err(e.into());
                                 }
-                                found.lock().unwrap().push(Failure {
-                                    path: path.clone(),
-                                    what: e.to_string(),
-                                });
+                                found.lock().unwrap().push(Failure::of(path, &e));
                             }
                             b += m as u64;
                         }
@@ -341,7 +371,7 @@ pub fn scrub(
                 off += n as u64;
                 let total = verified.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
                 progress(n as u64, left);
-                pace.take(n as u64);
+                pace.take(n as u64, &halted);
                 if opts.limit.is_some_and(|l| total >= l) {
                     limit_hit.store(true, Ordering::Relaxed);
                 }

@@ -1488,3 +1488,48 @@ fn scrub_resumes_where_it_stopped_and_verifies_every_byte_once() {
     assert!(r.out().contains("/d/f3: integrity failure"), "{}", r.out());
     assert!(r.out().contains("block 3"), "{}", r.out());
 }
+
+#[test]
+fn scrub_stops_on_ctrl_c_keeps_its_place_and_goes_on() {
+    let v = Vol::new();
+    let mut total = 0;
+    for i in 0..4u64 {
+        let data = random_bytes(700_000, 40 + i);
+        total += data.len() as u64;
+        v.put(&format!("/f{i}"), &data, &[]);
+    }
+    let cursor = v.state.join(v.volume_id()).join("scrub.cursor");
+    // At 1 MB/s the pass takes about 3 s: interrupted once its cursor is on disk.
+    let child = v
+        .cmd(&["--json", "scrub", "--rate", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while !cursor.exists() {
+        assert!(t.elapsed().as_secs() < 20, "no cursor");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SAFETY: kill(2) with the pid of our own child, which has not been waited for.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let r = Run::from(
+        child.wait_with_output().unwrap(),
+        "scrub, interrupted".into(),
+    )
+    .ok();
+    let a = r.json();
+    assert_eq!(a["complete"], false, "{a}");
+    assert!(cursor.exists());
+    let first = a["bytes_verified"].as_u64().unwrap();
+    assert!(first > 0 && first < total, "{a}");
+    let b = v.run(&["--json", "scrub"]).ok().json();
+    assert_eq!(b["complete"], true, "{b}");
+    assert_eq!(
+        first + b["bytes_verified"].as_u64().unwrap(),
+        total,
+        "every byte once: {a} {b}"
+    );
+    assert!(!cursor.exists());
+}

@@ -2288,6 +2288,12 @@ fn a_mount_scrubs_in_the_background() {
         st["mount"]["integrity_failures"].as_u64().unwrap() >= 1,
         "{out}"
     );
+    // Those who watch hear of it as of a failed read.
+    let alarms = fs::read_to_string(volume_state(&v).join("alarms.jsonl")).unwrap();
+    let e: serde_json::Value = serde_json::from_str(alarms.lines().next().unwrap()).unwrap();
+    assert_eq!(e["request"], "scrub", "{alarms}");
+    assert_eq!(e["object"], "/d1/x", "{alarms}");
+    assert_eq!(e["block"].as_u64(), Some(1), "{alarms}");
 }
 
 // ---------------------------------------------------------------------------------------
