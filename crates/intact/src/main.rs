@@ -1162,7 +1162,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 if let Some((seg, off)) = &i.log_sealed_end {
                     println!("log sealed up to:   {seg}, byte {off}");
                 }
-                alarm::print_seals(&report);
+                alarm::print_seals(&report, true);
                 print_volume_integrity(&v, *measure);
                 if failures > 0 {
                     println!("integrity failures: {failures} (run `intact fsck`)");

@@ -99,8 +99,11 @@ fn unix(t: Option<SystemTime>) -> Option<u64> {
         .map(|d| d.as_secs())
 }
 
-/// Whether two anchors name the same state of the store (the epoch and the counter
-/// reservation advance at every read-write open, with nothing else).
+/// Whether two anchors name the same state of the store: the same checkpoint (journal,
+/// inode table) and log. The epoch and the counter reservation are not compared: every
+/// read-write open advances them, with nothing else. (The copy also lags the anchor when a
+/// session started a log segment and crashed before its first seal: then the volume opens
+/// and nothing is reported but by `intact info`, which says so.)
 fn same_state(a: &Anchor, b: &Anchor) -> bool {
     a.journal == b.journal && a.applied == b.applied && a.log == b.log && a.itable == b.itable
 }
@@ -480,6 +483,319 @@ impl Volume {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::crypto::KdfParams;
+    use crate::store::{MemStore, MemTrusted};
+    use std::collections::BTreeMap;
+
+    const PW: &[u8] = b"diagnose";
+
+    /// A volume on a memory store with a file `/f` of `content`, sealed.
+    fn volume(content: &[u8]) -> (Arc<MemStore>, MemTrusted) {
+        let store = Arc::new(MemStore::new());
+        let trusted = MemTrusted::default();
+        let t = trusted.clone();
+        let v = Volume::create(
+            store.clone(),
+            move |_| Ok(Box::new(t) as Box<dyn TrustedStore>),
+            PW,
+            &crate::CreateOptions {
+                block_size: 4096,
+                scheme: SchemeId::MtEintGcm,
+                auto: false,
+                kdf: KdfParams::TEST,
+            },
+            &Options::default(),
+        )
+        .unwrap();
+        v.create_file("/f", None).unwrap();
+        v.write_path("/f", 0, content).unwrap();
+        v.sync().unwrap();
+        (store, trusted)
+    }
+
+    fn open(store: &Arc<MemStore>, trusted: &MemTrusted) -> Result<Volume> {
+        Volume::open(
+            store.clone(),
+            Box::new(trusted.clone()),
+            PW,
+            &Options::default(),
+        )
+    }
+
+    /// Rewrites `/f` and seals.
+    fn rewrite(store: &Arc<MemStore>, trusted: &MemTrusted, content: &[u8]) {
+        let v = open(store, trusted).unwrap();
+        v.truncate("/f", 0).unwrap();
+        v.write_path("/f", 0, content).unwrap();
+        v.sync().unwrap();
+    }
+
+    fn read(v: &Volume) -> Vec<u8> {
+        let mut b = vec![0u8; 64];
+        let n = v.read_path("/f", 0, &mut b).unwrap();
+        b.truncate(n);
+        b
+    }
+
+    fn report(store: &Arc<MemStore>, trusted: &MemTrusted) -> StateReport {
+        Volume::state_report(store.as_ref(), trusted, PW).unwrap()
+    }
+
+    fn anchor(store: &Arc<MemStore>, bytes: &[u8]) -> Anchor {
+        let config = read_config(store.as_ref()).unwrap();
+        let keys = derive_keys(&unwrap_key(&config, PW).unwrap());
+        Anchor::decode(bytes, &keys.anchor).unwrap()
+    }
+
+    /// The report of an open that failed for the whole volume.
+    fn mismatch(store: &Arc<MemStore>, trusted: &MemTrusted) -> StateReport {
+        match open(store, trusted) {
+            Err(Error::StateMismatch { cause, report }) => {
+                assert!(cause.is_tampered(), "{cause}");
+                *report
+            }
+            Err(e) => panic!("another failure: {e}"),
+            Ok(_) => panic!("the volume opened"),
+        }
+    }
+
+    type Snap = (BTreeMap<String, Vec<u8>>, Option<Vec<u8>>);
+
+    fn snap(store: &Arc<MemStore>, trusted: &MemTrusted) -> Snap {
+        (store.snapshot(), trusted.snapshot())
+    }
+
+    #[test]
+    fn older_newer_diverged_same_and_undated_states_are_told_apart() {
+        let (store, trusted) = volume(b"one");
+        let r = report(&store, &trusted);
+        assert_eq!(r.verdict, Verdict::Same);
+        assert!(r.conflicts.is_empty());
+        let (s1, a1) = snap(&store, &trusted);
+        rewrite(&store, &trusted, b"two");
+        let (s2, a2) = snap(&store, &trusted);
+        let e1 = anchor(&store, a1.as_ref().unwrap()).epoch;
+        let e2 = anchor(&store, a2.as_ref().unwrap()).epoch;
+        assert!(e1 < e2);
+
+        // The store goes back.
+        store.restore(s1.clone());
+        let r = mismatch(&store, &trusted);
+        assert_eq!(r.verdict, Verdict::StoreOlder);
+        assert_eq!(r.anchor.as_ref().map(|s| s.epoch), Some(e2));
+        match &r.store {
+            StoreCopy::Authentic { seal } => assert_eq!(seal.epoch, e1),
+            other => panic!("{other:?}"),
+        }
+        assert!(r.explain().contains("OLDER state"), "{}", r.explain());
+        // info's report says the same (a read-write open that failed still reserved its
+        // counters: the anchor's epoch is one further).
+        let again = report(&store, &trusted);
+        assert_eq!((again.verdict, &again.store), (r.verdict, &r.store));
+        assert_eq!(again.anchor.map(|s| s.epoch), Some(e2 + 1));
+
+        // The anchor goes back (or another machine wrote on).
+        store.restore(s2.clone());
+        trusted.restore(a1.clone());
+        let r = mismatch(&store, &trusted);
+        assert_eq!(r.verdict, Verdict::StoreNewer);
+        assert!(r.explain().contains("NEWER state"), "{}", r.explain());
+
+        // Two writers from one seal: the same epoch, another state.
+        store.restore(s1.clone());
+        trusted.restore(a1.clone());
+        rewrite(&store, &trusted, b"mine");
+        let (s3, _) = snap(&store, &trusted);
+        store.restore(s1.clone());
+        trusted.restore(a1.clone());
+        rewrite(&store, &trusted, b"theirs");
+        store.restore(s3);
+        let r = mismatch(&store, &trusted);
+        assert_eq!(r.verdict, Verdict::Diverged, "{r:?}");
+        assert!(r.explain().contains("DIFFERENT states"), "{}", r.explain());
+
+        // Damaged objects under the anchor's state.
+        store.restore(s2.clone());
+        trusted.restore(a2.clone());
+        let itable = store
+            .snapshot()
+            .into_keys()
+            .filter(|n| n.ends_with(".d"))
+            .collect::<Vec<_>>();
+        for n in &itable {
+            store.with_object(n, |o| o[0] ^= 1);
+        }
+        let r = mismatch(&store, &trusted);
+        assert_eq!(r.verdict, Verdict::Same);
+        assert!(
+            r.explain().contains("damaged or changed"),
+            "{}",
+            r.explain()
+        );
+
+        // The copy gone, or not authentic: undated.
+        store.restore(s1.clone());
+        store.delete(ANCHOR_COPY_NAME).unwrap();
+        let r = mismatch(&store, &trusted);
+        assert_eq!(
+            (r.verdict, r.store.clone()),
+            (Verdict::Unknown, StoreCopy::Missing)
+        );
+        assert!(r.explain().contains("cannot be dated"), "{}", r.explain());
+        store.restore(s1.clone());
+        store.with_object(ANCHOR_COPY_NAME, |o| o[30] ^= 1);
+        let r = mismatch(&store, &trusted);
+        assert_eq!(r.verdict, Verdict::Unknown);
+        assert!(matches!(r.store, StoreCopy::NotAuthentic { .. }), "{r:?}");
+
+        // No anchor at all.
+        store.restore(s2);
+        trusted.restore(None);
+        let r = report(&store, &trusted);
+        assert_eq!((r.verdict, r.anchor.clone()), (Verdict::NoAnchor, None));
+        assert!(r.explain().contains("recover-anchor"), "{}", r.explain());
+    }
+
+    #[test]
+    fn conflict_copies_are_listed_and_explained() {
+        let (store, trusted) = volume(b"one");
+        store
+            .write_at("journal.1 (conflicted copy)", 0, b"x")
+            .unwrap();
+        let r = report(&store, &trusted);
+        assert_eq!(r.conflicts, ["journal.1 (conflicted copy)"]);
+        assert!(
+            r.explain().contains("1 conflict copy of"),
+            "{}",
+            r.explain()
+        );
+        store.write_at("f/aa/x (1)", 0, b"x").unwrap();
+        let r = report(&store, &trusted);
+        assert_eq!(r.conflicts.len(), 2);
+        assert!(r.explain().contains("2 conflict copies"), "{}", r.explain());
+    }
+
+    #[test]
+    fn open_stale_reads_the_stores_own_state_and_changes_nothing() {
+        let (store, trusted) = volume(b"one");
+        let (s1, _) = snap(&store, &trusted);
+        rewrite(&store, &trusted, b"two");
+        store.restore(s1);
+        let before = snap(&store, &trusted);
+        let ro = Options {
+            read_only: true,
+            ..Options::default()
+        };
+        let v = Volume::open_stale(store.clone(), Box::new(trusted.clone()), PW, &ro).unwrap();
+        assert_eq!(read(&v), b"one");
+        assert!(v.write_path("/f", 0, b"x").is_err());
+        // Read-only even when asked otherwise.
+        let v2 = Volume::open_stale(
+            store.clone(),
+            Box::new(trusted.clone()),
+            PW,
+            &Options::default(),
+        )
+        .unwrap();
+        assert!(v2.write_path("/f", 0, b"x").is_err());
+        drop((v, v2));
+        assert!(
+            snap(&store, &trusted) == before,
+            "a stale look changed something"
+        );
+        // No copy, nothing to look at.
+        store.delete(ANCHOR_COPY_NAME).unwrap();
+        assert!(Volume::open_stale(store.clone(), Box::new(trusted), PW, &ro).is_err());
+    }
+
+    #[test]
+    fn accept_store_reanchors_past_both_sides_and_a_later_rollback_is_caught() {
+        let (store, trusted) = volume(b"zero");
+        let (s0, _) = snap(&store, &trusted);
+        rewrite(&store, &trusted, b"one");
+        let (s1, a1) = snap(&store, &trusted);
+        rewrite(&store, &trusted, b"two");
+        let (_, a2) = snap(&store, &trusted);
+        let old = anchor(&store, a2.as_ref().unwrap());
+        let copy1 = anchor(&store, &s1[ANCHOR_COPY_NAME]);
+        store.restore(s1.clone());
+        // Refused while the volume is open (here by a stale reader).
+        let ro = Options {
+            read_only: true,
+            ..Options::default()
+        };
+        let holder = Volume::open_stale(store.clone(), Box::new(trusted.clone()), PW, &ro).unwrap();
+        assert!(matches!(
+            Volume::accept_store(store.clone(), &trusted, PW, |_, _| Ok(())),
+            Err(Error::Locked(_))
+        ));
+        drop(holder);
+        let mut kept = None;
+        let done = Volume::accept_store(store.clone(), &trusted, PW, |b, e| {
+            kept = Some((b.to_vec(), e));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(kept, Some((a2.clone().unwrap(), old.epoch)));
+        assert_eq!(done.report.verdict, Verdict::StoreOlder);
+        assert_eq!(done.old_epoch, old.epoch);
+        let new = anchor(&store, &trusted.snapshot().unwrap());
+        assert_eq!(new.epoch, old.epoch.max(copy1.epoch) + 1);
+        assert_eq!(done.new_epoch, new.epoch);
+        assert_eq!(new.ctr_next, old.ctr_next.max(copy1.ctr_next));
+        assert!(
+            new.ctr_next > copy1.ctr_next,
+            "counters of the state given up stay used"
+        );
+        assert_eq!(new.itable, copy1.itable);
+        assert_eq!(done.new_root, hex::encode(copy1.itable.tree.root));
+        assert_eq!(done.old_root, hex::encode(old.itable.tree.root));
+        // Then it works, and writes.
+        let v = open(&store, &trusted).unwrap();
+        assert_eq!(read(&v), b"one");
+        drop(v);
+        rewrite(&store, &trusted, b"three");
+        // Going back further is an alarm again; so is the state just accepted.
+        store.restore(s0);
+        assert_eq!(mismatch(&store, &trusted).verdict, Verdict::StoreOlder);
+        store.restore(s1.clone());
+        assert_eq!(mismatch(&store, &trusted).verdict, Verdict::StoreOlder);
+        let _ = a1;
+    }
+
+    #[test]
+    fn accept_store_refuses_what_cannot_be_accepted() {
+        let (store, trusted) = volume(b"one");
+        let (s1, _) = snap(&store, &trusted);
+        rewrite(&store, &trusted, b"two");
+        let a2 = trusted.snapshot();
+        let ok = |_: &[u8], _: u64| Ok(());
+        // The copy damaged: no state of its own.
+        store.restore(s1.clone());
+        store.with_object(ANCHOR_COPY_NAME, |o| o[30] ^= 1);
+        let e = Volume::accept_store(store.clone(), &trusted, PW, ok).unwrap_err();
+        assert!(e.to_string().contains("not authentic"), "{e}");
+        // The copy's state does not open: its inode table damaged.
+        store.restore(s1.clone());
+        for n in store.snapshot().into_keys().filter(|n| n.ends_with(".d")) {
+            store.with_object(&n, |o| o[0] ^= 1);
+        }
+        let e = Volume::accept_store(store.clone(), &trusted, PW, ok).unwrap_err();
+        assert!(e.to_string().contains("does not open either"), "{e}");
+        assert_eq!(trusted.snapshot(), a2, "nothing changed");
+        // A failure to keep the old anchor stops it before the new one is stored.
+        store.restore(s1);
+        let e = Volume::accept_store(store.clone(), &trusted, PW, |_, _| {
+            Err(Error::Invalid("disk full".into()))
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("disk full"), "{e}");
+        assert_eq!(trusted.snapshot(), a2, "nothing changed");
+        // No anchor: nothing to replace.
+        trusted.restore(None);
+        let e = Volume::accept_store(store.clone(), &trusted, PW, ok).unwrap_err();
+        assert!(e.to_string().contains("recover-anchor"), "{e}");
+    }
 
     #[test]
     fn dates_are_utc_civil_dates() {
