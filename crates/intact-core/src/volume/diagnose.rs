@@ -8,6 +8,8 @@
 //! one. The times shown are the files' modification times, hints only.
 
 use super::*;
+#[cfg(test)]
+use std::time::Duration;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A seal, as one side records it.
@@ -657,6 +659,73 @@ mod tests {
     }
 
     #[test]
+    fn a_store_behind_by_log_seals_alone_is_older() {
+        // Seals of the log (fsync) change the anchor's log reference and nothing else.
+        let (store, trusted) = volume(b"one");
+        let v = open(&store, &trusted).unwrap();
+        let ino = v.stat("/f").unwrap().ino;
+        v.write_path("/f", 0, b"two").unwrap();
+        v.fsync(ino).unwrap();
+        let (s1, a1) = snap(&store, &trusted);
+        v.write_path("/f", 0, b"six").unwrap();
+        v.fsync(ino).unwrap();
+        v.set_seal_on_drop(false);
+        drop(v);
+        let (_, a2) = snap(&store, &trusted);
+        let (x, y) = (anchor(&store, &a1.unwrap()), anchor(&store, &a2.unwrap()));
+        assert_eq!((&x.journal, &x.itable), (&y.journal, &y.itable));
+        assert_ne!(x.log, y.log);
+        store.restore(s1);
+        let r = mismatch(&store, &trusted);
+        assert_eq!(r.verdict, Verdict::StoreOlder, "{r:?}");
+    }
+
+    #[test]
+    fn a_stale_anchor_stores_nothing_and_says_what_it_is() {
+        let real = MemTrusted::default();
+        real.store(b"trusted").unwrap();
+        let stale = StaleAnchor {
+            real: Box::new(real.clone()),
+            copy: b"copy".to_vec(),
+        };
+        assert_eq!(stale.load().unwrap().as_deref(), Some(&b"copy"[..]));
+        assert!(stale.store(b"x").is_err());
+        assert!(stale.remove().is_err());
+        assert!(stale.lock(true).is_err());
+        let shared = stale.lock(false).unwrap();
+        assert!(!shared.is_exclusive());
+        // The real lock is held: no writer meanwhile.
+        assert!(matches!(real.lock(true), Err(Error::Locked(_))));
+        drop(shared);
+        let loc = stale.location();
+        assert!(
+            loc.contains(ANCHOR_COPY_NAME) && loc.contains(&real.location()),
+            "{loc}"
+        );
+        assert_eq!(real.load().unwrap().as_deref(), Some(&b"trusted"[..]));
+    }
+
+    #[test]
+    fn a_copy_naming_another_volume_is_not_authentic() {
+        let (store, trusted) = volume(b"one");
+        let config = read_config(store.as_ref()).unwrap();
+        let keys = derive_keys(&unwrap_key(&config, PW).unwrap());
+        let mut copy = anchor(&store, &store.snapshot()[ANCHOR_COPY_NAME]);
+        copy.volume_id[0] ^= 1;
+        store
+            .write_at(ANCHOR_COPY_NAME, 0, &copy.encode(&keys.anchor))
+            .unwrap();
+        let r = report(&store, &trusted);
+        assert_eq!(r.verdict, Verdict::Unknown);
+        assert_eq!(
+            r.store,
+            StoreCopy::NotAuthentic {
+                why: "it names another volume".into()
+            }
+        );
+    }
+
+    #[test]
     fn conflict_copies_are_listed_and_explained() {
         let (store, trusted) = volume(b"one");
         store
@@ -719,6 +788,7 @@ mod tests {
         let old = anchor(&store, a2.as_ref().unwrap());
         let copy1 = anchor(&store, &s1[ANCHOR_COPY_NAME]);
         store.restore(s1.clone());
+        let stored = store.snapshot();
         // Refused while the volume is open (here by a stale reader).
         let ro = Options {
             read_only: true,
@@ -737,6 +807,10 @@ mod tests {
         })
         .unwrap();
         assert_eq!(kept, Some((a2.clone().unwrap(), old.epoch)));
+        assert!(
+            store.snapshot() == stored,
+            "accepting wrote into the cipher directory"
+        );
         assert_eq!(done.report.verdict, Verdict::StoreOlder);
         assert_eq!(done.old_epoch, old.epoch);
         let new = anchor(&store, &trusted.snapshot().unwrap());
@@ -803,6 +877,23 @@ mod tests {
         assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
         assert_eq!(utc(1_795_660_667), "2026-11-26 02:37:47 UTC");
         assert_eq!(utc(4_107_542_399), "2100-02-28 23:59:59 UTC");
+        // The first day of a century's year in the 400-year cycle (not a leap year).
+        assert_eq!(utc(4_107_542_400), "2100-03-01 00:00:00 UTC");
+        assert_eq!(utc(13_574_563_200), "2400-02-29 00:00:00 UTC");
+    }
+
+    #[test]
+    fn file_times_become_seconds_since_1970() {
+        assert_eq!(unix(None), None);
+        assert_eq!(
+            unix(Some(UNIX_EPOCH + Duration::from_millis(5_999))),
+            Some(5)
+        );
+        assert_eq!(
+            unix(Some(UNIX_EPOCH + Duration::from_secs(1_795_660_667))),
+            Some(1_795_660_667)
+        );
+        assert_eq!(unix(UNIX_EPOCH.checked_sub(Duration::from_secs(1))), None);
     }
 
     #[test]
