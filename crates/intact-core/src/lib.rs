@@ -5,6 +5,7 @@
 #![deny(missing_docs)]
 
 pub mod crypto;
+pub mod disk;
 pub mod entropy;
 pub mod error;
 pub mod format;
