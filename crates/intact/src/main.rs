@@ -1162,7 +1162,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 if let Some((seg, off)) = &i.log_sealed_end {
                     println!("log sealed up to:   {seg}, byte {off}");
                 }
-                alarm::print_seals(&report, true);
+                alarm::print_seals(&report, !cli.accept_stale);
                 print_volume_integrity(&v, *measure);
                 if failures > 0 {
                     println!("integrity failures: {failures} (run `intact fsck`)");

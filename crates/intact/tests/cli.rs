@@ -1211,6 +1211,8 @@ fn a_whole_volume_rollback_is_explained_looked_at_and_accepted_on_purpose() {
     assert_eq!(r.out().split_whitespace().collect::<Vec<_>>(), ["a", "b"]);
     assert_eq!(v.run(&["--accept-stale", "cat", "/b"]).ok().stdout, b"two");
     v.run(&["--accept-stale", "fsck"]).ok();
+    let r = v.run(&["--accept-stale", "info"]).ok().says("WARNING");
+    assert!(r.out().contains("OLDER than the anchor's"), "{}", r.out());
     let src = v.tmp().join("x");
     std::fs::write(&src, b"x").unwrap();
     v.run(&["--accept-stale", "put", src.to_str().unwrap(), "/x"])
