@@ -51,6 +51,12 @@ pub mod label {
     pub const FILE_WIDE: &str = "intact v1 file HCTR2 key";
     /// Per-file key of the HCTR2 tweak hash h(i || ctr) (rand-eint), info = label || file id.
     pub const FILE_TWEAK: &str = "intact v1 file HCTR2 tweak hash";
+    /// Per-disk AES-256-GCM key of the block disk's blocks, info = label || disk id.
+    pub const DISK_DATA: &str = "intact v1 disk block encryption";
+    /// Per-disk key of the block disk's leaves h(i || ctr || tag), info = label || disk id.
+    pub const DISK_LEAF: &str = "intact v1 disk leaf hash";
+    /// Per-disk key of the block disk's tree nodes, info = label || disk id.
+    pub const DISK_NODE: &str = "intact v1 disk node hash";
 }
 
 /// The volume master key: never stored in clear; wrapped under the password key.
