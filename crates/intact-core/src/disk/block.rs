@@ -223,6 +223,14 @@ mod tests {
     }
 
     #[test]
+    fn keys_print_the_disk_and_no_key() {
+        let k = keys(0xcd);
+        let s = format!("{k:?}");
+        assert!(s.contains(&"cd".repeat(16)), "{s}");
+        assert!(!s.contains("data") && !s.contains("leaf:"), "{s}");
+    }
+
+    #[test]
     fn sealed_metadata_encodes_in_24_bytes() {
         let s = Sealed {
             counter: 0x0102_0304_0506_0708,

@@ -428,6 +428,71 @@ mod tests {
         assert_eq!(tree.lock().unwrap().len(), 9);
     }
 
+    /// A waiting writer goes on as soon as the queue is down to the low watermark, not
+    /// later (the updater here applies one update per permit).
+    #[test]
+    fn a_writer_goes_on_at_the_low_watermark_exactly() {
+        let permits = Arc::new(AtomicU64::new(0));
+        let p = permits.clone();
+        let q = Arc::new(
+            PacQueue::start(
+                PacConfig {
+                    capacity: 8,
+                    low_watermark: 0.5,
+                    rate: None,
+                },
+                move |_, _: &u64| {
+                    // (Gives up after 20 s, so that a failed assertion cannot hang the
+                    // queue's drop on this closure.)
+                    let t = Instant::now();
+                    while p
+                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                        .is_err()
+                        && t.elapsed() < Duration::from_secs(20)
+                    {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    Ok(())
+                },
+            )
+            .unwrap(),
+        );
+        for b in 0..8 {
+            q.push(b, b);
+        }
+        let done = Arc::new(AtomicBool::new(false));
+        let (q2, d2) = (q.clone(), done.clone());
+        let writer = std::thread::spawn(move || {
+            q2.push(100, 100);
+            d2.store(true, Ordering::Release);
+        });
+        let t = Instant::now();
+        while q.stats().writer_waits == 0 {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "the writer never waited"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Three applied: 5 left, above the watermark of 4: still waiting.
+        permits.store(3, Ordering::Release);
+        while permits.load(Ordering::Acquire) > 0 || q.len() > 5 {
+            assert!(t.elapsed() < Duration::from_secs(20));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            !done.load(Ordering::Acquire),
+            "went on above the low watermark"
+        );
+        // One more: 4 left, the watermark: it goes on, with 4 still pending.
+        permits.store(1, Ordering::Release);
+        writer.join().unwrap();
+        assert_eq!(q.len(), 5, "4 left and the waiting writer's own");
+        permits.store(u64::MAX / 2, Ordering::Release);
+        q.flush().unwrap();
+    }
+
     #[test]
     fn watermarks_at_the_edges_still_make_writers_wait_and_go_on() {
         for (capacity, low_watermark) in [(1, 1.0), (1, 0.0), (4, 1.0), (4, 2.0), (0, 0.5)] {
@@ -477,6 +542,8 @@ mod tests {
             },
             &tree,
         );
+        // A flush that found nothing to wait for leaves the pace as it was.
+        q.flush().unwrap();
         for b in 0..100 {
             q.push(b, leaf(b, 1));
         }
@@ -488,10 +555,11 @@ mod tests {
             low_watermark: 0.75,
             rate: None,
         });
+        // Unpaced, the rest goes in far less than the 4 s it takes at 20 per second.
         let t = Instant::now();
         while !q.is_empty() {
             assert!(
-                t.elapsed() < Duration::from_secs(20),
+                t.elapsed() < Duration::from_secs(3),
                 "the new rate did not take"
             );
             std::thread::sleep(Duration::from_millis(5));
