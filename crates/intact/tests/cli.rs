@@ -1151,6 +1151,18 @@ fn copy_tree(from: &Path, to: &Path) {
     assert!(st.success());
 }
 
+/// The data object (`.d`) of the file at `path`, found by its file id.
+fn data_object(v: &Vol, path: &str) -> PathBuf {
+    let id = v.run(&["--json", "stat", path]).ok().json()["file_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    files_with_ext(&v.cipher, "d")
+        .into_iter()
+        .find(|p| p.to_string_lossy().contains(&id))
+        .unwrap()
+}
+
 /// The cipher directory and the anchor, byte for byte and with their times.
 type Files = BTreeMap<PathBuf, (Vec<u8>, SystemTime)>;
 
@@ -1292,12 +1304,9 @@ fn a_store_newer_than_the_anchor_and_a_damaged_object_are_explained() {
     let v = Vol::new();
     v.put("/a", b"one", &[]);
     // Every data object but the file's (the inode table's among them).
-    let id = v.run(&["--json", "stat", "/a"]).ok().json()["file_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let own = data_object(&v, "/a");
     for p in files_with_ext(&v.cipher, "d") {
-        if !p.to_string_lossy().contains(&id) {
+        if p != own {
             flip_byte(&p, 20);
         }
     }
@@ -1373,14 +1382,7 @@ fn fsck_salvage_keeps_every_block_that_authenticates_and_quarantines() {
     v.put("/d/f", &f, &[]);
     v.put("/g", &g, &[]);
     v.run(&["ln", "-s", "d/f", "/link"]).ok();
-    let id = v.run(&["--json", "stat", "/d/f"]).ok().json()["file_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let data = files_with_ext(&v.cipher, "d")
-        .into_iter()
-        .find(|p| p.to_string_lossy().contains(&id))
-        .unwrap();
+    let data = data_object(&v, "/d/f");
     // Block 5 of the data object (its nonces and tags are in the metadata object).
     flip_byte(&data, 5 * 4096 + 100);
     let out = v.tmp().join("salvaged");
@@ -1477,14 +1479,7 @@ fn scrub_resumes_where_it_stopped_and_verifies_every_byte_once() {
         "{c} (floor {floor} s)"
     );
     // A new pass verifies everything again, and names a damaged block.
-    let id = v.run(&["--json", "stat", "/d/f3"]).ok().json()["file_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let data = files_with_ext(&v.cipher, "d")
-        .into_iter()
-        .find(|p| p.to_string_lossy().contains(&id))
-        .unwrap();
+    let data = data_object(&v, "/d/f3");
     flip_byte(&data, 3 * 4096 + 9);
     let r = v.run(&["scrub"]).fails(code::INTEGRITY);
     assert!(r.out().contains("/d/f3: integrity failure"), "{}", r.out());

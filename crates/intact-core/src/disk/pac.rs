@@ -67,8 +67,6 @@ struct State<L> {
     /// (sequence, block) of every pending update: the oldest is applied first.
     order: BTreeSet<(u64, u64)>,
     next_seq: u64,
-    /// The updater is applying this (block, sequence); it stays pending meanwhile.
-    applying: Option<(u64, u64)>,
     /// Writers wait for room, the updater drains without pause.
     draining: bool,
     /// Flushes waiting: the updater drains without pause.
@@ -125,7 +123,6 @@ impl<L: Clone + Send + 'static> PacQueue<L> {
                 pending: HashMap::new(),
                 order: BTreeSet::new(),
                 next_seq: 1,
-                applying: None,
                 draining: false,
                 flushes: 0,
                 failed: None,
@@ -273,7 +270,6 @@ fn updater<L: Clone>(sh: &Shared<L>, apply: &mut dyn FnMut(u64, &L) -> Result<()
                     };
                     if wait.is_zero() {
                         let leaf = st.pending[&block].leaf.clone();
-                        st.applying = Some((block, seq));
                         break (block, seq, leaf);
                     }
                     st = sh
@@ -291,7 +287,6 @@ fn updater<L: Clone>(sh: &Shared<L>, apply: &mut dyn FnMut(u64, &L) -> Result<()
         let r = apply(block, &leaf);
         last = Instant::now();
         let mut st = guard(&sh.state);
-        st.applying = None;
         match r {
             Ok(()) => {
                 st.stats.applied += 1;

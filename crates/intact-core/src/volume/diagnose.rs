@@ -119,12 +119,33 @@ pub fn is_conflict_copy(name: &str) -> bool {
     let lower = base.to_ascii_lowercase();
     lower.contains("conflict")
         || lower.contains(" - copy")
-        || lower.contains("case conflict")
         || base.split(" (").skip(1).any(|rest| {
             rest.split(')')
                 .next()
                 .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
         })
+}
+
+/// The cipher directory's copy of the anchor, its bytes and what they say, when it is an
+/// authentic anchor of this volume; else what it is instead.
+fn read_copy(
+    store: &dyn UntrustedStore,
+    config: &Config,
+    keys: &Keys,
+) -> std::result::Result<(Vec<u8>, Anchor), StoreCopy> {
+    match store.read_all(ANCHOR_COPY_NAME) {
+        Ok(None) => Err(StoreCopy::Missing),
+        Err(e) => Err(StoreCopy::NotAuthentic {
+            why: format!("unreadable: {e}"),
+        }),
+        Ok(Some(b)) => match Anchor::decode(&b, &keys.anchor) {
+            Ok(a) if a.volume_id == config.volume_id_bytes() => Ok((b, a)),
+            Ok(_) => Err(StoreCopy::NotAuthentic {
+                why: "it names another volume".into(),
+            }),
+            Err(e) => Err(StoreCopy::NotAuthentic { why: e.to_string() }),
+        },
+    }
 }
 
 impl StateReport {
@@ -143,19 +164,7 @@ impl StateReport {
                 .filter(|a| a.volume_id == config.volume_id_bytes())
                 .map(|a| (a, *t))
         });
-        let copy = match store.read_all(ANCHOR_COPY_NAME) {
-            Ok(None) => Err(StoreCopy::Missing),
-            Err(e) => Err(StoreCopy::NotAuthentic {
-                why: format!("unreadable: {e}"),
-            }),
-            Ok(Some(b)) => match Anchor::decode(&b, &keys.anchor) {
-                Ok(a) if a.volume_id == config.volume_id_bytes() => Ok(a),
-                Ok(_) => Err(StoreCopy::NotAuthentic {
-                    why: "it names another volume".into(),
-                }),
-                Err(e) => Err(StoreCopy::NotAuthentic { why: e.to_string() }),
-            },
-        };
+        let copy = read_copy(store, config, keys).map(|(_, a)| a);
         let copy_time = unix(store.modified(ANCHOR_COPY_NAME));
         let verdict = match (&trusted, &copy) {
             (None, _) => Verdict::NoAnchor,
@@ -426,17 +435,16 @@ impl Volume {
             trusted.location(),
             Some((old_bytes.clone(), trusted.modified())),
         );
-        let copy_bytes = StateReport::copy_bytes(store.as_ref())?;
-        let copy = Anchor::decode(&copy_bytes, &keys.anchor).map_err(|e| {
+        let (copy_bytes, copy) = read_copy(store.as_ref(), &config, &keys).map_err(|c| {
+            let what = match c {
+                StoreCopy::Missing => "is missing".to_string(),
+                StoreCopy::NotAuthentic { why } => format!("is not authentic ({why})"),
+                StoreCopy::Authentic { .. } => unreachable!("an error"),
+            };
             Error::Config(format!(
-                "the cipher directory's {ANCHOR_COPY_NAME} is not authentic ({e}): there is no state of its own to accept"
+                "the cipher directory's {ANCHOR_COPY_NAME} {what}: there is no state of its own to accept"
             ))
         })?;
-        if copy.volume_id != config.volume_id_bytes() {
-            return Err(Error::Config(format!(
-                "the cipher directory's {ANCHOR_COPY_NAME} names another volume"
-            )));
-        }
         // The state must open before it is accepted. The check opens it read-only with the
         // copy in an in-memory trusted store; the state directory's lock is let go
         // meanwhile, taken again after, and the anchor checked unchanged.
@@ -782,7 +790,7 @@ mod tests {
         let (store, trusted) = volume(b"zero");
         let (s0, _) = snap(&store, &trusted);
         rewrite(&store, &trusted, b"one");
-        let (s1, a1) = snap(&store, &trusted);
+        let (s1, _) = snap(&store, &trusted);
         rewrite(&store, &trusted, b"two");
         let (_, a2) = snap(&store, &trusted);
         let old = anchor(&store, a2.as_ref().unwrap());
@@ -834,7 +842,6 @@ mod tests {
         assert_eq!(mismatch(&store, &trusted).verdict, Verdict::StoreOlder);
         store.restore(s1.clone());
         assert_eq!(mismatch(&store, &trusted).verdict, Verdict::StoreOlder);
-        let _ = a1;
     }
 
     #[test]
