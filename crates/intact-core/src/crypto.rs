@@ -57,6 +57,8 @@ pub mod label {
     pub const DISK_LEAF: &str = "intact v1 disk leaf hash";
     /// Per-disk key of the block disk's tree nodes, info = label || disk id.
     pub const DISK_NODE: &str = "intact v1 disk node hash";
+    /// Per-disk key of the block disk's trusted anchor MAC, info = label || disk id.
+    pub const DISK_ANCHOR: &str = "intact v1 disk anchor MAC";
 }
 
 /// The volume master key: never stored in clear; wrapped under the password key.

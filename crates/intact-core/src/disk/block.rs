@@ -33,7 +33,33 @@ pub const HOLE_LEAF: Hash = [0; 32];
 /// GCM that a future format might give the same key.
 const NONCE_DOMAIN: [u8; 4] = *b"blk0";
 
+/// The counter's top bit marks a trim record: the block was discarded (TRIM, or zeros
+/// written as a hole) under that write counter; its tag is then [`DiskKeys::trim`]'s MAC, not
+/// a GCM tag, and its leaf is the hole's.
+pub const TRIM_FLAG: u64 = 1 << 63;
+
 impl Sealed {
+    /// Never written: counter 0, no tag.
+    pub const NEVER: Sealed = Sealed {
+        counter: 0,
+        tag: [0; TAG_LEN],
+    };
+
+    /// Whether this is a trim record ([`TRIM_FLAG`]).
+    pub fn is_trim(&self) -> bool {
+        self.counter & TRIM_FLAG != 0
+    }
+
+    /// The write counter without the trim flag: the order of writes to a disk.
+    pub fn seq(&self) -> u64 {
+        self.counter & !TRIM_FLAG
+    }
+
+    /// Whether the block reads as zeros (never written, or trimmed).
+    pub fn is_hole(&self) -> bool {
+        self.counter == 0 || self.is_trim()
+    }
+
     /// The encoding kept beside the block.
     pub fn encode(&self) -> [u8; SEALED_LEN] {
         let mut b = [0u8; SEALED_LEN];
@@ -106,6 +132,7 @@ impl DiskKeys {
     /// block of this disk before (it is the nonce). Counter 0 is the hole's.
     pub fn seal(&self, index: u64, counter: u64, buf: &mut [u8]) -> Sealed {
         assert_ne!(counter, 0, "counter 0 marks a hole");
+        assert_eq!(counter & TRIM_FLAG, 0, "counters stay below 2^63");
         let tag = self.data.seal(Self::nonce(counter), &self.aad(index), buf);
         Sealed { counter, tag }
     }
@@ -114,7 +141,7 @@ impl DiskKeys {
     /// caller has checked against the tree: [`DiskKeys::leaf`]). On failure `buf` is
     /// zeroed. A hole (counter 0) must read as zeros and has no tag to check.
     pub fn open(&self, index: u64, sealed: &Sealed, buf: &mut [u8]) -> Result<(), AuthFailed> {
-        if sealed.counter == 0 {
+        if sealed.is_hole() {
             return Err(AuthFailed);
         }
         self.data.open(
@@ -129,7 +156,7 @@ impl DiskKeys {
     /// `keyed_blake3(leaf key, "intact/disk/leaf\0" || index || counter || tag)`, or
     /// [`HOLE_LEAF`] for a hole.
     pub fn leaf(&self, index: u64, sealed: &Sealed) -> Hash {
-        if sealed.counter == 0 {
+        if sealed.is_hole() {
             return HOLE_LEAF;
         }
         self.leaf.mac(&[
@@ -138,6 +165,33 @@ impl DiskKeys {
             &sealed.counter.to_le_bytes(),
             &sealed.tag,
         ])
+    }
+}
+
+impl DiskKeys {
+    /// The trim record of block `index` under write counter `counter` (below 2^63, never
+    /// used before): the counter with [`TRIM_FLAG`], and as tag the first 16 bytes of
+    /// `keyed_blake3(leaf key, "intact/disk/trim\0" || index || counter)`. Authenticated, so
+    /// that where no tree vouches for a block (the `aead` mode, a crash's unflushed tail)
+    /// nobody without the key can make a block read as zeros.
+    pub fn trim(&self, index: u64, counter: u64) -> Sealed {
+        assert_eq!(counter & TRIM_FLAG, 0, "counters stay below 2^63");
+        let mac = self.leaf.mac(&[
+            b"intact/disk/trim\0",
+            &index.to_le_bytes(),
+            &counter.to_le_bytes(),
+        ]);
+        let mut tag = [0u8; TAG_LEN];
+        tag.copy_from_slice(&mac[..TAG_LEN]);
+        Sealed {
+            counter: counter | TRIM_FLAG,
+            tag,
+        }
+    }
+
+    /// Whether `sealed` is an authentic trim record of block `index`.
+    pub fn is_authentic_trim(&self, index: u64, sealed: &Sealed) -> bool {
+        sealed.is_trim() && crate::crypto::ct_eq(&self.trim(index, sealed.seq()).tag, &sealed.tag)
     }
 }
 
@@ -220,6 +274,33 @@ mod tests {
             HOLE_LEAF,
             "a hole's leaf"
         );
+    }
+
+    #[test]
+    fn trim_records_are_keyed_holes_bound_to_index_and_counter() {
+        let k = keys(1);
+        let t = k.trim(7, 42);
+        assert!(t.is_trim() && t.is_hole());
+        assert_eq!(t.seq(), 42);
+        assert_eq!(k.leaf(7, &t), HOLE_LEAF);
+        assert!(k.is_authentic_trim(7, &t));
+        assert!(!k.is_authentic_trim(8, &t), "bound to the index");
+        assert!(!keys(2).is_authentic_trim(7, &t), "keyed per disk");
+        let mut f = t;
+        f.tag[0] ^= 1;
+        assert!(!k.is_authentic_trim(7, &f));
+        let g = Sealed {
+            counter: 43 | TRIM_FLAG,
+            ..t
+        };
+        assert!(!k.is_authentic_trim(7, &g), "bound to the counter");
+        let s = Sealed {
+            counter: 42,
+            tag: t.tag,
+        };
+        assert!(!k.is_authentic_trim(7, &s), "only a trim record is one");
+        assert!(!s.is_hole() && Sealed::NEVER.is_hole() && !Sealed::NEVER.is_trim());
+        assert_eq!(k.open(7, &t, &mut [0u8; 16]), Err(AuthFailed));
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The block disk (issue 8; docs/design.md, "The block disk"): a block device whose every
 //! block is encrypted, authenticated and fresh, with the PAC engine. Built in steps; so far
-//! the block crypto ([`block`]), the n-ary hash tree ([`tree`]) and the PAC queue of
-//! pending tree updates ([`pac`]).
+//! the block crypto ([`block`]), the n-ary hash tree ([`tree`]), the PAC queue of
+//! pending tree updates ([`pac`]) and the engine over them ([`engine`]).
 
 pub mod block;
+pub mod engine;
 pub mod pac;
 pub mod tree;

@@ -27,7 +27,7 @@ pub(super) fn derive_keys(master: &MasterKey) -> Keys {
     }
 }
 
-pub(super) fn wrap_key(master: &MasterKey, kek: &SubKey, aad: &[u8]) -> String {
+pub(crate) fn wrap_key(master: &MasterKey, kek: &SubKey, aad: &[u8]) -> String {
     let mut nonce = [0u8; crypto::NONCE_LEN];
     crypto::fill_random(&mut nonce);
     let mut buf = master.expose_secret().to_vec();
@@ -40,17 +40,35 @@ pub(super) fn wrap_key(master: &MasterKey, kek: &SubKey, aad: &[u8]) -> String {
 }
 
 pub(super) fn unwrap_key(config: &Config, password: &[u8]) -> Result<MasterKey> {
-    let salt = hex::decode(&config.salt).map_err(|_| Error::Config("bad salt".into()))?;
-    let kek = crypto::password_key(password, &salt, config.kdf)?;
+    unwrap_envelope(
+        &config.wrapped_key,
+        &config.salt,
+        config.kdf,
+        &config.aad(),
+        password,
+    )
+}
+
+/// Opens a password-wrapped master key ([`wrap_key`]'s hex envelope) whose associated data
+/// is `aad` (the fields of the config it belongs to, so none can be changed).
+pub(crate) fn unwrap_envelope(
+    wrapped_hex: &str,
+    salt_hex: &str,
+    kdf: crypto::KdfParams,
+    aad: &[u8],
+    password: &[u8],
+) -> Result<MasterKey> {
+    let salt = hex::decode(salt_hex).map_err(|_| Error::Config("bad salt".into()))?;
+    let kek = crypto::password_key(password, &salt, kdf)?;
     let mut env = zeroize::Zeroizing::new(
-        hex::decode(&config.wrapped_key).map_err(|_| Error::Config("bad wrapped key".into()))?,
+        hex::decode(wrapped_hex).map_err(|_| Error::Config("bad wrapped key".into()))?,
     );
     if env.len() != crypto::NONCE_LEN + 32 + crypto::TAG_LEN {
         return Err(Error::Config("wrapped key has the wrong length".into()));
     }
     let nonce: [u8; crypto::NONCE_LEN] = env[..crypto::NONCE_LEN].try_into().expect("12");
     let n = crypto::Gcm::new(&kek)
-        .open_in_place(nonce, &config.aad(), &mut env[crypto::NONCE_LEN..])
+        .open_in_place(nonce, aad, &mut env[crypto::NONCE_LEN..])
         .ok_or(Error::WrongPassword)?;
     debug_assert_eq!(n, 32);
     let mut k = [0u8; 32];

@@ -44,7 +44,7 @@ mod file_io;
 mod fsck;
 mod gate;
 mod inodes;
-mod keys;
+pub(crate) mod keys;
 mod logged;
 mod namespace;
 mod policy;
