@@ -522,7 +522,7 @@ impl Disk {
         password: &[u8],
         trusted: impl FnOnce(&str) -> Result<Box<dyn TrustedStore>>,
     ) -> Result<DiskConfig> {
-        if opts.size == 0 || opts.size % BLOCK as u64 != 0 {
+        if opts.size == 0 || !opts.size.is_multiple_of(BLOCK as u64) {
             return Err(Error::Invalid(format!(
                 "size {}: want a positive multiple of 4096 bytes",
                 opts.size
@@ -658,7 +658,7 @@ impl Disk {
             )));
         }
         c.id()?;
-        if c.size == 0 || c.size % BLOCK as u64 != 0 || !(2..=128).contains(&c.arity) {
+        if c.size == 0 || !c.size.is_multiple_of(BLOCK as u64) || !(2..=128).contains(&c.arity) {
             return Err(Error::Config(format!(
                 "{}: size or arity out of range",
                 p.config.display()
