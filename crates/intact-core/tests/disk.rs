@@ -229,7 +229,8 @@ fn tampering_while_stopped_is_found_on_the_next_read() {
             h.write_all_at(bytes, off).unwrap();
         };
         let read_block = |d: &Disk, b: u64| d.read(b * BLOCK as u64, &mut vec![0u8; BLOCK]);
-        let cases: Vec<(&str, Box<dyn Fn()>, u64)> = vec![
+        type Case<'a> = (&'a str, Box<dyn Fn() + 'a>, u64);
+        let cases: Vec<Case> = vec![
             (
                 "a flipped bit of the data",
                 Box::new(|| {
