@@ -2,7 +2,8 @@
 # The whole test suite (the README's test command; .ci/run calls it after fmt and clippy).
 # Installs what the tests need first, from apt: fuse3 (the mount tests), stress-ng and
 # rsync (the stress and copy tests), zstd and python3 (zlib: the compression round trips
-# against the reference tools); fsx with cargo install. Then no test may skip:
+# against the reference tools), qemu-utils, libnbd-bin (nbdcopy, nbdfuse) and fio (the
+# block disk's real NBD clients); fsx with cargo install. Then no test may skip:
 # INTACT_REQUIRE_ALL=1 turns a missing tool into a failure.
 # Usage: scripts/test.sh [cargo test arguments]
 set -euo pipefail
@@ -13,6 +14,9 @@ command -v stress-ng >/dev/null || need+=(stress-ng)
 command -v rsync >/dev/null || need+=(rsync)
 command -v zstd >/dev/null || need+=(zstd)
 command -v python3 >/dev/null || need+=(python3)
+command -v qemu-io >/dev/null || need+=(qemu-utils)
+command -v nbdcopy >/dev/null || need+=(libnbd-bin)
+command -v fio >/dev/null || need+=(fio)
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"

@@ -15,7 +15,9 @@ use std::sync::{Arc, Mutex};
 
 mod alarm;
 mod bench;
+mod disk;
 mod mount;
+mod nbd;
 mod scrub;
 
 /// Exit codes (documented in the README).
@@ -245,6 +247,12 @@ enum Cmd {
         /// command cannot be detected.
         #[arg(long)]
         i_accept_rollback_risk: bool,
+    },
+    /// The block disk: an encrypted, authenticated and fresh block device served over NBD
+    /// (docs/design.md, "The block disk").
+    Disk {
+        #[command(subcommand)]
+        what: disk::DiskCmd,
     },
     /// Benchmarks on throwaway volumes (see docs/performance.md).
     Bench {
@@ -623,6 +631,7 @@ fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match &cli.cmd {
+        Cmd::Disk { what } => return disk::run(&cli, what),
         Cmd::Init {
             dir,
             scheme,

@@ -357,7 +357,13 @@ pub fn unmounting(state: &intact_core::store::LocalStateDir) -> bool {
 
 /// Whether `cmd` is a mount (its logging goes to the log file or stderr).
 pub fn is_mount(cmd: &Cmd) -> bool {
-    matches!(cmd, Cmd::Mount { .. })
+    matches!(
+        cmd,
+        Cmd::Mount { .. }
+            | Cmd::Disk {
+                what: crate::disk::DiskCmd::Serve { .. }
+            }
+    )
 }
 
 /// The mount point `p` as the kernel lists it, if an intact mount is there.

@@ -1,0 +1,464 @@
+//! `intact disk`: the block disk's commands (create, serve over NBD, info, fsck). The
+//! engine is `intact_core::disk::engine`; this file parses arguments and maps its errors
+//! to NBD's.
+
+use crate::{password, state_dir, Cli};
+use anyhow::{bail, Context, Result};
+use clap::Subcommand;
+use intact_core::crypto::KdfParams;
+use intact_core::disk::engine::{Disk, DiskCreate, DiskOptions, Mode};
+use intact_core::disk::pac::PacConfig;
+use intact_core::store::{LocalStateDir, TrustedStore};
+use intact_core::Error;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Subcommand)]
+pub enum DiskCmd {
+    /// Create a disk: PATH (a sparse file of SIZE bytes of ciphertext) and PATH.meta,
+    /// PATH.tree, PATH.sealed, PATH.intent, PATH.intact beside it; its anchor goes to the
+    /// state directory.
+    Create {
+        path: PathBuf,
+        /// Size: bytes, or with K, M, G or T (powers of 1024); a multiple of 4096.
+        #[arg(long, value_parser = parse_size)]
+        size: u64,
+        /// The hash tree: binary, or nary:N (N from 2 to 128).
+        #[arg(long, default_value = "nary:64")]
+        tree: String,
+        /// pac (verify reads in line, update the tree in the background, seal at flush),
+        /// sync (update in line), aead (no freshness), none (no protection: a baseline).
+        #[arg(long, default_value = "pac")]
+        mode: String,
+        /// Argon2id memory in KiB.
+        #[arg(long, default_value_t = 65536)]
+        kdf_memory: u32,
+        /// Argon2id passes.
+        #[arg(long, default_value_t = 3)]
+        kdf_passes: u32,
+    },
+    /// Serve a disk over NBD until SIGINT or SIGTERM (then it flushes and closes), in the
+    /// foreground. Clients: nbd+unix:///?socket=SOCK or nbd://127.0.0.1:PORT.
+    Serve {
+        path: PathBuf,
+        /// A unix socket to listen on.
+        #[arg(long, required_unless_present = "listen", conflicts_with = "listen")]
+        socket: Option<PathBuf>,
+        /// A TCP address to listen on (127.0.0.1:10809).
+        #[arg(long)]
+        listen: Option<String>,
+        /// Serve a pac or sync disk in the other of the two modes.
+        #[arg(long)]
+        mode: Option<String>,
+        /// Pending tree updates at most (pac).
+        #[arg(long, default_value_t = 1024)]
+        queue: usize,
+        /// A full queue lets writers go on once it is down to this share (pac).
+        #[arg(long, default_value_t = 0.75)]
+        low_watermark: f64,
+        /// Tree updates applied per second in the background (pac); 0: as fast as it can.
+        #[arg(long, default_value_t = 1000.0)]
+        rate: f64,
+        /// Requests of one connection served at once.
+        #[arg(long, default_value_t = 4)]
+        workers: usize,
+    },
+    /// Show a disk's size, tree, mode, anchor and the space its files take.
+    Info { path: PathBuf },
+    /// Verify every block of a disk (recovering first if its last session crashed).
+    Fsck { path: PathBuf },
+}
+
+/// Parses 4096, 64K, 10M, 64G, 1T.
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let (num, mult) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => {
+            let m = match s[i..].to_ascii_uppercase().trim_end_matches("IB") {
+                "K" => 1u64 << 10,
+                "M" => 1 << 20,
+                "G" => 1 << 30,
+                "T" => 1 << 40,
+                "B" => 1,
+                u => return Err(format!("unknown unit {u:?} (K, M, G or T)")),
+            };
+            (&s[..i], m)
+        }
+        None => (s, 1),
+    };
+    let n: u64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("not a size: {s:?}"))?;
+    n.checked_mul(mult).ok_or_else(|| format!("{s}: too large"))
+}
+
+fn trusted_for(cli: &Cli, id: &str) -> intact_core::Result<Box<dyn TrustedStore>> {
+    Ok(Box::new(LocalStateDir::new(state_dir(cli), id)?))
+}
+
+fn open(cli: &Cli, path: &Path, opts: &DiskOptions) -> Result<Disk> {
+    let cfg = Disk::read_config(path)?;
+    let pw = password(cli, false)?;
+    let trusted = trusted_for(cli, &cfg.disk_id)?;
+    Ok(Disk::open(path, pw.as_bytes(), trusted, opts)?)
+}
+
+pub fn run(cli: &Cli, cmd: &DiskCmd) -> Result<std::process::ExitCode> {
+    match cmd {
+        DiskCmd::Create {
+            path,
+            size,
+            tree,
+            mode,
+            kdf_memory,
+            kdf_passes,
+        } => {
+            let arity = intact_core::disk::engine::parse_tree(tree)?;
+            let mode = Mode::parse(mode)?;
+            let pw = password(cli, true)?;
+            let kdf = KdfParams {
+                m_kib: *kdf_memory,
+                t: *kdf_passes,
+                p: 1,
+            };
+            let cfg = Disk::create(
+                path,
+                &DiskCreate {
+                    size: *size,
+                    arity,
+                    mode,
+                    kdf,
+                },
+                pw.as_bytes(),
+                |id| trusted_for(cli, id),
+            )?;
+            if cli.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"disk_id": cfg.disk_id, "size": cfg.size})
+                );
+            } else {
+                println!(
+                    "created disk {} ({} bytes, {}, mode {}) at {}",
+                    cfg.disk_id,
+                    cfg.size,
+                    tree,
+                    mode.name(),
+                    path.display()
+                );
+            }
+        }
+        DiskCmd::Serve {
+            path,
+            socket,
+            listen,
+            mode,
+            queue,
+            low_watermark,
+            rate,
+            workers,
+        } => {
+            let opts = DiskOptions {
+                mode: mode.as_deref().map(Mode::parse).transpose()?,
+                cache_bytes: cli.cache_bytes.unwrap_or(16 << 20),
+                pac: PacConfig {
+                    capacity: (*queue).max(1),
+                    low_watermark: *low_watermark,
+                    rate: (*rate > 0.0).then_some(*rate),
+                },
+                read_only: false,
+            };
+            let disk = Arc::new(open(cli, path, &opts)?);
+            serve(
+                disk,
+                socket.as_deref(),
+                listen.as_deref(),
+                (*workers).max(1),
+            )?;
+        }
+        DiskCmd::Info { path } => {
+            let d = open(
+                cli,
+                path,
+                &DiskOptions {
+                    read_only: true,
+                    ..DiskOptions::default()
+                },
+            )?;
+            let a = d.anchor();
+            let c = d.config();
+            let (rb, rn) = d.regions();
+            let v = serde_json::json!({
+                "path": path,
+                "disk_id": c.disk_id,
+                "size": c.size,
+                "block_size": intact_core::disk::engine::BLOCK,
+                "arity": c.arity,
+                "mode": c.mode,
+                "epoch": a.epoch,
+                "root": hex::encode(a.root),
+                "closed_cleanly": !a.open,
+                "region_blocks": rb,
+                "regions": rn,
+                "allocated_bytes": d.allocated_bytes(),
+                "anchor": state_dir(cli).join(&c.disk_id).join("anchor"),
+            });
+            if cli.json {
+                println!("{v}");
+            } else {
+                println!("disk        {}", path.display());
+                println!("id          {}", c.disk_id);
+                println!(
+                    "size        {} bytes ({} blocks of 4096)",
+                    c.size,
+                    c.size / 4096
+                );
+                println!(
+                    "tree        arity {}, regions of {rb} blocks ({rn})",
+                    c.arity
+                );
+                println!("mode        {}", c.mode);
+                println!(
+                    "epoch       {} (root {})",
+                    a.epoch,
+                    hex::encode(&a.root[..8])
+                );
+                println!(
+                    "last close  {}",
+                    if a.open {
+                        "no: a session is open or crashed"
+                    } else {
+                        "clean"
+                    }
+                );
+                println!(
+                    "allocated   {} bytes on the backing store",
+                    d.allocated_bytes()
+                );
+            }
+        }
+        DiskCmd::Fsck { path } => {
+            // Read-write, so that a crashed session is recovered first.
+            let d = open(cli, path, &DiskOptions::default())?;
+            let bad = d.fsck(100)?;
+            d.close()?;
+            for e in &bad {
+                eprintln!("{e}");
+            }
+            if let Some(e) = bad.into_iter().next() {
+                return Err(e).context(format!("{}: the disk failed its check", path.display()));
+            }
+            if !cli.json {
+                println!("{}: every block verified", path.display());
+            }
+        }
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The engine as an NBD export: integrity failures and I/O errors are EIO (and logged by
+/// the engine), requests past the end EINVAL or ENOSPC.
+struct DiskExport(Arc<Disk>);
+
+fn errno(e: Error) -> u32 {
+    match e {
+        Error::Invalid(_) => crate::nbd::EINVAL,
+        Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC) => {
+            crate::nbd::ENOSPC
+        }
+        e => {
+            if !e.is_tampered() {
+                tracing::error!("{e}");
+            }
+            crate::nbd::EIO
+        }
+    }
+}
+
+impl crate::nbd::Export for DiskExport {
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+    fn read_only(&self) -> bool {
+        self.0.is_read_only()
+    }
+    fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), u32> {
+        self.0.read(off, buf).map_err(errno)
+    }
+    fn write(&self, off: u64, data: &[u8], fua: bool) -> Result<(), u32> {
+        self.0.write(off, data).map_err(errno)?;
+        if fua {
+            self.0.flush().map_err(errno)?;
+        }
+        Ok(())
+    }
+    fn flush(&self) -> Result<(), u32> {
+        self.0.flush().map_err(errno)
+    }
+    fn trim(&self, off: u64, len: u64, fua: bool) -> Result<(), u32> {
+        self.0.trim(off, len).map_err(errno)?;
+        if fua {
+            self.0.flush().map_err(errno)?;
+        }
+        Ok(())
+    }
+    fn write_zeroes(&self, off: u64, len: u64, fua: bool) -> Result<(), u32> {
+        self.trim(off, len, fua)
+    }
+}
+
+enum Listener {
+    Unix(std::os::unix::net::UnixListener, PathBuf),
+    Tcp(std::net::TcpListener),
+}
+
+/// Accepts connections until SIGINT or SIGTERM, each served on threads of its own; then
+/// closes the connections, flushes and closes the disk.
+fn serve(
+    disk: Arc<Disk>,
+    socket: Option<&Path>,
+    listen: Option<&str>,
+    workers: usize,
+) -> Result<()> {
+    let listener = match (socket, listen) {
+        (Some(s), _) => {
+            if s.exists() {
+                // A socket left by a server that died: refused only if someone answers.
+                if std::os::unix::net::UnixStream::connect(s).is_ok() {
+                    bail!("{}: another server is listening there", s.display());
+                }
+                std::fs::remove_file(s).with_context(|| format!("removing {}", s.display()))?;
+            }
+            let l = std::os::unix::net::UnixListener::bind(s)
+                .with_context(|| format!("listening on {}", s.display()))?;
+            l.set_nonblocking(true)?;
+            Listener::Unix(l, s.to_path_buf())
+        }
+        (None, Some(a)) => {
+            let l = std::net::TcpListener::bind(a).with_context(|| format!("listening on {a}"))?;
+            l.set_nonblocking(true)?;
+            Listener::Tcp(l)
+        }
+        (None, None) => bail!("give --socket or --listen"),
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())?;
+    }
+    let uri = match &listener {
+        Listener::Unix(_, p) => format!("nbd+unix:///?socket={}", p.display()),
+        Listener::Tcp(l) => format!("nbd://{}", l.local_addr()?),
+    };
+    eprintln!(
+        "intact: serving {} ({} bytes, mode {}) at {uri}",
+        disk.paths().data.display(),
+        disk.size(),
+        disk.mode().name()
+    );
+    let export: Arc<dyn crate::nbd::Export> = Arc::new(DiskExport(disk.clone()));
+    let mut conns: Vec<Live> = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        let accepted = match &listener {
+            Listener::Unix(l, _) => l.accept().and_then(|(c, _)| {
+                let closer = c.try_clone()?;
+                start(c, export.clone(), workers, move || {
+                    let _ = closer.shutdown(std::net::Shutdown::Both);
+                })
+            }),
+            Listener::Tcp(l) => l.accept().and_then(|(c, _)| {
+                c.set_nodelay(true)?;
+                let closer = c.try_clone()?;
+                start(c, export.clone(), workers, move || {
+                    let _ = closer.shutdown(std::net::Shutdown::Both);
+                })
+            }),
+        };
+        match accepted {
+            Ok(c) => conns.push(c),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => tracing::warn!("accepting a connection: {e}"),
+        }
+        conns.retain(|(t, _)| !t.is_finished());
+    }
+    eprintln!("intact: stopping: closing connections, flushing and closing the disk");
+    for (_, close) in &conns {
+        close();
+    }
+    for (t, _) in conns {
+        let _ = t.join();
+    }
+    if let Listener::Unix(_, p) = &listener {
+        let _ = std::fs::remove_file(p);
+    }
+    disk.close()?;
+    let s = disk.stats();
+    eprintln!(
+        "intact: closed: {} block reads, {} block writes, {} flushes, {} integrity failures",
+        s.reads, s.writes, s.flushes, s.failures
+    );
+    Ok(())
+}
+
+/// A connection being served: its thread, and how to close it.
+type Live = (std::thread::JoinHandle<()>, Box<dyn Fn() + Send>);
+
+/// Serves connection `c` on a thread of its own.
+fn start<C: crate::nbd::Conn + SetBlocking>(
+    c: C,
+    export: Arc<dyn crate::nbd::Export>,
+    workers: usize,
+    close: impl Fn() + Send + 'static,
+) -> std::io::Result<Live> {
+    c.set_blocking()?;
+    let t = std::thread::spawn(move || report(crate::nbd::serve(c, export, workers)));
+    Ok((t, Box::new(close)))
+}
+
+/// Accepted sockets inherit the listener's non-blocking mode; served ones block.
+trait SetBlocking {
+    fn set_blocking(&self) -> std::io::Result<()>;
+}
+
+impl SetBlocking for std::os::unix::net::UnixStream {
+    fn set_blocking(&self) -> std::io::Result<()> {
+        self.set_nonblocking(false)
+    }
+}
+
+impl SetBlocking for std::net::TcpStream {
+    fn set_blocking(&self) -> std::io::Result<()> {
+        self.set_nonblocking(false)
+    }
+}
+
+fn report(r: std::io::Result<()>) {
+    match r {
+        Ok(()) => tracing::debug!("a client disconnected"),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            tracing::warn!("closed a connection that broke the protocol: {e}")
+        }
+        Err(e) => tracing::debug!("a connection ended: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_binary_units() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("10M"), Ok(10 << 20));
+        assert_eq!(parse_size("64G"), Ok(64 << 30));
+        assert_eq!(parse_size("1T"), Ok(1 << 40));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert!(parse_size("1X").is_err());
+        assert!(parse_size("G").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+}
