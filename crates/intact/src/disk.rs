@@ -64,7 +64,21 @@ pub enum DiskCmd {
         /// Requests of one connection served at once.
         #[arg(long, default_value_t = 4)]
         workers: usize,
+        /// A unix socket for `intact disk ctl` (change the PAC rate or queue while serving,
+        /// read the counts).
+        #[arg(long)]
+        control: Option<PathBuf>,
     },
+    /// Send a command to a serving disk's control socket: `rate N` (background tree
+    /// updates per second; 0: as fast as it can), `queue N`, `watermark F`, `stats`.
+    Ctl {
+        control: PathBuf,
+        #[arg(num_args = 1.., required = true)]
+        command: Vec<String>,
+    },
+    /// Rerun the PAC paper's experiments with fio over NBD on this machine, every mode in the
+    /// same run (docs/performance.md, "The block disk").
+    Bench(crate::disk_bench::BenchArgs),
     /// Show a disk's size, tree, mode, anchor and the space its files take.
     Info { path: PathBuf },
     /// Verify every block of a disk (recovering first if its last session crashed).
@@ -159,6 +173,7 @@ pub fn run(cli: &Cli, cmd: &DiskCmd) -> Result<std::process::ExitCode> {
             low_watermark,
             rate,
             workers,
+            control,
         } => {
             let opts = DiskOptions {
                 mode: mode.as_deref().map(Mode::parse).transpose()?,
@@ -175,8 +190,17 @@ pub fn run(cli: &Cli, cmd: &DiskCmd) -> Result<std::process::ExitCode> {
                 disk,
                 socket.as_deref(),
                 listen.as_deref(),
+                control.as_deref(),
                 (*workers).max(1),
             )?;
+        }
+        DiskCmd::Ctl { control, command } => {
+            if !control_client(control, &command.join(" "))? {
+                return Ok(std::process::ExitCode::from(crate::code::OTHER));
+            }
+        }
+        DiskCmd::Bench(args) => {
+            crate::disk_bench::run(cli, args)?;
         }
         DiskCmd::Info { path } => {
             let d = open(
@@ -316,26 +340,56 @@ enum Listener {
 
 /// Accepts connections until SIGINT or SIGTERM, each served on threads of its own; then
 /// closes the connections, flushes and closes the disk.
+/// Serves `disk` until SIGINT or SIGTERM, then closes it.
 fn serve(
     disk: Arc<Disk>,
     socket: Option<&Path>,
     listen: Option<&str>,
+    control: Option<&Path>,
     workers: usize,
 ) -> Result<()> {
-    let listener = match (socket, listen) {
-        (Some(s), _) => {
-            if s.exists() {
-                // A socket left by a server that died: refused only if someone answers.
-                if std::os::unix::net::UnixStream::connect(s).is_ok() {
-                    bail!("{}: another server is listening there", s.display());
-                }
-                std::fs::remove_file(s).with_context(|| format!("removing {}", s.display()))?;
-            }
-            let l = std::os::unix::net::UnixListener::bind(s)
-                .with_context(|| format!("listening on {}", s.display()))?;
-            l.set_nonblocking(true)?;
-            Listener::Unix(l, s.to_path_buf())
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())?;
+    }
+    serve_until(disk.clone(), socket, listen, control, workers, &stop, true)?;
+    disk.close()?;
+    let s = disk.stats();
+    eprintln!(
+        "intact: closed: {} block reads, {} block writes, {} flushes, {} integrity failures",
+        s.reads, s.writes, s.flushes, s.failures
+    );
+    Ok(())
+}
+
+/// Binds a unix socket, replacing one left by a server that died.
+fn bind_unix(s: &Path) -> Result<std::os::unix::net::UnixListener> {
+    if s.exists() {
+        // Refused only if someone answers there.
+        if std::os::unix::net::UnixStream::connect(s).is_ok() {
+            bail!("{}: another server is listening there", s.display());
         }
+        std::fs::remove_file(s).with_context(|| format!("removing {}", s.display()))?;
+    }
+    let l = std::os::unix::net::UnixListener::bind(s)
+        .with_context(|| format!("listening on {}", s.display()))?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
+/// Accepts NBD connections (and control commands) until `stop`; then closes every
+/// connection and returns (the caller closes the disk).
+pub(crate) fn serve_until(
+    disk: Arc<Disk>,
+    socket: Option<&Path>,
+    listen: Option<&str>,
+    control: Option<&Path>,
+    workers: usize,
+    stop: &AtomicBool,
+    verbose: bool,
+) -> Result<()> {
+    let listener = match (socket, listen) {
+        (Some(s), _) => Listener::Unix(bind_unix(s)?, s.to_path_buf()),
         (None, Some(a)) => {
             let l = std::net::TcpListener::bind(a).with_context(|| format!("listening on {a}"))?;
             l.set_nonblocking(true)?;
@@ -343,20 +397,19 @@ fn serve(
         }
         (None, None) => bail!("give --socket or --listen"),
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone())?;
-    }
+    let ctl = control.map(bind_unix).transpose()?;
     let uri = match &listener {
         Listener::Unix(_, p) => format!("nbd+unix:///?socket={}", p.display()),
         Listener::Tcp(l) => format!("nbd://{}", l.local_addr()?),
     };
-    eprintln!(
-        "intact: serving {} ({} bytes, mode {}) at {uri}",
-        disk.paths().data.display(),
-        disk.size(),
-        disk.mode().name()
-    );
+    if verbose {
+        eprintln!(
+            "intact: serving {} ({} bytes, mode {}) at {uri}",
+            disk.paths().data.display(),
+            disk.size(),
+            disk.mode().name()
+        );
+    }
     let export: Arc<dyn crate::nbd::Export> = Arc::new(DiskExport(disk.clone()));
     let mut conns: Vec<Live> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
@@ -383,8 +436,17 @@ fn serve(
             Err(e) => tracing::warn!("accepting a connection: {e}"),
         }
         conns.retain(|(t, _)| !t.is_finished());
+        if let Some(c) = &ctl {
+            if let Ok((conn, _)) = c.accept() {
+                if let Err(e) = control_command(&disk, conn) {
+                    tracing::warn!("a control command failed: {e}");
+                }
+            }
+        }
     }
-    eprintln!("intact: stopping: closing connections, flushing and closing the disk");
+    if verbose {
+        eprintln!("intact: stopping: closing connections, flushing and closing the disk");
+    }
     for (_, close) in &conns {
         close();
     }
@@ -394,13 +456,72 @@ fn serve(
     if let Listener::Unix(_, p) = &listener {
         let _ = std::fs::remove_file(p);
     }
-    disk.close()?;
-    let s = disk.stats();
-    eprintln!(
-        "intact: closed: {} block reads, {} block writes, {} flushes, {} integrity failures",
-        s.reads, s.writes, s.flushes, s.failures
-    );
+    if let Some(p) = control {
+        let _ = std::fs::remove_file(p);
+    }
     Ok(())
+}
+
+/// One command on the control socket, one line in, one line of JSON out: `rate N` (tree
+/// updates per second in the background; 0: as fast as it can), `queue N`, `watermark F`,
+/// `stats`.
+fn control_command(disk: &Disk, conn: std::os::unix::net::UnixStream) -> Result<()> {
+    use std::io::{BufRead, Write};
+    conn.set_nonblocking(false)?;
+    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut line = String::new();
+    std::io::BufReader::new(std::io::Read::take(&conn, 256)).read_line(&mut line)?;
+    let mut words = line.split_whitespace();
+    let reply = match (words.next(), words.next().map(str::parse::<f64>)) {
+        (Some("stats"), None) => Ok(()),
+        (Some(what @ ("rate" | "queue" | "watermark")), Some(Ok(v))) if v >= 0.0 => {
+            match disk.pac_config() {
+                None => Err("the disk does not serve in pac mode".to_string()),
+                Some(mut c) => {
+                    match what {
+                        "rate" => c.rate = (v > 0.0).then_some(v),
+                        "queue" => c.capacity = (v as usize).max(1),
+                        _ => c.low_watermark = v.min(1.0),
+                    }
+                    disk.configure_pac(c);
+                    Ok(())
+                }
+            }
+        }
+        _ => Err(format!(
+            "unknown command {:?}: rate N, queue N, watermark F, stats",
+            line.trim()
+        )),
+    };
+    let v = match reply {
+        Ok(()) => serde_json::json!({
+            "ok": true,
+            "stats": disk.stats(),
+            "pac": disk.pac_stats().map(|p| serde_json::json!({
+                "queued": p.queued, "overridden": p.overridden, "applied": p.applied,
+                "writer_waits": p.writer_waits, "max_pending": p.max_pending,
+            })),
+            "config": disk.pac_config().map(|c| serde_json::json!({
+                "rate": c.rate, "queue": c.capacity, "watermark": c.low_watermark,
+            })),
+        }),
+        Err(e) => serde_json::json!({"ok": false, "error": e}),
+    };
+    (&conn).write_all(format!("{v}\n").as_bytes())?;
+    Ok(())
+}
+
+/// `intact disk ctl SOCK COMMAND`: sends one command to a serving disk's control socket.
+fn control_client(sock: &Path, command: &str) -> Result<bool> {
+    use std::io::{Read, Write};
+    let mut c = std::os::unix::net::UnixStream::connect(sock)
+        .with_context(|| format!("{}: no server's control socket", sock.display()))?;
+    c.write_all(format!("{command}\n").as_bytes())?;
+    let mut out = String::new();
+    c.read_to_string(&mut out)?;
+    print!("{out}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).context("a garbled reply")?;
+    Ok(v["ok"] == true)
 }
 
 /// A connection being served: its thread, and how to close it.

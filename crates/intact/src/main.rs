@@ -16,12 +16,13 @@ use std::sync::{Arc, Mutex};
 mod alarm;
 mod bench;
 mod disk;
+mod disk_bench;
 mod mount;
 mod nbd;
 mod scrub;
 
 /// Exit codes (documented in the README).
-mod code {
+pub(crate) mod code {
     pub const INTEGRITY: u8 = 10;
     pub const PASSWORD: u8 = 11;
     pub const CONFIG: u8 = 12;

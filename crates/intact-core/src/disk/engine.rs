@@ -446,6 +446,8 @@ pub struct DiskStats {
     pub writes: u64,
     /// Flushes that sealed something.
     pub flushes: u64,
+    /// Nanoseconds spent in those flushes (with the gate held: writes wait meanwhile).
+    pub flush_ns: u64,
     /// Integrity failures reported.
     pub failures: u64,
     /// Blocks a crash recovery accepted from the crashed session's unflushed writes.
@@ -484,6 +486,7 @@ pub struct Disk {
     reads: AtomicU64,
     writes: AtomicU64,
     flushes: AtomicU64,
+    flush_ns: AtomicU64,
     failures: AtomicU64,
     recovered: AtomicU64,
     closed: AtomicBool,
@@ -799,6 +802,7 @@ impl Disk {
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
+            flush_ns: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             recovered: AtomicU64::new(0),
             closed: AtomicBool::new(false),
@@ -884,6 +888,7 @@ impl Disk {
             reads: self.reads.load(Ordering::Relaxed),
             writes: self.writes.load(Ordering::Relaxed),
             flushes: self.flushes.load(Ordering::Relaxed),
+            flush_ns: self.flush_ns.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
             recovered: self.recovered.load(Ordering::Relaxed),
         }
@@ -892,6 +897,11 @@ impl Disk {
     /// The PAC queue's counts (pac mode).
     pub fn pac_stats(&self) -> Option<PacStats> {
         self.queue.as_ref().map(|q| q.stats())
+    }
+
+    /// The PAC queue's configuration now (pac mode).
+    pub fn pac_config(&self) -> Option<PacConfig> {
+        self.queue.as_ref().map(|q| q.config())
     }
 
     /// Changes the PAC queue's rate, capacity or watermark while serving.
@@ -1173,11 +1183,27 @@ impl Disk {
         if self.read_only {
             return Ok(());
         }
+        let t = std::time::Instant::now();
+        // Most of the work before the gate, while writes go on: the queue drained of what
+        // was queued so far, and the data written so far handed to the disk; the part under
+        // the gate then has little left to wait for.
+        if self.dirty.load(Ordering::Acquire) {
+            if let Some(q) = &self.queue {
+                q.flush()?;
+            }
+            let mut files = vec![(&self.data, &self.paths.data)];
+            if let Some(m) = &self.meta {
+                files.push((m, &self.paths.meta));
+            }
+            sync_together(&files)?;
+        }
         let _g = self.gate.write().unwrap_or_else(|p| p.into_inner());
         if !self.dirty.swap(false, Ordering::AcqRel) {
             return Ok(());
         }
         let r = self.flush_locked(true);
+        self.flush_ns
+            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
         if r.is_err() {
             self.dirty.store(true, Ordering::Release);
         }
@@ -1185,31 +1211,43 @@ impl Disk {
     }
 
     fn flush_locked(&self, open: bool) -> Result<()> {
-        let sync = |f: &File, p: &Path| f.sync_data().map_err(io_at(p));
-        sync(&self.data, &self.paths.data)?;
         let mut a = *guard(&self.anchor);
         a.epoch += 1;
         a.open = open;
         if !self.mode.encrypted() {
+            sync_together(&[(&self.data, &self.paths.data)])?;
             return if open { Ok(()) } else { self.store_anchor(a) };
         }
         if let Some(q) = &self.queue {
             q.flush()?;
         }
-        sync(self.meta.as_ref().expect("meta"), &self.paths.meta)?;
+        let meta = self.meta.as_ref().expect("meta");
         if let Some(t) = &self.tree {
             let st = guard(&t.state);
             let table = self.table_from_tree(t, &st)?;
-            st.nodes.file.sync_data().map_err(io_at(&self.paths.tree))?;
             a.root = st.root;
             a.table_slot = 1 - a.table_slot.min(1);
+            let sealed = self.sealed_file.as_ref().expect("sealed");
+            let buf: Vec<u8> = table.iter().flatten().copied().collect();
+            sealed
+                .write_all_at(&buf, u64::from(a.table_slot) * self.regions * 32)
+                .map_err(io_at(&self.paths.sealed))?;
+            // The four files' syncs at once: the devices overlap them.
+            sync_together(&[
+                (&self.data, &self.paths.data),
+                (meta, &self.paths.meta),
+                (&st.nodes.file, &self.paths.tree),
+                (sealed, &self.paths.sealed),
+            ])?;
             drop(st);
-            self.write_table(a.table_slot, &table)?;
             a.floor = guard(&self.counters).next;
             self.store_anchor(a)?;
-        } else if !open {
-            // aead: no root to seal; the anchor only records the close.
-            self.store_anchor(a)?;
+        } else {
+            sync_together(&[(&self.data, &self.paths.data), (meta, &self.paths.meta)])?;
+            if !open {
+                // aead: no root to seal; the anchor only records the close.
+                self.store_anchor(a)?;
+            }
         }
         self.flushes.fetch_add(1, Ordering::Relaxed);
         // Every write so far is durable (and sealed): the intent bits can go (not synced: a
@@ -1483,6 +1521,28 @@ impl Drop for Disk {
     }
 }
 
+/// fdatasync of every file, on threads of their own so the device overlaps them; the first
+/// error.
+fn sync_together(files: &[(&File, &PathBuf)]) -> Result<()> {
+    if let [(f, p)] = files {
+        return f.sync_data().map_err(io_at(p));
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = files
+            .iter()
+            .map(|(f, p)| s.spawn(move || f.sync_data().map_err(io_at(p))))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::Invalid("a sync panicked".into())))
+            })
+            .collect::<Result<Vec<()>>>()
+            .map(|_| ())
+    })
+}
+
 fn decode_slots(b: &[u8]) -> [Sealed; SLOTS] {
     let mut out = [Sealed::NEVER; SLOTS];
     for (i, o) in out.iter_mut().enumerate() {
@@ -1542,4 +1602,107 @@ fn punch(f: &File, off: u64, len: u64) -> std::io::Result<()> {
         return f.write_all_at(&vec![0u8; len as usize], off);
     }
     Err(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(counter: u64) -> Sealed {
+        Sealed {
+            counter,
+            tag: [counter as u8; 16],
+        }
+    }
+
+    #[test]
+    fn a_write_never_takes_the_current_or_the_sealed_slot() {
+        // Current 9 (slot 1), sealed 5 (slot 0: the newest below the floor 7).
+        let slots = [s(5), s(9), s(3)];
+        assert_eq!(Disk::current(&slots).0, 1);
+        assert_eq!(sealed_slot(&slots, 7).map(|(i, _)| i), Some(0));
+        assert_eq!(Disk::target(&slots, 7), 2);
+        // Current and sealed the same slot: the older of the two others.
+        let slots = [s(4), s(2), s(6)];
+        assert_eq!(Disk::target(&slots, 10), 1);
+        // Never written: any slot; a trim record counts by its counter.
+        assert_eq!(Disk::target(&[Sealed::NEVER; 3], 1), 1);
+        let t = Sealed {
+            counter: 8 | super::super::block::TRIM_FLAG,
+            tag: [0; 16],
+        };
+        let slots = [s(5), t, s(3)];
+        assert_eq!(Disk::current(&slots).0, 1);
+        assert_eq!(sealed_slot(&slots, 9).map(|(i, _)| i), Some(1));
+        assert_eq!(sealed_slot(&slots, 6).map(|(i, _)| i), Some(0));
+        assert_eq!(sealed_slot(&[Sealed::NEVER; 3], 6), None);
+        assert_eq!(Disk::target(&slots, 6), 2);
+    }
+
+    #[test]
+    fn modes_trees_and_sizes_parse() {
+        for m in [Mode::None, Mode::Aead, Mode::Sync, Mode::Pac] {
+            assert_eq!(Mode::parse(m.name()).unwrap(), m);
+        }
+        assert!(Mode::parse("dmt").is_err());
+        assert_eq!(parse_tree("binary").unwrap(), 2);
+        assert_eq!(parse_tree("nary:2").unwrap(), 2);
+        assert_eq!(parse_tree("nary:128").unwrap(), 128);
+        for bad in ["nary:1", "nary:129", "nary:", "dmt", "nary:x"] {
+            assert!(parse_tree(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn regions_are_whole_subtrees_of_at_least_4096_blocks() {
+        let t = |leaves, arity| {
+            NaryTree::new(
+                [1; 16],
+                leaves,
+                arity,
+                MasterKey::from_bytes([1; 32]).derive("x", &[]),
+            )
+            .unwrap()
+        };
+        assert_eq!(regions_of(&t(1 << 20, 64)), (2, 4096, 256));
+        assert_eq!(regions_of(&t(1 << 20, 2)), (12, 4096, 256));
+        assert_eq!(regions_of(&t(100_000, 128)), (2, 16384, 7));
+        // A disk smaller than a region: one region, the root's level.
+        assert_eq!(regions_of(&t(100, 4)), (4, 256, 1));
+    }
+
+    /// Frozen (docs/file-format.md §12): a change to the anchor's layout or MAC changes
+    /// these bytes.
+    #[test]
+    fn frozen_anchor() {
+        let key = MasterKey::from_bytes([7; 32]).derive(label::DISK_ANCHOR, &[0xab; 16]);
+        let a = DiskAnchor {
+            disk_id: [0xab; 16],
+            epoch: 3,
+            ctr_next: 0x10_0001,
+            floor: 0x42,
+            root: [0x5c; 32],
+            table_slot: 1,
+            open: true,
+        };
+        let b = a.encode(&key);
+        assert_eq!(b.len(), DISK_ANCHOR_LEN);
+        assert_eq!(DiskAnchor::decode(&b, &key).unwrap(), a);
+        assert_eq!(
+            hex::encode(&b[82..]),
+            FROZEN_MAC,
+            "the anchor format changed"
+        );
+        let mut bad = b.clone();
+        bad[30] ^= 1;
+        assert!(DiskAnchor::decode(&bad, &key).unwrap_err().is_tampered());
+        let other = MasterKey::from_bytes([8; 32]).derive(label::DISK_ANCHOR, &[0xab; 16]);
+        assert!(DiskAnchor::decode(&b, &other).is_err());
+        assert!(matches!(
+            DiskAnchor::decode(&b[..100], &key),
+            Err(Error::AnchorCorrupt(_))
+        ));
+    }
+
+    const FROZEN_MAC: &str = "63bb282a93af1e2bf3367d3b1ff6abd9a2875981cbf9dade5ab01f5ca5cec59f";
 }

@@ -175,7 +175,12 @@ impl<L: Clone + Send + 'static> PacQueue<L> {
         st.pending.insert(block, Pending { seq, leaf });
         st.order.insert((seq, block));
         st.stats.max_pending = st.stats.max_pending.max(st.pending.len());
-        sh.work.notify_all();
+        // Only an updater waiting on an empty queue needs waking: one that waits for its
+        // next turn at the rate wakes by itself (a wake-up per write cost a third of the
+        // throughput in `intact disk bench`).
+        if st.pending.len() == 1 {
+            sh.work.notify_all();
+        }
     }
 
     /// The pending leaf of `block`, if an update of it is queued (the read path's first
@@ -217,6 +222,11 @@ impl<L: Clone + Send + 'static> PacQueue<L> {
         st.config = config;
         self.shared.work.notify_all();
         self.shared.room.notify_all();
+    }
+
+    /// The configuration now.
+    pub fn config(&self) -> PacConfig {
+        guard(&self.shared.state).config
     }
 
     /// What the queue did so far.

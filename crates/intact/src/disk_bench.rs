@@ -1,0 +1,409 @@
+//! `intact disk bench`: the PAC paper's experiments (Burke et al., §7, Table 2 and Fig. 10 to
+//! 17) rerun here with fio's nbd engine against throwaway disks served by this process,
+//! every mode in the same run, so the ratios compare like with like. Scaled to this machine:
+//! a capacity of 1 GiB instead of 1 TB, runs of seconds instead of 15 minutes.
+//!
+//! Defaults are the paper's: 32 KiB I/O, 1 % reads, Zipf(2.5), I/O depth 32, one job, a
+//! cache of 10 % of the tree, a background rate of 1,000 updates/s, a flush every 1,000
+//! writes. Each configuration runs `--runs` times; the table gives the range over runs
+//! (never the best run alone), and the ratios are taken run by run.
+
+use crate::disk::parse_size;
+use crate::Cli;
+use anyhow::{bail, Context, Result};
+use intact_core::crypto::KdfParams;
+use intact_core::disk::engine::{Disk, DiskCreate, DiskOptions, Mode, BLOCK};
+use intact_core::disk::pac::PacConfig;
+use intact_core::store::{LocalStateDir, TrustedStore};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// Which experiments: headline (every mode at the defaults), rate (Fig. 10), fsync
+    /// (Fig. 11), capacity (Fig. 12), cache (Fig. 14), zipf (Fig. 16), mix (Fig. 17: read
+    /// ratio, I/O size, depth), or all.
+    #[arg(long, default_value = "headline")]
+    figure: String,
+    /// Capacity of each disk (sparse).
+    #[arg(long, default_value = "1G", value_parser = parse_size)]
+    size: u64,
+    /// Seconds measured per run (after 2 s of warm-up).
+    #[arg(long, default_value_t = 10)]
+    secs: u64,
+    /// Runs per configuration.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// The tree: nary:N (the disk's default is nary:64) or binary (the paper's DMT is a
+    /// binary tree).
+    #[arg(long, default_value = "nary:64")]
+    tree: String,
+    /// Where the throwaway disks go [default: the current directory].
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Only these modes (comma-separated: none, aead, sync, pac).
+    #[arg(long, value_delimiter = ',')]
+    modes: Vec<String>,
+}
+
+/// One configuration of the workload and the disk.
+#[derive(Debug, Clone)]
+struct Config {
+    mode: Mode,
+    /// Background updates per second (pac); None: as fast as it can.
+    rate: Option<f64>,
+    /// Writes between flushes.
+    fsync: u64,
+    /// Zipf θ; 0: uniform.
+    zipf: f64,
+    /// Reads in percent.
+    read_pct: u32,
+    /// I/O size in bytes.
+    bs: u64,
+    depth: u32,
+    /// Cache as a share of the tree's bytes.
+    cache: f64,
+    size: u64,
+}
+
+impl Config {
+    fn base(mode: Mode, size: u64) -> Config {
+        Config {
+            mode,
+            rate: Some(1000.0),
+            fsync: 1000,
+            zipf: 2.5,
+            read_pct: 1,
+            bs: 32 << 10,
+            depth: 32,
+            cache: 0.10,
+            size,
+        }
+    }
+}
+
+/// The bytes of an n-ary tree's nodes over `leaves` leaves.
+fn tree_bytes(leaves: u64, arity: u64) -> u64 {
+    let (mut n, mut bytes) = (leaves, 0);
+    while n > 1 {
+        n = n.div_ceil(arity);
+        bytes += n * arity * 32;
+    }
+    bytes
+}
+
+fn which(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// One run: a fresh disk served on a socket of this process, fio against it; aggregate
+/// read + write MB/s.
+fn run_one(args: &BenchArgs, arity: u64, c: &Config) -> Result<f64> {
+    let base = args.dir.clone().unwrap_or_else(|| PathBuf::from("."));
+    let dir = tempfile::Builder::new()
+        .prefix("intact-disk-bench")
+        .tempdir_in(&base)
+        .with_context(|| format!("a temporary directory in {}", base.display()))?;
+    let path = dir.path().join("disk.img");
+    let state = dir.path().join("state");
+    let create_mode = if c.mode == Mode::Sync {
+        Mode::Pac
+    } else {
+        c.mode
+    };
+    let st = state.clone();
+    let cfg = Disk::create(
+        &path,
+        &DiskCreate {
+            size: c.size,
+            arity,
+            mode: create_mode,
+            kdf: KdfParams::TEST,
+        },
+        b"bench",
+        move |id| Ok(Box::new(LocalStateDir::new(st, id)?) as Box<dyn TrustedStore>),
+    )?;
+    let trusted = Box::new(LocalStateDir::new(state, &cfg.disk_id)?);
+    let cache = (tree_bytes(c.size / BLOCK as u64, arity) as f64 * c.cache) as usize;
+    let disk = Arc::new(Disk::open(
+        &path,
+        b"bench",
+        trusted,
+        &DiskOptions {
+            mode: Some(c.mode),
+            cache_bytes: cache,
+            pac: PacConfig {
+                capacity: 1024,
+                low_watermark: 0.75,
+                rate: c.rate,
+            },
+            read_only: false,
+        },
+    )?);
+    let sock = dir.path().join("nbd.sock");
+    let stop = Arc::new(AtomicBool::new(false));
+    let server = {
+        let (disk, sock, stop) = (disk.clone(), sock.clone(), stop.clone());
+        std::thread::spawn(move || {
+            crate::disk::serve_until(disk, Some(&sock), None, None, 4, &stop, false)
+        })
+    };
+    let t = Instant::now();
+    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+        if t.elapsed() > Duration::from_secs(10) {
+            bail!("the bench's server did not start");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let dist = if c.zipf > 0.0 {
+        format!("--random_distribution=zipf:{}", c.zipf)
+    } else {
+        "--random_distribution=random".into()
+    };
+    let out = Command::new("fio")
+        .args([
+            "--name=pac",
+            "--ioengine=nbd",
+            &format!("--uri=nbd+unix:///?socket={}", sock.display()),
+            "--rw=randrw",
+            &format!("--rwmixread={}", c.read_pct),
+            &format!("--bs={}", c.bs),
+            &format!("--iodepth={}", c.depth),
+            &dist,
+            &format!("--fsync={}", c.fsync),
+            &format!("--size={}", c.size),
+            "--time_based=1",
+            "--ramp_time=2",
+            &format!("--runtime={}", args.secs),
+            "--end_fsync=1",
+            "--norandommap=1",
+            "--output-format=json",
+        ])
+        .output()
+        .context("running fio")?;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    server
+        .join()
+        .map_err(|_| anyhow::anyhow!("the server panicked"))??;
+    disk.close()?;
+    if std::env::var_os("INTACT_BENCH_VERBOSE").is_some() {
+        eprintln!("{c:?}: {:?} {:?}", disk.stats(), disk.pac_stats());
+    }
+    if !out.status.success() {
+        bail!("fio failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    // fio's nbd engine prints a line of its own before the JSON.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let json = text.find("\n{").map(|i| &text[i + 1..]).unwrap_or(&text);
+    let v: serde_json::Value = serde_json::from_str(json)
+        .with_context(|| format!("fio's JSON output: {}", &text[..text.len().min(200)]))?;
+    let job = &v["jobs"][0];
+    if job["error"].as_i64().unwrap_or(0) != 0 {
+        bail!("fio reported error {}", job["error"]);
+    }
+    let bw = job["read"]["bw_bytes"].as_f64().unwrap_or(0.0)
+        + job["write"]["bw_bytes"].as_f64().unwrap_or(0.0);
+    Ok(bw / 1e6)
+}
+
+fn range(v: &[f64]) -> String {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(0.0, f64::max);
+    if (hi - lo).abs() < 0.005 * hi.max(1e-9) {
+        format!("{lo:.2}")
+    } else {
+        format!("{lo:.2} – {hi:.2}")
+    }
+}
+
+/// A row of results: a label and MB/s per run.
+struct Row {
+    figure: &'static str,
+    param: String,
+    mode: String,
+    mbps: Vec<f64>,
+}
+
+pub fn run(cli: &Cli, args: &BenchArgs) -> Result<()> {
+    if !which("fio") {
+        bail!("fio is not installed (apt install fio): the bench drives the disk with it");
+    }
+    let arity = intact_core::disk::engine::parse_tree(&args.tree)?;
+    let all = args.figure == "all";
+    let want = |f: &str| all || args.figure == f;
+    let known = [
+        "headline", "rate", "fsync", "capacity", "cache", "zipf", "mix", "all",
+    ];
+    if !known.contains(&args.figure.as_str()) {
+        bail!("--figure {}: want one of {}", args.figure, known.join(", "));
+    }
+    let s = args.size;
+    let mut plan: Vec<(&'static str, String, Config)> = Vec::new();
+    let label = |c: &Config| match (c.mode, c.rate) {
+        (Mode::Pac, Some(r)) => format!("pac@{r}"),
+        (Mode::Pac, None) => "pac@max".to_string(),
+        (m, _) => m.name().to_string(),
+    };
+    if want("headline") {
+        for m in [Mode::None, Mode::Aead, Mode::Sync, Mode::Pac] {
+            plan.push(("headline", "defaults".into(), Config::base(m, s)));
+        }
+    }
+    if want("rate") {
+        plan.push(("rate", "-".into(), Config::base(Mode::Sync, s)));
+        for r in [
+            Some(100.0),
+            Some(1000.0),
+            Some(10_000.0),
+            Some(100_000.0),
+            None,
+        ] {
+            let mut c = Config::base(Mode::Pac, s);
+            c.rate = r;
+            plan.push(("rate", "-".into(), c));
+        }
+    }
+    for (fig, values) in [
+        ("fsync", vec![1.0, 10.0, 100.0, 1000.0, 10_000.0]),
+        ("zipf", vec![0.0, 1.2, 1.5, 2.5]),
+        ("cache", vec![0.01, 0.10, 0.50]),
+        ("capacity", vec![s as f64, (4 * s) as f64, (16 * s) as f64]),
+    ] {
+        if !want(fig) {
+            continue;
+        }
+        for v in values {
+            let modes: &[Mode] = if fig == "cache" {
+                &[Mode::Sync, Mode::Pac]
+            } else {
+                &[Mode::Aead, Mode::Sync, Mode::Pac]
+            };
+            for &m in modes {
+                let mut c = Config::base(m, s);
+                let p = match fig {
+                    "fsync" => {
+                        c.fsync = v as u64;
+                        format!("fsync every {}", v as u64)
+                    }
+                    "zipf" => {
+                        c.zipf = v;
+                        if v == 0.0 {
+                            "uniform".into()
+                        } else {
+                            format!("zipf {v}")
+                        }
+                    }
+                    "cache" => {
+                        c.cache = v;
+                        format!("cache {}%", (v * 100.0).round())
+                    }
+                    _ => {
+                        c.size = v as u64;
+                        format!("{} GiB", v / (1u64 << 30) as f64)
+                    }
+                };
+                plan.push((fig, p, c));
+            }
+        }
+    }
+    if want("mix") {
+        type Tweak = fn(&mut Config);
+        let mixes: [(&str, Tweak); 5] = [
+            ("reads 50%", |c| c.read_pct = 50),
+            ("reads 99%", |c| c.read_pct = 99),
+            ("I/O 4 KiB", |c| c.bs = 4096),
+            ("I/O 128 KiB", |c| c.bs = 128 << 10),
+            ("depth 1", |c| c.depth = 1),
+        ];
+        for (p, f) in mixes {
+            for m in [Mode::Aead, Mode::Sync, Mode::Pac] {
+                let mut c = Config::base(m, s);
+                f(&mut c);
+                plan.push(("mix", p.into(), c));
+            }
+        }
+    }
+    if !args.modes.is_empty() {
+        let keep: Vec<Mode> = args
+            .modes
+            .iter()
+            .map(|m| Mode::parse(m))
+            .collect::<intact_core::Result<_>>()?;
+        plan.retain(|(_, _, c)| keep.contains(&c.mode));
+    }
+    eprintln!(
+        "intact disk bench: {} configurations × {} runs × {} s (+2 s warm-up); tree {}, \
+         capacity {} bytes",
+        plan.len(),
+        args.runs,
+        args.secs,
+        args.tree,
+        s
+    );
+    let mut rows: Vec<Row> = Vec::new();
+    println!(
+        "| figure | parameter | mode | MB/s (range over {} runs) |",
+        args.runs
+    );
+    println!("|---|---|---|---:|");
+    for (fig, param, c) in &plan {
+        let mut mbps = Vec::with_capacity(args.runs);
+        for _ in 0..args.runs {
+            mbps.push(run_one(args, arity, c)?);
+        }
+        let param = if *fig == "rate" {
+            label(c)
+        } else {
+            param.clone()
+        };
+        println!("| {fig} | {param} | {} | {} |", label(c), range(&mbps));
+        if cli.json {
+            eprintln!(
+                "{}",
+                serde_json::json!({"figure": fig, "param": param, "mode": label(c), "mbps": mbps})
+            );
+        }
+        rows.push(Row {
+            figure: fig,
+            param,
+            mode: label(c),
+            mbps,
+        });
+    }
+    // Ratios, run by run, where a row has its aead and sync neighbours.
+    println!();
+    println!("| figure | parameter | PAC / AEAD | PAC / sync |");
+    println!("|---|---|---:|---:|");
+    for r in rows.iter().filter(|r| r.mode.starts_with("pac")) {
+        let find = |m: &str| {
+            rows.iter().find(|o| {
+                o.figure == r.figure && o.mode == m && (o.param == r.param || r.figure == "rate")
+            })
+        };
+        let ratio = |o: Option<&Row>| match o {
+            Some(o) => range(
+                &r.mbps
+                    .iter()
+                    .zip(&o.mbps)
+                    .map(|(a, b)| a / b.max(1e-9))
+                    .collect::<Vec<_>>(),
+            ),
+            None => "-".into(),
+        };
+        println!(
+            "| {} | {} | {} | {} |",
+            r.figure,
+            r.param,
+            ratio(find("aead")),
+            ratio(find("sync"))
+        );
+    }
+    Ok(())
+}
