@@ -49,9 +49,13 @@ pub enum DiskCmd {
         /// A TCP address to listen on (127.0.0.1:10809).
         #[arg(long)]
         listen: Option<String>,
-        /// Serve a pac or sync disk in the other of the two modes.
+        /// Serve a tree disk in another of its modes: pac, sync, or batch (the batching
+        /// baseline: reads return before they are verified; for measurements).
         #[arg(long)]
         mode: Option<String>,
+        /// Requests per checkpoint in batch mode.
+        #[arg(long, default_value_t = 64)]
+        batch: usize,
         /// Pending tree updates at most (pac).
         #[arg(long, default_value_t = 1024)]
         queue: usize,
@@ -82,7 +86,15 @@ pub enum DiskCmd {
     /// Show a disk's size, tree, mode, anchor and the space its files take.
     Info { path: PathBuf },
     /// Verify every block of a disk (recovering first if its last session crashed).
-    Fsck { path: PathBuf },
+    Fsck {
+        path: PathBuf,
+        /// When a crash recovery finds blocks that authenticate under none of their values
+        /// (torn by a power cut during an unflushed write, or changed), make them holes
+        /// (zeros) and list them, instead of refusing to open. A rollback of flushed blocks
+        /// is refused all the same.
+        #[arg(long)]
+        repair_torn: bool,
+    },
 }
 
 /// Parses 4096, 64K, 10M, 64G, 1T.
@@ -174,6 +186,7 @@ pub fn run(cli: &Cli, cmd: &DiskCmd) -> Result<std::process::ExitCode> {
             rate,
             workers,
             control,
+            batch,
         } => {
             let opts = DiskOptions {
                 mode: mode.as_deref().map(Mode::parse).transpose()?,
@@ -183,7 +196,9 @@ pub fn run(cli: &Cli, cmd: &DiskCmd) -> Result<std::process::ExitCode> {
                     low_watermark: *low_watermark,
                     rate: (*rate > 0.0).then_some(*rate),
                 },
+                batch: *batch,
                 read_only: false,
+                repair_torn: false,
             };
             let disk = Arc::new(open(cli, path, &opts)?);
             serve(
@@ -263,9 +278,25 @@ pub fn run(cli: &Cli, cmd: &DiskCmd) -> Result<std::process::ExitCode> {
                 );
             }
         }
-        DiskCmd::Fsck { path } => {
+        DiskCmd::Fsck { path, repair_torn } => {
             // Read-write, so that a crashed session is recovered first.
-            let d = open(cli, path, &DiskOptions::default())?;
+            let d = open(
+                cli,
+                path,
+                &DiskOptions {
+                    repair_torn: *repair_torn,
+                    ..DiskOptions::default()
+                },
+            )?;
+            for b in d.repaired() {
+                eprintln!(
+                    "{}: block {b} (bytes {} to {}) authenticated under none of its values \
+                     after a crash: it is now zeros",
+                    path.display(),
+                    b * 4096,
+                    b * 4096 + 4095
+                );
+            }
             let bad = d.fsck(100)?;
             d.close()?;
             for e in &bad {

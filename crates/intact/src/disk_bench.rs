@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 pub struct BenchArgs {
     /// Which experiments: headline (every mode at the defaults), rate (Fig. 10), fsync
     /// (Fig. 11), capacity (Fig. 12), cache (Fig. 14), zipf (Fig. 16), mix (Fig. 17: read
-    /// ratio, I/O size, depth), or all.
+    /// ratio, I/O size, depth), batch (Fig. 6: the batching baseline's window of
+    /// vulnerability against its batch size, 50 % reads), or all.
     #[arg(long, default_value = "headline")]
     figure: String,
     /// Capacity of each disk (sparse).
@@ -67,6 +68,8 @@ struct Config {
     /// Cache as a share of the tree's bytes.
     cache: f64,
     size: u64,
+    /// Requests per checkpoint (batch).
+    batch: usize,
 }
 
 impl Config {
@@ -81,6 +84,7 @@ impl Config {
             depth: 32,
             cache: 0.10,
             size,
+            batch: 64,
         }
     }
 }
@@ -103,9 +107,16 @@ fn which(tool: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// One run: a fresh disk served on a socket of this process, fio against it; aggregate
-/// read + write MB/s.
-fn run_one(args: &BenchArgs, arity: u64, c: &Config) -> Result<f64> {
+/// What one run measured.
+struct Measured {
+    /// Aggregate read + write MB/s.
+    mbps: f64,
+    /// `batch`: reads verified late, the mean and the longest window (ns).
+    window: Option<(u64, f64, u64)>,
+}
+
+/// One run: a fresh disk served on a socket of this process, fio against it.
+fn run_one(args: &BenchArgs, arity: u64, c: &Config) -> Result<Measured> {
     let base = args.dir.clone().unwrap_or_else(|| PathBuf::from("."));
     let dir = tempfile::Builder::new()
         .prefix("intact-disk-bench")
@@ -113,7 +124,7 @@ fn run_one(args: &BenchArgs, arity: u64, c: &Config) -> Result<f64> {
         .with_context(|| format!("a temporary directory in {}", base.display()))?;
     let path = dir.path().join("disk.img");
     let state = dir.path().join("state");
-    let create_mode = if c.mode == Mode::Sync {
+    let create_mode = if matches!(c.mode, Mode::Sync | Mode::Batch) {
         Mode::Pac
     } else {
         c.mode
@@ -144,7 +155,9 @@ fn run_one(args: &BenchArgs, arity: u64, c: &Config) -> Result<f64> {
                 low_watermark: 0.75,
                 rate: c.rate,
             },
+            batch: c.batch,
             read_only: false,
+            repair_torn: false,
         },
     )?);
     let sock = dir.path().join("nbd.sock");
@@ -210,7 +223,19 @@ fn run_one(args: &BenchArgs, arity: u64, c: &Config) -> Result<f64> {
     }
     let bw = job["read"]["bw_bytes"].as_f64().unwrap_or(0.0)
         + job["write"]["bw_bytes"].as_f64().unwrap_or(0.0);
-    Ok(bw / 1e6)
+    let st = disk.stats();
+    let window = (c.mode == Mode::Batch).then(|| {
+        let n = st.window_reads;
+        (
+            n,
+            st.window_total_ns as f64 / n.max(1) as f64,
+            st.window_max_ns,
+        )
+    });
+    Ok(Measured {
+        mbps: bw / 1e6,
+        window,
+    })
 }
 
 fn range(v: &[f64]) -> String {
@@ -239,7 +264,7 @@ pub fn run(cli: &Cli, args: &BenchArgs) -> Result<()> {
     let all = args.figure == "all";
     let want = |f: &str| all || args.figure == f;
     let known = [
-        "headline", "rate", "fsync", "capacity", "cache", "zipf", "mix", "all",
+        "headline", "rate", "fsync", "capacity", "cache", "zipf", "mix", "batch", "all",
     ];
     if !known.contains(&args.figure.as_str()) {
         bail!("--figure {}: want one of {}", args.figure, known.join(", "));
@@ -249,6 +274,7 @@ pub fn run(cli: &Cli, args: &BenchArgs) -> Result<()> {
     let label = |c: &Config| match (c.mode, c.rate) {
         (Mode::Pac, Some(r)) => format!("pac@{r}"),
         (Mode::Pac, None) => "pac@max".to_string(),
+        (Mode::Batch, _) => format!("batch/{}", c.batch),
         (m, _) => m.name().to_string(),
     };
     if want("headline") {
@@ -313,6 +339,20 @@ pub fn run(cli: &Cli, args: &BenchArgs) -> Result<()> {
             }
         }
     }
+    if want("batch") {
+        for m in [Mode::Aead, Mode::Sync, Mode::Pac] {
+            let mut c = Config::base(m, s);
+            c.read_pct = 50;
+            plan.push(("batch", "-".into(), c));
+        }
+        for n in [1usize, 16, 256, 4096] {
+            let mut c = Config::base(Mode::Batch, s);
+            c.batch = n;
+            // Reads matter here: the window is theirs.
+            c.read_pct = 50;
+            plan.push(("batch", "-".into(), c));
+        }
+    }
     if want("mix") {
         type Tweak = fn(&mut Config);
         let mixes: [(&str, Tweak); 5] = [
@@ -355,14 +395,26 @@ pub fn run(cli: &Cli, args: &BenchArgs) -> Result<()> {
     println!("|---|---|---|---:|");
     for (fig, param, c) in &plan {
         let mut mbps = Vec::with_capacity(args.runs);
+        let mut windows = Vec::new();
         for _ in 0..args.runs {
-            mbps.push(run_one(args, arity, c)?);
+            let m = run_one(args, arity, c)?;
+            mbps.push(m.mbps);
+            windows.extend(m.window);
         }
-        let param = if *fig == "rate" {
+        let mut param = if matches!(*fig, "rate" | "batch") {
             label(c)
         } else {
             param.clone()
         };
+        if !windows.is_empty() {
+            let mean: Vec<f64> = windows.iter().map(|w| w.1 / 1e3).collect();
+            let max: Vec<f64> = windows.iter().map(|w| w.2 as f64 / 1e6).collect();
+            param = format!(
+                "{param}: window mean {} µs, max {} ms",
+                range(&mean),
+                range(&max)
+            );
+        }
         println!("| {fig} | {param} | {} | {} |", label(c), range(&mbps));
         if cli.json {
             eprintln!(

@@ -66,6 +66,11 @@ pub enum Mode {
     Sync,
     /// Verify in line; updates through the PAC queue; sealed at flush.
     Pac,
+    /// The batching baseline (FastVer-style; Burke et al. §4, Table 1): reads return before
+    /// they are verified, and every `batch` requests a checkpoint verifies them and applies
+    /// the updates. Weaker: a read may return tampered data that is only caught later (its
+    /// window of vulnerability is measured: [`DiskStats::window_max_ns`]).
+    Batch,
 }
 
 impl Mode {
@@ -76,9 +81,10 @@ impl Mode {
             "aead" => Mode::Aead,
             "sync" => Mode::Sync,
             "pac" => Mode::Pac,
+            "batch" => Mode::Batch,
             _ => {
                 return Err(Error::Invalid(format!(
-                    "mode {s:?}: want pac, sync, aead or none"
+                    "mode {s:?}: want pac, sync, batch, aead or none"
                 )))
             }
         })
@@ -91,6 +97,7 @@ impl Mode {
             Mode::Aead => "aead",
             Mode::Sync => "sync",
             Mode::Pac => "pac",
+            Mode::Batch => "batch",
         }
     }
 
@@ -99,7 +106,7 @@ impl Mode {
     }
 
     fn has_tree(self) -> bool {
-        matches!(self, Mode::Sync | Mode::Pac)
+        matches!(self, Mode::Sync | Mode::Pac | Mode::Batch)
     }
 
     /// What a disk created in this mode stores: `sync` and `pac` share one layout.
@@ -107,7 +114,7 @@ impl Mode {
         match self {
             Mode::None => "plain",
             Mode::Aead => "aead",
-            Mode::Sync | Mode::Pac => "tree",
+            Mode::Sync | Mode::Pac | Mode::Batch => "tree",
         }
     }
 }
@@ -316,8 +323,14 @@ pub struct DiskOptions {
     pub cache_bytes: usize,
     /// The PAC queue.
     pub pac: PacConfig,
+    /// Requests per checkpoint in `batch` mode.
+    pub batch: usize,
     /// Open read-only (fsck, info): nothing is written, not even after a crash.
     pub read_only: bool,
+    /// At a recovery, make a block that authenticates under none of its values (torn by a
+    /// power cut, or changed) a hole instead of refusing to open; every such block is
+    /// listed ([`Disk::repaired`]). Rollbacks of flushed blocks are refused all the same.
+    pub repair_torn: bool,
 }
 
 impl Default for DiskOptions {
@@ -326,7 +339,9 @@ impl Default for DiskOptions {
             mode: None,
             cache_bytes: 16 << 20,
             pac: PacConfig::default(),
+            batch: 64,
             read_only: false,
+            repair_torn: false,
         }
     }
 }
@@ -431,6 +446,30 @@ impl TreeShared {
     }
 }
 
+/// `batch` mode's state between checkpoints.
+#[derive(Default)]
+struct Batch {
+    /// Leaves written since the last checkpoint.
+    pending: std::collections::HashMap<u64, Hash>,
+    /// Reads returned unverified: (block, leaf, when returned).
+    reads: Vec<(u64, Hash, std::time::Instant)>,
+    /// Requests since the last checkpoint.
+    ops: usize,
+    /// (reads verified late, their total window in ns, the longest).
+    window: (u64, u64, u64),
+}
+
+impl DiskStats {
+    fn with_window(mut self, w: Option<(u64, u64, u64)>) -> DiskStats {
+        if let Some((n, total, max)) = w {
+            self.window_reads = n;
+            self.window_total_ns = total;
+            self.window_max_ns = max;
+        }
+        self
+    }
+}
+
 /// The write counters of the session: `next` up to the reservation's `end`.
 struct Counters {
     next: u64,
@@ -452,6 +491,12 @@ pub struct DiskStats {
     pub failures: u64,
     /// Blocks a crash recovery accepted from the crashed session's unflushed writes.
     pub recovered: u64,
+    /// `batch` mode: reads verified after they returned.
+    pub window_reads: u64,
+    /// `batch` mode: their total window of vulnerability (returned to verified), ns.
+    pub window_total_ns: u64,
+    /// `batch` mode: the longest window of vulnerability, ns.
+    pub window_max_ns: u64,
 }
 
 /// An open disk. Every method may be called from many threads at once.
@@ -468,12 +513,17 @@ pub struct Disk {
     intent_file: Option<File>,
     tree: Option<Arc<TreeShared>>,
     queue: Option<PacQueue<Hash>>,
+    batch: Option<Mutex<Batch>>,
+    batch_size: usize,
     region_level: u32,
     region_blocks: u64,
     regions: u64,
     trusted: Box<dyn TrustedStore>,
     _lock: TrustedLock,
     read_only: bool,
+    repair_torn: bool,
+    /// Blocks a recovery made holes (`repair_torn`).
+    repaired: Mutex<Vec<u64>>,
     /// Writes hold it shared, a flush exclusively: a flush sees no write half done.
     gate: RwLock<()>,
     stripes: Vec<Mutex<()>>,
@@ -784,12 +834,16 @@ impl Disk {
             intent_file,
             tree,
             queue: None,
+            batch: (mode == Mode::Batch).then(|| Mutex::new(Batch::default())),
+            batch_size: opts.batch.max(1),
             region_level,
             region_blocks,
             regions,
             trusted,
             _lock: lock,
             read_only: opts.read_only,
+            repair_torn: opts.repair_torn,
+            repaired: Mutex::new(Vec::new()),
             gate: RwLock::new(()),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             counters: Mutex::new(Counters {
@@ -891,7 +945,11 @@ impl Disk {
             flush_ns: self.flush_ns.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
             recovered: self.recovered.load(Ordering::Relaxed),
+            window_reads: 0,
+            window_total_ns: 0,
+            window_max_ns: 0,
         }
+        .with_window(self.batch.as_ref().map(|b| guard(b).window))
     }
 
     /// The PAC queue's counts (pac mode).
@@ -1028,7 +1086,25 @@ impl Disk {
             return Err(self.tampered(Some(b), "a trim record does not authenticate"));
         }
         let leaf = self.keys.leaf(b, &cur);
-        if let Some(t) = &self.tree {
+        if let Some(batch) = &self.batch {
+            // Verified at the next checkpoint, after the bytes are returned (the baseline's
+            // weakness, measured).
+            let mut bt = guard(batch);
+            match bt.pending.get(&b) {
+                Some(l) if *l != leaf => {
+                    return Err(self.tampered(
+                        Some(b),
+                        "the block's metadata is not the one last written (pending update)",
+                    ))
+                }
+                Some(_) => {}
+                None => bt.reads.push((b, leaf, std::time::Instant::now())),
+            }
+            bt.ops += 1;
+            if bt.ops >= self.batch_size {
+                self.checkpoint(&mut bt)?;
+            }
+        } else if let Some(t) = &self.tree {
             let pending = self.queue.as_ref().and_then(|q| q.get(b));
             match pending {
                 Some(l) if l == leaf => {}
@@ -1166,12 +1242,47 @@ impl Disk {
                 .map_err(io_at(&self.paths.data))?;
         }
         let leaf = self.keys.leaf(b, &sealed);
+        if let Some(batch) = &self.batch {
+            let mut bt = guard(batch);
+            bt.pending.insert(b, leaf);
+            bt.ops += 1;
+            if bt.ops >= self.batch_size {
+                self.checkpoint(&mut bt)?;
+            }
+            return Ok(());
+        }
         match (&self.queue, &self.tree) {
             (Some(q), _) => q.push(b, leaf),
             (None, Some(t)) => t.update(b, &leaf)?,
             (None, None) => {}
         }
         Ok(())
+    }
+
+    /// `batch` mode's checkpoint: the reads returned since the last one are verified against
+    /// the tree (which no write changed meanwhile), then the writes' leaves are applied.
+    fn checkpoint(&self, bt: &mut Batch) -> Result<()> {
+        let t = self.tree.as_ref().expect("batch has a tree");
+        let now = std::time::Instant::now();
+        let mut first_err = None;
+        for (b, leaf, at) in bt.reads.drain(..) {
+            let ns = now.duration_since(at).as_nanos() as u64;
+            bt.window.0 += 1;
+            bt.window.1 += ns;
+            bt.window.2 = bt.window.2.max(ns);
+            if let Err(e) = t.verify(b, &leaf) {
+                let e = self.noted(e);
+                tracing::error!("block {b} was returned before it failed verification");
+                first_err.get_or_insert(e);
+            }
+        }
+        let mut pending: Vec<(u64, Hash)> = bt.pending.drain().collect();
+        pending.sort_unstable_by_key(|(b, _)| *b);
+        for (b, leaf) in pending {
+            t.update(b, &leaf)?;
+        }
+        bt.ops = 0;
+        first_err.map_or(Ok(()), Err)
     }
 
     // ---- flush ----
@@ -1220,6 +1331,9 @@ impl Disk {
         }
         if let Some(q) = &self.queue {
             q.flush()?;
+        }
+        if let Some(b) = &self.batch {
+            self.checkpoint(&mut guard(b))?;
         }
         let meta = self.meta.as_ref().expect("meta");
         if let Some(t) = &self.tree {
@@ -1365,6 +1479,7 @@ impl Disk {
             .map_err(io_at(&self.paths.meta))?;
             let mut sealed_leaves = Vec::with_capacity(n as usize);
             let mut current_leaves = Vec::with_capacity(n as usize);
+            let mut torn = Vec::new();
             for k in 0..n {
                 let b = first + k;
                 let at = k as usize * META_PER_BLOCK;
@@ -1404,15 +1519,25 @@ impl Disk {
                         Some((_, s)) if !s.is_hole() => {
                             read_full(&self.data, &mut buf, b * BLOCK as u64)
                                 .map_err(io_at(&self.paths.data))?;
-                            if self.keys.open(b, &s, &mut buf).is_err() {
+                            if self.keys.open(b, &s, &mut buf).is_ok() {
+                                (s.seq(), self.keys.leaf(b, &s))
+                            } else if self.repair_torn {
+                                // Made a hole once the region is known to be no rollback.
+                                torn.push(b);
+                                (u64::MAX, HOLE_LEAF)
+                            } else {
                                 return Err(self.tampered(
                                     Some(b),
-                                    "after a crash the block authenticates under none of its \
-                                     values (changed, or torn by a power failure during an \
-                                     unflushed write)",
+                                    format!(
+                                        "after a crash the block authenticates under none of \
+                                         its values (changed, or torn by a power failure \
+                                         during an unflushed write); `intact disk fsck \
+                                         --repair-torn {}` makes such blocks holes (zeros) \
+                                         and lists them",
+                                        self.paths.data.display()
+                                    ),
                                 ));
                             }
-                            (s.seq(), self.keys.leaf(b, &s))
                         }
                         Some((_, s)) => (s.seq(), HOLE_LEAF),
                         None => (0, HOLE_LEAF),
@@ -1444,6 +1569,19 @@ impl Disk {
                     t.tree
                         .build(&mut st.nodes, self.region_level, r, &current_leaves)?;
             }
+            for &b in &torn {
+                for i in 0..SLOTS {
+                    self.write_slot(b, i, &Sealed::NEVER)?;
+                }
+                punch(&self.data, b * BLOCK as u64, BLOCK as u64)
+                    .map_err(io_at(&self.paths.data))?;
+                tracing::warn!(
+                    "{}: block {b} authenticated under none of its values after a crash; \
+                     it is now a hole (zeros)",
+                    self.paths.data.display()
+                );
+            }
+            guard(&self.repaired).extend_from_slice(&torn);
         }
         let mut a = *anchor;
         a.epoch += 1;
@@ -1499,6 +1637,11 @@ impl Disk {
             }
         }
         Ok(bad)
+    }
+
+    /// The blocks a recovery made holes (`repair_torn`).
+    pub fn repaired(&self) -> Vec<u64> {
+        guard(&self.repaired).clone()
     }
 
     /// Bytes the disk's files take on the backing file system (allocated).
@@ -1641,7 +1784,7 @@ mod tests {
 
     #[test]
     fn modes_trees_and_sizes_parse() {
-        for m in [Mode::None, Mode::Aead, Mode::Sync, Mode::Pac] {
+        for m in [Mode::None, Mode::Aead, Mode::Sync, Mode::Pac, Mode::Batch] {
             assert_eq!(Mode::parse(m.name()).unwrap(), m);
         }
         assert!(Mode::parse("dmt").is_err());
