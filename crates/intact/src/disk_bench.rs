@@ -45,9 +45,12 @@ pub struct BenchArgs {
     /// Where the throwaway disks go [default: the current directory].
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Only these modes (comma-separated: none, aead, sync, pac).
+    /// Only these modes (comma-separated: none, aead, sync, pac, batch).
     #[arg(long, value_delimiter = ',')]
     modes: Vec<String>,
+    /// Also draw each figure as an SVG bar chart in this directory (disk-FIGURE.svg).
+    #[arg(long)]
+    svg: Option<PathBuf>,
 }
 
 /// One configuration of the workload and the disk.
@@ -251,7 +254,10 @@ fn range(v: &[f64]) -> String {
 /// A row of results: a label and MB/s per run.
 struct Row {
     figure: &'static str,
+    /// The parameter as printed.
     param: String,
+    /// The parameter the row is grouped by in a plot and matched by in the ratios.
+    group: String,
     mode: String,
     mbps: Vec<f64>,
 }
@@ -401,6 +407,7 @@ pub fn run(cli: &Cli, args: &BenchArgs) -> Result<()> {
             mbps.push(m.mbps);
             windows.extend(m.window);
         }
+        let base_param = param.clone();
         let mut param = if matches!(*fig, "rate" | "batch") {
             label(c)
         } else {
@@ -422,12 +429,29 @@ pub fn run(cli: &Cli, args: &BenchArgs) -> Result<()> {
                 serde_json::json!({"figure": fig, "param": param, "mode": label(c), "mbps": mbps})
             );
         }
+        let group = if matches!(*fig, "rate" | "batch") {
+            label(c)
+        } else {
+            base_param.clone()
+        };
         rows.push(Row {
             figure: fig,
             param,
+            group,
             mode: label(c),
             mbps,
         });
+    }
+    if let Some(dir) = &args.svg {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut figures: Vec<&str> = rows.iter().map(|r| r.figure).collect();
+        figures.dedup();
+        for f in figures {
+            let these: Vec<&Row> = rows.iter().filter(|r| r.figure == f).collect();
+            let path = dir.join(format!("disk-{f}.svg"));
+            plot(&path, f, &these)?;
+            eprintln!("intact disk bench: drew {}", path.display());
+        }
     }
     // Ratios, run by run, where a row has its aead and sync neighbours.
     println!();
@@ -436,7 +460,9 @@ pub fn run(cli: &Cli, args: &BenchArgs) -> Result<()> {
     for r in rows.iter().filter(|r| r.mode.starts_with("pac")) {
         let find = |m: &str| {
             rows.iter().find(|o| {
-                o.figure == r.figure && o.mode == m && (o.param == r.param || r.figure == "rate")
+                o.figure == r.figure
+                    && o.mode == m
+                    && (o.group == r.group || matches!(r.figure, "rate" | "batch"))
             })
         };
         let ratio = |o: Option<&Row>| match o {
@@ -457,5 +483,96 @@ pub fn run(cli: &Cli, args: &BenchArgs) -> Result<()> {
             ratio(find("sync"))
         );
     }
+    Ok(())
+}
+
+/// Draws one figure as grouped bars (SVG, with plotters): a group per parameter, a bar per
+/// mode at its mean MB/s over the runs, a whisker from the lowest to the highest run.
+fn plot(path: &std::path::Path, figure: &str, rows: &[&Row]) -> Result<()> {
+    use plotters::prelude::*;
+    let mut params: Vec<&str> = Vec::new();
+    let mut modes: Vec<&str> = Vec::new();
+    for r in rows {
+        let p = r.group.as_str();
+        if !params.contains(&p) {
+            params.push(p);
+        }
+        if !modes.contains(&r.mode.as_str()) {
+            modes.push(&r.mode);
+        }
+    }
+    let top = rows
+        .iter()
+        .flat_map(|r| r.mbps.iter().copied())
+        .fold(1.0f64, f64::max)
+        * 1.1;
+    let width = (160 + params.len() * (40 + 28 * modes.len())).max(480) as u32;
+    let root = SVGBackend::new(path, (width, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let n = params.len() as f64;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(format!("intact disk bench: {figure}"), ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..n, 0f64..top)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(params.len().max(1))
+        .x_label_formatter(&|x| {
+            let i = (x - 0.5).round();
+            if (x - 0.5 - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < params.len() {
+                params[i as usize].to_string()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc("MB/s (read + write)")
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // One row per parameter (rate, batch): one centred bar each.
+    let single = params.len() == rows.len();
+    let w = if single {
+        0.8
+    } else {
+        0.8 / modes.len() as f64
+    };
+    for (k, m) in modes.iter().enumerate() {
+        let slot = if single { 0.0 } else { k as f64 };
+        let color = Palette99::pick(k).to_rgba();
+        let bars: Vec<(f64, &Row)> = rows
+            .iter()
+            .filter(|r| r.mode == *m)
+            .map(|r| {
+                let i = params.iter().position(|p| *p == r.group).unwrap_or(0) as f64;
+                (i + 0.1 + slot * w, *r)
+            })
+            .collect();
+        chart
+            .draw_series(bars.iter().map(|(x, r)| {
+                let mean = r.mbps.iter().sum::<f64>() / r.mbps.len().max(1) as f64;
+                Rectangle::new([(*x, 0.0), (*x + w * 0.9, mean)], color.filled())
+            }))
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .label(m.to_string())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+        chart
+            .draw_series(bars.iter().map(|(x, r)| {
+                let lo = r.mbps.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = r.mbps.iter().copied().fold(0.0, f64::max);
+                let c = *x + w * 0.45;
+                PathElement::new(vec![(c, lo), (c, hi)], BLACK.stroke_width(2))
+            }))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(())
 }
