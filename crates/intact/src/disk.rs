@@ -46,9 +46,14 @@ pub enum DiskCmd {
         /// A unix socket to listen on.
         #[arg(long, required_unless_present = "listen", conflicts_with = "listen")]
         socket: Option<PathBuf>,
-        /// A TCP address to listen on (127.0.0.1:10809).
+        /// A TCP address to listen on (127.0.0.1:10809). Loopback only unless
+        /// --allow-remote: NBD sends the plaintext, unauthenticated.
         #[arg(long)]
         listen: Option<String>,
+        /// Listen on a non-loopback address (a network you trust: NBD has no encryption
+        /// and no authentication).
+        #[arg(long, requires = "listen")]
+        allow_remote: bool,
         /// Serve a tree disk in another of its modes: pac, sync, or batch (the batching
         /// baseline: reads return before they are verified; for measurements).
         #[arg(long)]
@@ -180,6 +185,7 @@ pub fn run(cli: &Cli, cmd: &DiskCmd) -> Result<std::process::ExitCode> {
             path,
             socket,
             listen,
+            allow_remote,
             mode,
             queue,
             low_watermark,
@@ -205,6 +211,7 @@ pub fn run(cli: &Cli, cmd: &DiskCmd) -> Result<std::process::ExitCode> {
                 disk,
                 socket.as_deref(),
                 listen.as_deref(),
+                *allow_remote,
                 control.as_deref(),
                 (*workers).max(1),
             )?;
@@ -239,6 +246,7 @@ pub fn run(cli: &Cli, cmd: &DiskCmd) -> Result<std::process::ExitCode> {
                 "epoch": a.epoch,
                 "root": hex::encode(a.root),
                 "closed_cleanly": !a.open,
+                "needs_recovery": d.needs_recovery(),
                 "region_blocks": rb,
                 "regions": rn,
                 "allocated_bytes": d.allocated_bytes(),
@@ -267,7 +275,7 @@ pub fn run(cli: &Cli, cmd: &DiskCmd) -> Result<std::process::ExitCode> {
                 println!(
                     "last close  {}",
                     if a.open {
-                        "no: a session is open or crashed"
+                        "no: it crashed; the next serve or fsck recovers it"
                     } else {
                         "clean"
                     }
@@ -376,6 +384,7 @@ fn serve(
     disk: Arc<Disk>,
     socket: Option<&Path>,
     listen: Option<&str>,
+    allow_remote: bool,
     control: Option<&Path>,
     workers: usize,
 ) -> Result<()> {
@@ -383,7 +392,16 @@ fn serve(
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
-    serve_until(disk.clone(), socket, listen, control, workers, &stop, true)?;
+    serve_until(
+        disk.clone(),
+        socket,
+        listen,
+        allow_remote,
+        control,
+        workers,
+        &stop,
+        true,
+    )?;
     disk.close()?;
     let s = disk.stats();
     eprintln!(
@@ -402,18 +420,47 @@ fn bind_unix(s: &Path) -> Result<std::os::unix::net::UnixListener> {
         }
         std::fs::remove_file(s).with_context(|| format!("removing {}", s.display()))?;
     }
-    let l = std::os::unix::net::UnixListener::bind(s)
-        .with_context(|| format!("listening on {}", s.display()))?;
+    // NBD carries plaintext and has no authentication: the socket is the owner's alone
+    // (0600) from its creation, not chmod-ed after a window in which others could connect.
+    // SAFETY: umask(2) only swaps the process's file-creation mask and cannot fail; the
+    // previous mask is put back right after the bind. Other threads of this process create
+    // no files meanwhile (serving has not started).
+    let old = unsafe { libc::umask(0o177) };
+    let bound = std::os::unix::net::UnixListener::bind(s);
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    let l = bound.with_context(|| format!("listening on {}", s.display()))?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
+/// Binds a TCP address: loopback only unless `allow_remote` (NBD sends the disk's plaintext
+/// to whoever connects, unauthenticated and unencrypted).
+fn bind_tcp(a: &str, allow_remote: bool) -> Result<std::net::TcpListener> {
+    use std::net::ToSocketAddrs;
+    let addrs: Vec<std::net::SocketAddr> = a
+        .to_socket_addrs()
+        .with_context(|| format!("{a}: not an address (HOST:PORT)"))?
+        .collect();
+    if !allow_remote && addrs.iter().any(|x| !x.ip().is_loopback()) {
+        bail!(
+            "{a} is not a loopback address: NBD would send the disk's plaintext, unencrypted \
+             and to anyone who connects; give --allow-remote if the network is trusted"
+        );
+    }
+    let l = std::net::TcpListener::bind(&addrs[..]).with_context(|| format!("listening on {a}"))?;
     l.set_nonblocking(true)?;
     Ok(l)
 }
 
 /// Accepts NBD connections (and control commands) until `stop`; then closes every
 /// connection and returns (the caller closes the disk).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn serve_until(
     disk: Arc<Disk>,
     socket: Option<&Path>,
     listen: Option<&str>,
+    allow_remote: bool,
     control: Option<&Path>,
     workers: usize,
     stop: &AtomicBool,
@@ -421,11 +468,7 @@ pub(crate) fn serve_until(
 ) -> Result<()> {
     let listener = match (socket, listen) {
         (Some(s), _) => Listener::Unix(bind_unix(s)?, s.to_path_buf()),
-        (None, Some(a)) => {
-            let l = std::net::TcpListener::bind(a).with_context(|| format!("listening on {a}"))?;
-            l.set_nonblocking(true)?;
-            Listener::Tcp(l)
-        }
+        (None, Some(a)) => Listener::Tcp(bind_tcp(a, allow_remote)?),
         (None, None) => bail!("give --socket or --listen"),
     };
     let ctl = control.map(bind_unix).transpose()?;

@@ -168,7 +168,7 @@ fn run_one(args: &BenchArgs, arity: u64, c: &Config) -> Result<Measured> {
     let server = {
         let (disk, sock, stop) = (disk.clone(), sock.clone(), stop.clone());
         std::thread::spawn(move || {
-            crate::disk::serve_until(disk, Some(&sock), None, None, 4, &stop, false)
+            crate::disk::serve_until(disk, Some(&sock), None, false, None, 4, &stop, false)
         })
     };
     let t = Instant::now();

@@ -814,3 +814,33 @@ fn fsck_repair_torn_makes_a_torn_block_zeros_and_lists_it() {
     assert!(!out.contains("failed") && !out.contains("error"), "{out}");
     srv.stop();
 }
+
+/// NBD carries the plaintext unauthenticated: the unix socket is the owner's alone, and a
+/// non-loopback TCP address needs --allow-remote. After a crash, `info` says so (and reads
+/// nothing) until a serve or fsck recovers.
+#[test]
+fn the_plaintext_is_served_only_to_the_owner_and_info_reports_a_crash() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    env.create("4M", &[]);
+    let srv = env.serve(&[]);
+    let mode = std::fs::metadata(env.sock()).unwrap().permissions().mode();
+    assert_eq!(mode & 0o077, 0, "socket mode {mode:o}");
+    srv.kill9();
+    let img = env.img();
+    let p = img.to_str().unwrap();
+    let (code, out, err) = env.cli(&["disk", "info", p, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["closed_cleanly"], false);
+    assert_eq!(v["needs_recovery"], true);
+    let (code, _, err) = env.cli(&["disk", "serve", p, "--listen", "0.0.0.0:0"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--allow-remote"), "{err}");
+    let (code, out, err) = env.cli(&["disk", "fsck", p]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (_, out, _) = env.cli(&["disk", "info", p, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["closed_cleanly"], true);
+    assert_eq!(v["needs_recovery"], false);
+}

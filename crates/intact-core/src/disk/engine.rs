@@ -521,6 +521,8 @@ pub struct Disk {
     trusted: Box<dyn TrustedStore>,
     _lock: TrustedLock,
     read_only: bool,
+    /// Opened read-only after a crash: not recovered, so no block is read.
+    unrecovered: bool,
     repair_torn: bool,
     /// Blocks a recovery made holes (`repair_torn`).
     repaired: Mutex<Vec<u64>>,
@@ -842,6 +844,7 @@ impl Disk {
             trusted,
             _lock: lock,
             read_only: opts.read_only,
+            unrecovered: false,
             repair_torn: opts.repair_torn,
             repaired: Mutex::new(Vec::new()),
             gate: RwLock::new(()),
@@ -863,13 +866,12 @@ impl Disk {
         };
         if anchor.open && mode.encrypted() {
             if opts.read_only {
-                return Err(Error::Invalid(format!(
-                    "{}: the last session did not close (a crash); open it read-write once \
-                     (`intact disk serve` or `intact disk fsck`) to recover",
-                    path.display()
-                )));
+                // Looked at (info), not read: blocks of the crashed session's regions do
+                // not match the sealed tree until a recovery, which writes.
+                disk.unrecovered = true;
+            } else {
+                disk.recover(&anchor)?;
             }
-            disk.recover(&anchor)?;
         }
         if !opts.read_only {
             // The session's anchor: open, with a fresh reservation of counters.
@@ -924,6 +926,22 @@ impl Disk {
     /// The last anchor stored.
     pub fn anchor(&self) -> DiskAnchor {
         *guard(&self.anchor)
+    }
+
+    /// Whether the last session crashed and this read-only open did not recover it.
+    pub fn needs_recovery(&self) -> bool {
+        self.unrecovered
+    }
+
+    fn recovered_first(&self) -> Result<()> {
+        if self.unrecovered {
+            return Err(Error::Invalid(format!(
+                "{}: the last session did not close (a crash); open it read-write once \
+                 (`intact disk serve` or `intact disk fsck`) to recover it before reading",
+                self.paths.data.display()
+            )));
+        }
+        Ok(())
     }
 
     /// Whether opened read-only.
@@ -1057,6 +1075,7 @@ impl Disk {
     /// returned.
     pub fn read(&self, off: u64, buf: &mut [u8]) -> Result<()> {
         self.check_range(off, buf.len() as u64)?;
+        self.recovered_first()?;
         let mut done = 0usize;
         let mut block = vec![0u8; BLOCK];
         while done < buf.len() {
@@ -1621,6 +1640,7 @@ impl Disk {
     /// Verifies every block (read, checked through the tree, decrypted); returns the
     /// failures, at most `max` of them.
     pub fn fsck(&self, max: usize) -> Result<Vec<Error>> {
+        self.recovered_first()?;
         let mut bad = Vec::new();
         let mut buf = vec![0u8; BLOCK];
         for b in 0..self.blocks {
