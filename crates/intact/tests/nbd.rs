@@ -298,6 +298,8 @@ fn fio_verifies_every_mode_over_unix_and_tcp() {
             "--iodepth=8",
             "--verify=crc32c",
             "--verify_fatal=1",
+            // No verify-state file in the working directory.
+            "--verify_state_save=0",
             "--do_verify=1",
             "--fsync=64",
         ]));
