@@ -438,8 +438,15 @@ fn a_crash_at_any_point_recovers_to_the_last_flush_or_later_without_an_alarm() {
         let f = Fixture::new(blocks as u64, arity, mode);
         let mut model = CrashModel::new(blocks);
         let mut r = rng(7 + arity);
+        let mut epoch = 0;
         for round in 0..12 {
             let d = f.open(mode);
+            // Every open (a recovery's seal, then the session's reservation) advances it.
+            assert!(
+                d.anchor().epoch > epoch,
+                "{mode:?} round {round}: the epoch went back"
+            );
+            epoch = d.anchor().epoch;
             model.check(&d, &format!("{mode:?} round {round}"));
             model.settle(&d);
             for i in 0..(r() % 40) {
@@ -716,4 +723,202 @@ fn batching_returns_a_replayed_block_before_it_catches_it() {
             assert_eq!(d.stats().window_reads, 0);
         }
     }
+}
+
+/// A read-only open of a crashed disk (`intact disk info`) recovers nothing and so reads
+/// nothing: the crashed session's blocks do not match the sealed tree until a recovery.
+#[test]
+fn a_read_only_open_after_a_crash_reads_nothing_until_a_recovery() {
+    let f = Fixture::new(16, 4, Mode::Pac);
+    let d = f.open(Mode::Pac);
+    d.write(0, &fill(1, BLOCK)).unwrap();
+    d.flush().unwrap();
+    d.write(BLOCK as u64, &fill(2, BLOCK)).unwrap();
+    drop(d); // crash
+    let ro = f
+        .open_with(&DiskOptions {
+            read_only: true,
+            ..DiskOptions::default()
+        })
+        .unwrap();
+    assert!(ro.needs_recovery());
+    assert!(ro.anchor().open);
+    let e = ro.read(0, &mut vec![0u8; BLOCK]).unwrap_err();
+    assert!(e.to_string().contains("recover"), "{e}");
+    assert!(ro.fsck(1).is_err());
+    drop(ro);
+    let d = f.open(Mode::Pac);
+    assert!(!d.needs_recovery());
+    let mut b = vec![0u8; 2 * BLOCK];
+    d.read(0, &mut b).unwrap();
+    assert_eq!(b, [fill(1, BLOCK), fill(2, BLOCK)].concat());
+    d.close().unwrap();
+    drop(d);
+    let ro = f
+        .open_with(&DiskOptions {
+            read_only: true,
+            ..DiskOptions::default()
+        })
+        .unwrap();
+    assert!(!ro.needs_recovery());
+    ro.read(0, &mut b).unwrap();
+}
+
+/// A block whose update still waits in the queue (pac) or the batch is checked against
+/// that pending leaf: a replay behind the server's back is refused at the read, not only
+/// once the tree has the leaf.
+#[test]
+fn a_pending_update_vouches_for_its_block_and_only_for_it() {
+    for mode in [Mode::Pac, Mode::Batch] {
+        let f = Fixture::new(16, 4, mode);
+        let d = f
+            .open_with(&DiskOptions {
+                mode: Some(mode),
+                // Nothing leaves the queue or the batch on its own during the test.
+                pac: PacConfig {
+                    rate: Some(0.001),
+                    ..PacConfig::default()
+                },
+                batch: 1_000_000,
+                ..DiskOptions::default()
+            })
+            .unwrap();
+        d.write(0, &fill(1, 4 * BLOCK)).unwrap();
+        d.flush().unwrap();
+        let old = f.snapshot();
+        d.write(2 * BLOCK as u64, &fill(2, BLOCK)).unwrap();
+        if let Some(q) = d.pac_stats() {
+            assert_eq!(q.applied, 4, "block 2's update still pending: {q:?}");
+        }
+        let mut b = vec![0u8; BLOCK];
+        d.read(2 * BLOCK as u64, &mut b).unwrap();
+        assert_eq!(b, fill(2, BLOCK));
+        {
+            use std::os::unix::fs::FileExt;
+            let p = paths(&f.path);
+            let h = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&p.data)
+                .unwrap();
+            h.write_all_at(&old[0].1[2 * BLOCK..3 * BLOCK], 2 * BLOCK as u64)
+                .unwrap();
+            let h = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&p.meta)
+                .unwrap();
+            h.write_all_at(&old[1].1[2 * 72..3 * 72], 2 * 72).unwrap();
+        }
+        expect_tampered(
+            d.read(2 * BLOCK as u64, &mut b),
+            Some(2),
+            &format!("{mode:?}: a replay of a block with a pending update"),
+        );
+        // Other blocks read on.
+        d.read(BLOCK as u64, &mut b).unwrap();
+        assert_eq!(b, fill(1, 4 * BLOCK)[BLOCK..2 * BLOCK]);
+    }
+}
+
+/// The batching baseline checkpoints every `batch` requests, reads included.
+#[test]
+fn batching_checkpoints_every_n_requests_reads_included() {
+    let f = Fixture::new(16, 4, Mode::Batch);
+    let d = f
+        .open_with(&DiskOptions {
+            mode: Some(Mode::Batch),
+            batch: 4,
+            ..DiskOptions::default()
+        })
+        .unwrap();
+    let mut b = vec![0u8; BLOCK];
+    for i in 0..3 {
+        d.read(i * BLOCK as u64, &mut b).unwrap();
+    }
+    assert_eq!(
+        d.stats().window_reads,
+        0,
+        "three requests: no checkpoint yet"
+    );
+    d.read(3 * BLOCK as u64, &mut b).unwrap();
+    assert_eq!(d.stats().window_reads, 4, "the fourth request checkpoints");
+    for i in 0..8 {
+        d.read(i * BLOCK as u64, &mut b).unwrap();
+    }
+    assert_eq!(d.stats().window_reads, 12);
+    assert_eq!(d.stats().checkpoints, 3);
+    // Writes count too: four of them, one more checkpoint.
+    for i in 0..4 {
+        d.write(i * BLOCK as u64, &fill(i, BLOCK)).unwrap();
+    }
+    assert_eq!(d.stats().checkpoints, 4);
+}
+
+/// Recovery scans only the regions the intent bitmap marks (here region 8 of 10, bit 0 of
+/// the bitmap's second byte): a region not written since the flush is left to the reads,
+/// which still catch a rollback there.
+#[test]
+fn recovery_scans_the_marked_regions_only() {
+    let f = Fixture::new(10 * 4096, 4, Mode::Pac);
+    let d = f.open(Mode::Pac);
+    assert_eq!(d.regions(), (4096, 10));
+    d.write(0, &fill(1, BLOCK)).unwrap();
+    d.flush().unwrap();
+    let old = f.snapshot();
+    d.write(0, &fill(2, BLOCK)).unwrap();
+    d.flush().unwrap();
+    let r8 = 8 * 4096 * BLOCK as u64 + 5 * BLOCK as u64;
+    d.write(r8, &fill(3, BLOCK)).unwrap();
+    drop(d); // crash: region 8 marked
+    let intent = std::fs::read(paths(&f.path).intent).unwrap();
+    assert_eq!(intent, vec![0, 1], "region 8 is bit 0 of byte 1");
+    {
+        use std::os::unix::fs::FileExt;
+        let p = paths(&f.path);
+        let h = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&p.data)
+            .unwrap();
+        h.write_all_at(&old[0].1[..BLOCK], 0).unwrap();
+        let h = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&p.meta)
+            .unwrap();
+        let m = &old[1].1;
+        h.write_all_at(&m[..m.len().min(72)], 0).unwrap();
+    }
+    let d = f.open(Mode::Pac);
+    let mut b = vec![0u8; BLOCK];
+    d.read(r8, &mut b).unwrap();
+    assert_eq!(b, fill(3, BLOCK), "region 8 recovered");
+    expect_tampered(
+        d.read(0, &mut b),
+        Some(0),
+        "a rollback in a region not marked",
+    );
+}
+
+/// An older version of a flushed block whose slot is still kept beside it (its data put
+/// back, nothing else): the sealed value no longer authenticates the data, and recovery
+/// does not fall back to the older slot: refused.
+#[test]
+fn recovery_never_falls_back_to_an_older_flushed_version() {
+    let f = Fixture::new(16, 4, Mode::Pac);
+    let d = f.open(Mode::Pac);
+    d.write(0, &fill(1, BLOCK)).unwrap();
+    d.flush().unwrap();
+    let v1 = std::fs::read(&f.path).unwrap()[..BLOCK].to_vec();
+    d.write(0, &fill(2, BLOCK)).unwrap();
+    d.flush().unwrap();
+    d.write(3 * BLOCK as u64, &fill(3, BLOCK)).unwrap();
+    drop(d); // crash: block 0's region marked; its slots hold v1 and v2
+    {
+        use std::os::unix::fs::FileExt;
+        let h = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&f.path)
+            .unwrap();
+        h.write_all_at(&v1, 0).unwrap();
+    }
+    let e = f.open_with(&DiskOptions::default()).unwrap_err();
+    assert!(e.is_tampered() && e.to_string().contains("block 0"), "{e}");
 }

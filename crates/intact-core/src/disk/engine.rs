@@ -289,6 +289,9 @@ impl DiskAnchor {
         let u = |o: usize| u64::from_le_bytes(body[o..o + 8].try_into().expect("8"));
         let mut root = [0u8; 32];
         root.copy_from_slice(&body[48..80]);
+        if body[80] > 1 || body[81] > 1 {
+            return Err(bad("a table slot or open flag out of range"));
+        }
         Ok(DiskAnchor {
             disk_id: body[8..24].try_into().expect("16"),
             epoch: u(24),
@@ -457,14 +460,16 @@ struct Batch {
     ops: usize,
     /// (reads verified late, their total window in ns, the longest).
     window: (u64, u64, u64),
+    checkpoints: u64,
 }
 
 impl DiskStats {
-    fn with_window(mut self, w: Option<(u64, u64, u64)>) -> DiskStats {
-        if let Some((n, total, max)) = w {
+    fn with_window(mut self, b: Option<((u64, u64, u64), u64)>) -> DiskStats {
+        if let Some(((n, total, max), checkpoints)) = b {
             self.window_reads = n;
             self.window_total_ns = total;
             self.window_max_ns = max;
+            self.checkpoints = checkpoints;
         }
         self
     }
@@ -497,6 +502,8 @@ pub struct DiskStats {
     pub window_total_ns: u64,
     /// `batch` mode: the longest window of vulnerability, ns.
     pub window_max_ns: u64,
+    /// `batch` mode: checkpoints run.
+    pub checkpoints: u64,
 }
 
 /// An open disk. Every method may be called from many threads at once.
@@ -966,8 +973,12 @@ impl Disk {
             window_reads: 0,
             window_total_ns: 0,
             window_max_ns: 0,
+            checkpoints: 0,
         }
-        .with_window(self.batch.as_ref().map(|b| guard(b).window))
+        .with_window(self.batch.as_ref().map(|b| {
+            let b = guard(b);
+            (b.window, b.checkpoints)
+        }))
     }
 
     /// The PAC queue's counts (pac mode).
@@ -1301,6 +1312,7 @@ impl Disk {
             t.update(b, &leaf)?;
         }
         bt.ops = 0;
+        bt.checkpoints += 1;
         first_err.map_or(Ok(()), Err)
     }
 
@@ -1863,6 +1875,12 @@ mod tests {
         assert!(DiskAnchor::decode(&b, &other).is_err());
         assert!(matches!(
             DiskAnchor::decode(&b[..100], &key),
+            Err(Error::AnchorCorrupt(_))
+        ));
+        // Authentic but out of range (a table slot other than 0 and 1): refused.
+        let odd = DiskAnchor { table_slot: 2, ..a }.encode(&key);
+        assert!(matches!(
+            DiskAnchor::decode(&odd, &key),
             Err(Error::AnchorCorrupt(_))
         ));
     }
