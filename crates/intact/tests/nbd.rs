@@ -232,6 +232,11 @@ fn qemu_io_patterns_and_images_copied_in_and_out_byte_for_byte() {
     std::fs::write(&c, pattern(2, 32 * MIB as usize)).unwrap();
     run(Command::new("nbdcopy").arg(&c).arg(&uri));
     srv.stop();
+    // SIGTERM flushed and closed the disk: no recovery is needed.
+    let (code, out, err) = env.cli(&["disk", "info", env.img().to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["closed_cleanly"], true, "{out}");
     // After a restart, the CLI's check and a copy out agree.
     let (code, out, err) = env.cli(&["disk", "fsck", env.img().to_str().unwrap()]);
     assert_eq!(code, 0, "{out}{err}");
