@@ -377,9 +377,8 @@ enum Listener {
     Tcp(std::net::TcpListener),
 }
 
-/// Accepts connections until SIGINT or SIGTERM, each served on threads of its own; then
-/// closes the connections, flushes and closes the disk.
-/// Serves `disk` until SIGINT or SIGTERM, then closes it.
+/// Serves `disk` until SIGINT or SIGTERM ([`serve_until`]), then closes it (a flush and the
+/// anchor marked closed).
 fn serve(
     disk: Arc<Disk>,
     socket: Option<&Path>,

@@ -402,6 +402,22 @@ impl NodeStore for FileNodes {
     }
 }
 
+/// The blocks of `[off, off + len)`: (block, offset within it, bytes of it, bytes before it).
+fn spans(off: u64, len: usize) -> impl Iterator<Item = (u64, usize, usize, usize)> {
+    let mut done = 0usize;
+    std::iter::from_fn(move || {
+        if done >= len {
+            return None;
+        }
+        let pos = off + done as u64;
+        let (b, within) = (pos / BLOCK as u64, (pos % BLOCK as u64) as usize);
+        let n = (BLOCK - within).min(len - done);
+        let at = done;
+        done += n;
+        Some((b, within, n, at))
+    })
+}
+
 /// Reads `buf.len()` bytes at `off`, zeros past the end of the file.
 fn read_full(f: &File, buf: &mut [u8], off: u64) -> std::io::Result<()> {
     let mut done = 0;
@@ -431,9 +447,7 @@ struct TreeState {
     nodes: FileNodes,
 }
 
-fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use super::guard;
 
 impl TreeShared {
     fn verify(&self, block: u64, leaf: &Hash) -> Result<()> {
@@ -1087,18 +1101,13 @@ impl Disk {
     pub fn read(&self, off: u64, buf: &mut [u8]) -> Result<()> {
         self.check_range(off, buf.len() as u64)?;
         self.recovered_first()?;
-        let mut done = 0usize;
         let mut block = vec![0u8; BLOCK];
-        while done < buf.len() {
-            let pos = off + done as u64;
-            let (b, within) = (pos / BLOCK as u64, (pos % BLOCK as u64) as usize);
-            let n = (BLOCK - within).min(buf.len() - done);
+        for (b, within, n, at) in spans(off, buf.len()) {
             {
                 let _s = self.stripe(b);
                 self.read_block(b, &mut block)?;
             }
-            buf[done..done + n].copy_from_slice(&block[within..within + n]);
-            done += n;
+            buf[at..at + n].copy_from_slice(&block[within..within + n]);
         }
         Ok(())
     }
@@ -1165,19 +1174,16 @@ impl Disk {
         self.writable()?;
         self.check_range(off, data.len() as u64)?;
         let _g = self.gate.read().unwrap_or_else(|p| p.into_inner());
-        let mut done = 0usize;
+        // Stable while the gate is held: a flush changes it only under the gate.
+        let floor = guard(&self.anchor).floor;
         let mut block = vec![0u8; BLOCK];
-        while done < data.len() {
-            let pos = off + done as u64;
-            let (b, within) = (pos / BLOCK as u64, (pos % BLOCK as u64) as usize);
-            let n = (BLOCK - within).min(data.len() - done);
+        for (b, within, n, at) in spans(off, data.len()) {
             let _s = self.stripe(b);
             if n < BLOCK {
                 self.read_block(b, &mut block)?;
             }
-            block[within..within + n].copy_from_slice(&data[done..done + n]);
-            self.write_block(b, &mut block, false)?;
-            done += n;
+            block[within..within + n].copy_from_slice(&data[at..at + n]);
+            self.write_block(b, &mut block, false, floor)?;
         }
         Ok(())
     }
@@ -1188,21 +1194,18 @@ impl Disk {
         self.writable()?;
         self.check_range(off, len)?;
         let _g = self.gate.read().unwrap_or_else(|p| p.into_inner());
-        let end = off + len;
-        let mut pos = off;
+        let floor = guard(&self.anchor).floor;
         let mut block = vec![0u8; BLOCK];
-        while pos < end {
-            let (b, within) = (pos / BLOCK as u64, (pos % BLOCK as u64) as usize);
-            let n = ((BLOCK - within) as u64).min(end - pos) as usize;
+        // `len` fits: check_range bounds it by the disk's size.
+        for (b, within, n, _) in spans(off, len as usize) {
             let _s = self.stripe(b);
             if n < BLOCK {
                 self.read_block(b, &mut block)?;
                 block[within..within + n].fill(0);
-                self.write_block(b, &mut block, false)?;
+                self.write_block(b, &mut block, false, floor)?;
             } else {
-                self.write_block(b, &mut block, true)?;
+                self.write_block(b, &mut block, true, floor)?;
             }
-            pos += n as u64;
         }
         Ok(())
     }
@@ -1238,8 +1241,8 @@ impl Disk {
     }
 
     /// Writes block `b` from `buf` (encrypted in place), or a hole with `hole`; the caller
-    /// holds the gate (shared) and the block's stripe.
-    fn write_block(&self, b: u64, buf: &mut [u8], hole: bool) -> Result<()> {
+    /// holds the gate (shared), under which `floor` is the anchor's, and the block's stripe.
+    fn write_block(&self, b: u64, buf: &mut [u8], hole: bool, floor: u64) -> Result<()> {
         self.writes.fetch_add(1, Ordering::Relaxed);
         self.dirty.store(true, Ordering::Release);
         let off = b * BLOCK as u64;
@@ -1254,7 +1257,6 @@ impl Disk {
         }
         self.mark(b)?;
         let slots = self.read_slots(b)?;
-        let floor = guard(&self.anchor).floor;
         let slot = Self::target(&slots, floor);
         let c = self.next_counter()?;
         let sealed = if hole {
@@ -1372,11 +1374,7 @@ impl Disk {
             let table = self.table_from_tree(t, &st)?;
             a.root = st.root;
             a.table_slot = 1 - a.table_slot.min(1);
-            let sealed = self.sealed_file.as_ref().expect("sealed");
-            let buf: Vec<u8> = table.iter().flatten().copied().collect();
-            sealed
-                .write_all_at(&buf, u64::from(a.table_slot) * self.regions * 32)
-                .map_err(io_at(&self.paths.sealed))?;
+            let sealed = self.write_table(a.table_slot, &table)?;
             // The four files' syncs at once: the devices overlap them.
             sync_together(&[
                 (&self.data, &self.paths.data),
@@ -1395,8 +1393,12 @@ impl Disk {
             }
         }
         self.flushes.fetch_add(1, Ordering::Relaxed);
-        // Every write so far is durable (and sealed): the intent bits can go (not synced: a
-        // bit left set only costs a recovery a region's scan).
+        self.clear_intent()
+    }
+
+    /// Every write so far is durable (and sealed): the intent bits can go (not synced: a
+    /// bit left set only costs a recovery a region's scan).
+    fn clear_intent(&self) -> Result<()> {
         let mut m = guard(&self.intent);
         m.fill(0);
         let f = self.intent_file.as_ref().expect("intent");
@@ -1426,13 +1428,14 @@ impl Disk {
         t.tree.root_over(None, self.region_level, table)
     }
 
-    fn write_table(&self, slot: u8, table: &[Hash]) -> Result<()> {
+    /// Writes the region table into `slot` of `PATH.sealed` (the caller syncs it).
+    fn write_table(&self, slot: u8, table: &[Hash]) -> Result<&File> {
         let f = self.sealed_file.as_ref().expect("sealed");
         let buf: Vec<u8> = table.iter().flatten().copied().collect();
         let off = u64::from(slot) * self.regions * 32;
         f.write_all_at(&buf, off)
-            .and_then(|_| f.sync_data())
-            .map_err(io_at(&self.paths.sealed))
+            .map_err(io_at(&self.paths.sealed))?;
+        Ok(f)
     }
 
     fn read_table(&self, slot: u8) -> Result<Vec<Hash>> {
@@ -1526,15 +1529,25 @@ impl Disk {
                     .filter(|&i| slots[i].seq() >= floor && slots[i].counter != 0)
                     .collect();
                 order.sort_by_key(|&i| std::cmp::Reverse(slots[i].seq()));
+                // The block's ciphertext, read once and tried under each candidate.
+                let mut cipher: Option<Vec<u8>> = None;
+                let mut opens = |s: &Sealed| -> Result<bool> {
+                    if cipher.is_none() {
+                        let mut c = vec![0u8; BLOCK];
+                        read_full(&self.data, &mut c, b * BLOCK as u64)
+                            .map_err(io_at(&self.paths.data))?;
+                        cipher = Some(c);
+                    }
+                    buf.copy_from_slice(cipher.as_deref().expect("read above"));
+                    Ok(self.keys.open(b, s, &mut buf).is_ok())
+                };
                 let mut chosen = None;
                 for i in order {
                     let s = slots[i];
                     let ok = if s.is_trim() {
                         self.keys.is_authentic_trim(b, &s)
                     } else {
-                        read_full(&self.data, &mut buf, b * BLOCK as u64)
-                            .map_err(io_at(&self.paths.data))?;
-                        self.keys.open(b, &s, &mut buf).is_ok()
+                        opens(&s)?
                     };
                     if ok {
                         chosen = Some((i, s));
@@ -1548,9 +1561,7 @@ impl Disk {
                     }
                     None => match sealed {
                         Some((_, s)) if !s.is_hole() => {
-                            read_full(&self.data, &mut buf, b * BLOCK as u64)
-                                .map_err(io_at(&self.paths.data))?;
-                            if self.keys.open(b, &s, &mut buf).is_ok() {
+                            if opens(&s)? {
                                 (s.seq(), self.keys.leaf(b, &s))
                             } else if self.repair_torn {
                                 // Made a hole once the region is known to be no rollback.
@@ -1632,7 +1643,8 @@ impl Disk {
             a.root = root;
             a.table_slot = 1 - anchor.table_slot.min(1);
             drop(st);
-            self.write_table(a.table_slot, &table)?;
+            let f = self.write_table(a.table_slot, &table)?;
+            sync_together(&[(f, &self.paths.sealed)])?;
         }
         self.meta
             .as_ref()
@@ -1640,11 +1652,7 @@ impl Disk {
             .sync_data()
             .map_err(io_at(&self.paths.meta))?;
         self.store_anchor(a)?;
-        let mut m = guard(&self.intent);
-        m.fill(0);
-        let f = self.intent_file.as_ref().expect("intent");
-        f.write_all_at(&m, 0).map_err(io_at(&self.paths.intent))?;
-        Ok(())
+        self.clear_intent()
     }
 
     // ---- fsck ----

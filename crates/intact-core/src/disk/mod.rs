@@ -7,3 +7,9 @@ pub mod block;
 pub mod engine;
 pub mod pac;
 pub mod tree;
+
+/// Locks `m`, going on after a panic of another holder (the guarded state stays usable:
+/// every holder leaves it consistent between statements that can panic).
+pub(crate) fn guard<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

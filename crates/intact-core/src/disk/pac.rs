@@ -15,7 +15,7 @@
 
 use crate::error::{Error, Result};
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// How the queue behaves; every field can change while it serves ([`PacQueue::configure`]).
@@ -106,9 +106,7 @@ pub struct PacQueue<L> {
     updater: Option<std::thread::JoinHandle<()>>,
 }
 
-fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use super::guard;
 
 impl<L: Clone + Send + 'static> PacQueue<L> {
     /// A queue whose updater thread applies each leaf with `apply(block, leaf)`. A failure
