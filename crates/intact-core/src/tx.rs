@@ -59,7 +59,7 @@ pub struct JournalRef {
     pub digest: Hash,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct ObjState {
     /// Length in the store when the transaction began (`None`: did not exist).
     committed_len: Option<u64>,
@@ -554,6 +554,30 @@ impl Tx {
     /// that made it, all or nothing: a symlink's target.
     pub fn stage_all(&mut self, on: bool) {
         self.stage_all = on;
+    }
+
+    /// A read-only view of `names` as this transaction sees them now, for a reader that
+    /// goes on without the engine's lock (docs/design.md, "Reads without the engine lock").
+    /// It stays exact while nothing writes these objects (the caller holds what excludes
+    /// their writers): a commit that begins meanwhile freezes the same final image, and its
+    /// application writes in place exactly the staged bytes the view carries. `None` when
+    /// their staged bytes exceed `max_bytes` (copying them would cost more than the lock).
+    pub fn view(&mut self, names: &[&str], max_bytes: usize) -> Result<Option<Tx>> {
+        let mut objs = HashMap::with_capacity(names.len());
+        let mut bytes = 0;
+        for &name in names {
+            let st = self.state(name)?;
+            bytes += st.ranges.values().map(Vec::len).sum::<usize>();
+            if bytes > max_bytes {
+                return Ok(None);
+            }
+            objs.insert(name.to_string(), st.clone());
+        }
+        Ok(Some(Tx {
+            objs,
+            base: self.base.clone(),
+            ..Tx::read_only(self.store.clone())
+        }))
     }
 
     /// Whether the transaction (or the commit in flight under it) deletes `name`: a

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use intact_core::format::SchemeId;
-use intact_core::store::{MemStore, MemTrusted};
+use intact_core::store::{MemStore, MemTrusted, UntrustedStore};
 use intact_core::Volume;
 use std::sync::Arc;
 
@@ -536,4 +536,387 @@ fn an_fsync_completes_while_a_checkpoint_is_in_flight() {
     assert_eq!(read_all(&vol, "/a").unwrap(), a);
     assert_eq!(read_all(&vol, "/b").unwrap(), pattern(3, 20_000));
     assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+}
+
+/// Block `b` of file `f` at generation `g`: a header naming all three, then bytes that
+/// depend on them (half of each block compressible, half not, so that RAND-EINT and
+/// COMP-EINT take both of their paths).
+fn gen_block(f: u32, b: u32, g: u32) -> Vec<u8> {
+    let mut blk = vec![0u8; 4096];
+    blk[..4].copy_from_slice(&f.to_le_bytes());
+    blk[4..8].copy_from_slice(&b.to_le_bytes());
+    blk[8..12].copy_from_slice(&g.to_le_bytes());
+    let mut x = (f as u64) << 40 | (b as u64) << 20 | g as u64 | 1;
+    for (i, v) in blk[12..].iter_mut().enumerate() {
+        *v = if (f + b + g).is_multiple_of(2) && i < 2048 {
+            (i % 7) as u8
+        } else {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        };
+    }
+    blk
+}
+
+/// Reads run without the engine lock (issue 11): readers of many files, and of the same
+/// file at once, while writers overwrite blocks, seals run (evicting open records: more
+/// files than the engine keeps open), and files switch schemes. Every block a read returns
+/// is one a writer wrote there, never an error or an alarm; at the end every block holds
+/// its last write, also after a reopen, and fsck is clean.
+#[test]
+fn reads_without_the_engine_lock_during_writes_seals_and_scheme_switches() {
+    use intact_core::format::ROOT_INO;
+    use intact_core::volume::XattrMode;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::sync::Mutex;
+    const SCHEMES: [SchemeId; 7] = [
+        SchemeId::MtEintGcm,
+        SchemeId::MtEintCbc,
+        SchemeId::MacTree,
+        SchemeId::Aead,
+        SchemeId::RandEint,
+        SchemeId::CompEint,
+        SchemeId::CompEintZstd,
+    ];
+    const BIG: u32 = 7; // files 0..7: 32 blocks, one per scheme; the rest one block
+    const FILES: u32 = 1100;
+    const BLOCKS: u32 = 32;
+    let store = Arc::new(MemStore::new());
+    let trusted = MemTrusted::new();
+    let vol = Arc::new(create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096));
+    let blocks = |f: u32| if f < BIG { BLOCKS } else { 1 };
+    let mut inos = Vec::new();
+    for f in 0..FILES {
+        let scheme = (f < BIG).then(|| SCHEMES[f as usize]);
+        let ino = vol.create_file(&format!("/f{f}"), scheme).unwrap();
+        let mut data = Vec::new();
+        for b in 0..blocks(f) {
+            data.extend(gen_block(f, b, 1));
+        }
+        vol.write_ino(ino, 0, &data).unwrap();
+        inos.push(ino);
+    }
+    vol.sync().unwrap();
+    // The newest generation written to each block (raised before the write).
+    let model: Vec<Vec<AtomicU32>> = (0..FILES)
+        .map(|f| (0..blocks(f)).map(|_| AtomicU32::new(1)).collect())
+        .collect();
+    let writing: Vec<Mutex<()>> = (0..FILES).map(|_| Mutex::new(())).collect();
+    let done = AtomicBool::new(false);
+    let reads = AtomicU32::new(0);
+    // Files unlinked and created again under the same names, read by name meanwhile:
+    // a read finds the old file or the new one, or no file, never an alarm.
+    const CHURN: u32 = 3;
+    let churn_gen: Vec<AtomicU32> = (0..CHURN).map(|_| AtomicU32::new(0)).collect();
+    for c in 0..CHURN {
+        let name = format!("/c{c}");
+        vol.create_file(&name, None).unwrap();
+        let data: Vec<u8> = (0..16).flat_map(|b| gen_block(FILES + c, b, 0)).collect();
+        vol.write_path(&name, 0, &data).unwrap();
+    }
+    vol.sync().unwrap();
+    let churn_gen = &churn_gen;
+    std::thread::scope(|s| {
+        // Readers: ranges of one to eight blocks, at offsets inside blocks too.
+        for r in 0..3u64 {
+            let (vol, inos, model, done, reads) = (&vol, &inos, &model, &done, &reads);
+            s.spawn(move || {
+                let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ r;
+                let mut next = |n: u64| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x % n
+                };
+                while !done.load(Ordering::Relaxed) {
+                    // Mostly the big files (the same file as other readers, often).
+                    let f = if next(4) == 0 {
+                        BIG + next((FILES - BIG) as u64) as u32
+                    } else {
+                        next(BIG as u64) as u32
+                    };
+                    let n = blocks(f) as u64;
+                    let first = next(n);
+                    let count = 1 + next(8.min(n - first));
+                    let skew = next(3) * 100;
+                    let mut buf = vec![0u8; (count * 4096 - skew) as usize];
+                    let got = vol
+                        .read_ino(inos[f as usize], first * 4096 + skew, &mut buf)
+                        .unwrap_or_else(|e| panic!("read of file {f} block {first}: {e}"));
+                    assert_eq!(got, buf.len(), "file {f}: short read");
+                    let start = first * 4096 + skew;
+                    for b in first..first + count {
+                        // The part of block b the read covers.
+                        let (s, e) = ((b * 4096).max(start), (b + 1) * 4096);
+                        let got = &buf[(s - start) as usize..(e - start) as usize];
+                        let within = (s - b * 4096) as usize;
+                        let newest = model[f as usize][b as usize].load(Ordering::Acquire);
+                        let ok = (1..=newest).any(|g| got == &gen_block(f, b as u32, g)[within..]);
+                        assert!(
+                            ok,
+                            "file {f} block {b}: a read returned bytes no write wrote"
+                        );
+                    }
+                    reads.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        for r in 0..2u32 {
+            let (vol, done) = (&vol, &done);
+            s.spawn(move || {
+                let mut buf = vec![0u8; 8 * 4096];
+                let mut i = 0u32;
+                while !done.load(Ordering::Relaxed) {
+                    i += 1;
+                    let c = (i + r) % CHURN;
+                    let first = (i * 7 + r) % 8;
+                    match vol.read_path(&format!("/c{c}"), first as u64 * 4096, &mut buf) {
+                        // Created, not yet written.
+                        Ok(0) => {}
+                        Ok(n) => {
+                            assert_eq!(n, buf.len(), "churned file {c}: short read");
+                            let newest = churn_gen[c as usize].load(Ordering::Acquire);
+                            for (k, got) in buf.chunks(4096).enumerate() {
+                                let b = first + k as u32;
+                                assert!(
+                                    (0..=newest).any(|g| got == &gen_block(FILES + c, b, g)[..]),
+                                    "churned file {c} block {b}: bytes no write wrote"
+                                );
+                            }
+                        }
+                        Err(e) => assert!(
+                            matches!(
+                                e,
+                                intact_core::Error::Fs {
+                                    kind: intact_core::FsErrorKind::NotFound,
+                                    ..
+                                }
+                            ),
+                            "churned file {c}: {e}"
+                        ),
+                    }
+                }
+            });
+        }
+        let vol_ = &vol;
+        let churner = s.spawn(move || {
+            let vol = vol_;
+            for round in 1..=240u32 {
+                let c = round % CHURN;
+                let name = format!("/c{c}");
+                churn_gen[c as usize].store(round, Ordering::Release);
+                vol.unlink(&name).unwrap();
+                vol.create_file(&name, None).unwrap();
+                let data: Vec<u8> = (0..16)
+                    .flat_map(|b| gen_block(FILES + c, b, round))
+                    .collect();
+                vol.write_path(&name, 0, &data).unwrap();
+                vol.sync().unwrap();
+            }
+        });
+        // Writers, then seals and scheme switches.
+        let writers: Vec<_> = (0..2u64)
+            .map(|w| {
+                let (vol, inos, model, writing) = (&vol, &inos, &model, &writing);
+                s.spawn(move || {
+                    let mut x = 0x2545_f491_4f6c_dd1du64 ^ w;
+                    let mut next = |n: u64| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x % n
+                    };
+                    for i in 0..600u32 {
+                        let f = if i % 3 == 0 {
+                            BIG + next((FILES - BIG) as u64) as u32
+                        } else {
+                            next(BIG as u64) as u32
+                        };
+                        let n = blocks(f) as u64;
+                        let first = next(n);
+                        let count = 1 + next(4.min(n - first));
+                        let _w = writing[f as usize].lock().unwrap();
+                        let mut data = Vec::new();
+                        for b in first..first + count {
+                            let slot = &model[f as usize][b as usize];
+                            let g = slot.load(Ordering::Relaxed) + 1;
+                            slot.store(g, Ordering::Release);
+                            data.extend(gen_block(f, b as u32, g));
+                        }
+                        vol.write_ino(inos[f as usize], first * 4096, &data)
+                            .unwrap();
+                        if i % 50 == 49 {
+                            vol.sync().unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        let (vol, inos, writing) = (&vol, &inos, &writing);
+        let switcher = s.spawn(move || {
+            for round in 0..12usize {
+                let f = round % BIG as usize;
+                let to = SCHEMES[(f + 1 + round) % SCHEMES.len()];
+                let _w = writing[f].lock().unwrap();
+                vol.setxattr(
+                    inos[f],
+                    "user.intact.scheme",
+                    to.name().as_bytes(),
+                    XattrMode::Set,
+                )
+                .unwrap_or_else(|e| panic!("switch file {f} to {to:?}: {e}"));
+                drop(_w);
+                vol.sync().unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        });
+        for w in writers {
+            w.join().unwrap();
+        }
+        switcher.join().unwrap();
+        churner.join().unwrap();
+        done.store(true, Ordering::Relaxed);
+    });
+    assert!(reads.load(Ordering::Relaxed) > 100, "the readers ran");
+    assert_eq!(vol.integrity_failures(), 0);
+    let check = |vol: &Volume| {
+        for f in 0..FILES {
+            let ino = vol.lookup(ROOT_INO, &format!("f{f}")).unwrap().ino;
+            let mut buf = vec![0u8; blocks(f) as usize * 4096];
+            assert_eq!(vol.read_ino(ino, 0, &mut buf).unwrap(), buf.len());
+            for (b, chunk) in buf.chunks(4096).enumerate() {
+                let g = model[f as usize][b].load(Ordering::Relaxed);
+                assert!(
+                    chunk == gen_block(f, b as u32, g),
+                    "file {f} block {b}: not generation {g}"
+                );
+            }
+        }
+    };
+    check(&vol);
+    drop(Arc::try_unwrap(vol).ok().expect("threads done"));
+    let vol = open(store, &trusted).unwrap();
+    check(&vol);
+    assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+}
+
+/// A store whose reads of one object wait while its gate is closed.
+struct HeldReads {
+    inner: MemStore,
+    /// (the object whose reads wait, gate closed, a read is waiting)
+    held: std::sync::Mutex<(String, bool, bool)>,
+    cv: std::sync::Condvar,
+}
+
+impl HeldReads {
+    fn hold(&self, name: &str) {
+        *self.held.lock().unwrap() = (name.to_string(), true, false);
+    }
+    fn wait_for_reader(&self) {
+        let mut h = self.held.lock().unwrap();
+        while !h.2 {
+            h = self.cv.wait(h).unwrap();
+        }
+    }
+    fn release(&self) {
+        self.held.lock().unwrap().1 = false;
+        self.cv.notify_all();
+    }
+}
+
+impl UntrustedStore for HeldReads {
+    fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> intact_core::Result<usize> {
+        let mut h = self.held.lock().unwrap();
+        if h.1 && h.0 == name {
+            h.2 = true;
+            self.cv.notify_all();
+            while h.1 {
+                h = self.cv.wait(h).unwrap();
+            }
+        }
+        drop(h);
+        self.inner.read_at(name, off, buf)
+    }
+    fn write_at(&self, name: &str, off: u64, data: &[u8]) -> intact_core::Result<()> {
+        self.inner.write_at(name, off, data)
+    }
+    fn len(&self, name: &str) -> intact_core::Result<Option<u64>> {
+        self.inner.len(name)
+    }
+    fn set_len(&self, name: &str, len: u64) -> intact_core::Result<()> {
+        self.inner.set_len(name, len)
+    }
+    fn delete(&self, name: &str) -> intact_core::Result<()> {
+        self.inner.delete(name)
+    }
+    fn sync(&self, names: &[String]) -> intact_core::Result<()> {
+        self.inner.sync(names)
+    }
+    fn sync_all(&self) -> intact_core::Result<()> {
+        self.inner.sync_all()
+    }
+    fn list(&self) -> intact_core::Result<Vec<String>> {
+        self.inner.list()
+    }
+}
+
+/// A read whose store I/O is held up holds no engine lock: reads, writes and seals of
+/// other files complete meanwhile. Unlinking the file it reads waits for it (its objects
+/// are deleted only once the read is done), and the read returns the file's content.
+#[test]
+fn a_read_in_flight_holds_no_engine_lock_and_its_file_outlives_it() {
+    for scheme in [SchemeId::MtEintGcm, SchemeId::MacTree, SchemeId::RandEint] {
+        let store = Arc::new(HeldReads {
+            inner: MemStore::new(),
+            held: Default::default(),
+            cv: Default::default(),
+        });
+        let trusted = MemTrusted::new();
+        let vol = create(store.clone(), &trusted, scheme, 4096);
+        vol.create_file("/a", None).unwrap();
+        vol.create_file("/b", None).unwrap();
+        let a = pattern(1, 5 * 4096);
+        vol.write_path("/a", 0, &a).unwrap();
+        vol.write_path("/b", 0, &pattern(2, 4096)).unwrap();
+        vol.sync().unwrap();
+        let data = names(&vol, "/a").data;
+        store.hold(&data);
+        let unlinked = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                let mut buf = vec![0u8; a.len()];
+                let n = vol.read_path("/a", 0, &mut buf);
+                (n, buf)
+            });
+            store.wait_for_reader();
+            // The read is in its store I/O: other requests go on.
+            assert_eq!(read_all(&vol, "/b").unwrap(), pattern(2, 4096));
+            vol.write_path("/b", 4096, &pattern(3, 4096)).unwrap();
+            vol.sync().unwrap();
+            let unlinker = s.spawn(|| {
+                vol.unlink("/a").unwrap();
+                unlinked.store(true, std::sync::atomic::Ordering::SeqCst);
+                vol.sync().unwrap();
+            });
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            let early = unlinked.load(std::sync::atomic::Ordering::SeqCst);
+            store.release();
+            assert!(
+                !early,
+                "{scheme:?}: the unlink did not wait for the read of the file"
+            );
+            let (n, buf) = reader.join().unwrap();
+            assert_eq!(n.unwrap(), a.len(), "{scheme:?}");
+            assert!(buf == a, "{scheme:?}: the read returned other bytes");
+            unlinker.join().unwrap();
+        });
+        assert_eq!(vol.integrity_failures(), 0);
+        assert!(
+            store.inner.len(&data).unwrap().is_none(),
+            "{scheme:?}: deleted at the seal"
+        );
+        assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+    }
 }

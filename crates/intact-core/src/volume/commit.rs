@@ -338,9 +338,12 @@ impl Inner {
         self.forget_changes();
         if self.files.len() > KEEP_OPEN {
             // Directories, and files unlinked while referenced (`forget` finds them here
-            // without reading their record). Every state is clean at this point.
-            self.files
-                .retain(|_, f| f.inode.kind == Kind::Dir || f.inode.nlink == 0);
+            // without reading their record), and files a read holds (it runs without the
+            // engine lock: a second record of the file must not appear beside it). Every
+            // state is clean at this point.
+            self.files.retain(|_, f| {
+                f.inode.kind == Kind::Dir || f.inode.nlink == 0 || f.state.is_shared()
+            });
         }
         if self.names.len() > KEEP_NAMES {
             // Error messages use them, and `intact sync` the paths of open files (kept);

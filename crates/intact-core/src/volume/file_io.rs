@@ -7,7 +7,7 @@ use super::*;
 
 pub(super) struct OpenFile {
     pub(super) inode: Inode,
-    pub(super) state: FileState,
+    pub(super) state: StateCell,
     pub(super) dirty: BTreeMap<u64, Vec<u8>>,
     pub(super) record_dirty: bool,
     pub(super) dir: Option<BTreeMap<String, (u64, Kind)>>,
@@ -34,6 +34,53 @@ pub(super) struct OpenFile {
     pub(super) unsynced_since: Option<crate::wal::LogPos>,
     /// Where the log ends past its last logged change.
     pub(super) logged_at: crate::wal::LogPos,
+}
+
+/// A file's scheme state, shared with the readers that run without the engine lock
+/// ([`Volume::read_ino`]; docs/design.md, "Reads without the engine lock"). Whoever reads or
+/// changes the file's blocks or objects holds it: a reader for the whole of its read, a
+/// writer (always under the engine lock as well) for its change. So a reader never sees a
+/// state and objects from different moments, and readers of other files never wait.
+pub(super) struct StateCell {
+    /// The file's object names (fixed by its id; a copy, readable without the lock).
+    pub(super) names: ObjectNames,
+    cell: Arc<Mutex<FileState>>,
+}
+
+impl StateCell {
+    pub(super) fn new(state: FileState) -> Self {
+        StateCell {
+            names: state.names.clone(),
+            cell: Arc::new(Mutex::new(state)),
+        }
+    }
+
+    /// The state, once no reader holds it. Never taken twice by one thread.
+    pub(super) fn get(&self) -> MutexGuard<'_, FileState> {
+        self.cell.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// [`FileState::blocks`] (takes the state for the call).
+    pub(super) fn blocks(&self) -> u64 {
+        self.get().blocks()
+    }
+
+    /// A handle for a reader that goes on without the engine lock.
+    pub(super) fn share(&self) -> Arc<Mutex<FileState>> {
+        Arc::clone(&self.cell)
+    }
+
+    /// Whether a reader holds a handle (the file must then stay the one open record of its
+    /// inode: it is not evicted).
+    pub(super) fn is_shared(&self) -> bool {
+        Arc::strong_count(&self.cell) > 1
+    }
+
+    /// Waits until no read runs on the file (before its objects are deleted or replaced;
+    /// called under the engine lock, once no new read can be handed the state).
+    pub(super) fn wait_readers(&self) {
+        drop(self.get());
+    }
 }
 
 /// Blocks read and written, and how many of the sampled ones looked random (IsRand).
@@ -100,7 +147,7 @@ impl OpenFile {
                 "counter intervals do not cover the file's blocks",
             ));
         }
-        let state = FileState {
+        let state = StateCell::new(FileState {
             subject,
             id: inode.id,
             keys: crypto::FileKeys::derive(&keys.master, &inode.id),
@@ -109,7 +156,7 @@ impl OpenFile {
             ctrs,
             ctr_hw: inode.ctr_hw,
             rtree: crate::scheme::RTreeIndex::for_scheme(inode.scheme),
-        };
+        });
         Ok(OpenFile {
             inode,
             state,
@@ -162,51 +209,83 @@ pub(super) fn file_read(
     off: u64,
     buf: &mut [u8],
 ) -> Result<usize> {
-    let size = of.inode.size;
-    if off >= size || buf.is_empty() {
-        return Ok(0);
+    let file = FileRead {
+        scheme: of.inode.scheme,
+        size: of.inode.size,
+        dirty: &of.dirty,
+    };
+    let obs = of.inode.auto.then_some(&mut of.obs);
+    file.read(env, tx, &mut of.state.get(), obs, off, buf)
+}
+
+/// What a read of a file needs besides its scheme state: the engine hands it to a reader
+/// that runs without its lock ([`Volume::read_ino`]) with no dirty blocks.
+pub(super) struct FileRead<'a> {
+    pub(super) scheme: SchemeId,
+    pub(super) size: u64,
+    /// Blocks written but not yet pushed through the scheme.
+    pub(super) dirty: &'a BTreeMap<u64, Vec<u8>>,
+}
+
+impl FileRead<'_> {
+    /// Reads `buf` at `off` (stopping at the file's end): dirty blocks, then stored ones
+    /// through the scheme, zeros past the stored end. `obs` counts what was read.
+    pub(super) fn read(
+        &self,
+        env: &Env,
+        tx: &mut Tx,
+        state: &mut FileState,
+        mut obs: Option<&mut Observed>,
+        off: u64,
+        buf: &mut [u8],
+    ) -> Result<usize> {
+        let size = self.size;
+        if off >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        let n = (buf.len() as u64).min(size - off) as usize;
+        let buf = &mut buf[..n];
+        let bs = env.bs as u64;
+        let sch = scheme(self.scheme);
+        let (first, last) = (off / bs, (off + n as u64 - 1) / bs);
+        let stored = state.blocks();
+        let dirty = self.dirty;
+        let mut b = first;
+        let mut tmp = Vec::new();
+        while b <= last {
+            if let Some(d) = dirty.get(&b) {
+                copy_block_part(bs, b, d, off, buf);
+                b += 1;
+                continue;
+            }
+            if b >= stored {
+                let (to, _) = block_part(bs, b, off, buf.len());
+                buf[to].fill(0);
+                b += 1;
+                continue;
+            }
+            let mut e = b;
+            while e < last && e + 1 < stored && !dirty.contains_key(&(e + 1)) && e - b < 1023 {
+                e += 1;
+            }
+            tmp.resize(((e - b + 1) * bs) as usize, 0);
+            sch.read_blocks(env, state, tx, b, &mut tmp)?;
+            if let Some(o) = obs.as_deref_mut() {
+                o.observe(&tmp, env.bs);
+            }
+            for k in b..=e {
+                copy_block_part(
+                    bs,
+                    k,
+                    &tmp[((k - b) * bs) as usize..((k - b + 1) * bs) as usize],
+                    off,
+                    buf,
+                );
+            }
+            b = e + 1;
+        }
+        Ok(n)
     }
-    let n = (buf.len() as u64).min(size - off) as usize;
-    let buf = &mut buf[..n];
-    let bs = env.bs as u64;
-    let sch = scheme(of.inode.scheme);
-    let (first, last) = (off / bs, (off + n as u64 - 1) / bs);
-    let stored = of.state.blocks();
-    let mut b = first;
-    let mut tmp = Vec::new();
-    while b <= last {
-        if let Some(d) = of.dirty.get(&b) {
-            copy_block_part(bs, b, d, off, buf);
-            b += 1;
-            continue;
-        }
-        if b >= stored {
-            let (to, _) = block_part(bs, b, off, buf.len());
-            buf[to].fill(0);
-            b += 1;
-            continue;
-        }
-        let mut e = b;
-        while e < last && e + 1 < stored && !of.dirty.contains_key(&(e + 1)) && e - b < 1023 {
-            e += 1;
-        }
-        tmp.resize(((e - b + 1) * bs) as usize, 0);
-        sch.read_blocks(env, &mut of.state, tx, b, &mut tmp)?;
-        if of.inode.auto {
-            of.obs.observe(&tmp, env.bs);
-        }
-        for k in b..=e {
-            copy_block_part(
-                bs,
-                k,
-                &tmp[((k - b) * bs) as usize..((k - b + 1) * bs) as usize],
-                off,
-                buf,
-            );
-        }
-        b = e + 1;
-    }
-    Ok(n)
 }
 
 /// One block's current plaintext (dirty, stored, or zeros past the stored end).
@@ -215,8 +294,9 @@ pub(super) fn load_block(env: &Env, tx: &mut Tx, of: &mut OpenFile, b: u64) -> R
         return Ok(d.clone());
     }
     let mut blk = vec![0u8; env.bs];
-    if b < of.state.blocks() {
-        scheme(of.inode.scheme).read_blocks(env, &mut of.state, tx, b, &mut blk)?;
+    let mut st = of.state.get();
+    if b < st.blocks() {
+        scheme(of.inode.scheme).read_blocks(env, &mut st, tx, b, &mut blk)?;
     }
     Ok(blk)
 }
@@ -228,6 +308,7 @@ pub(super) fn check_extent(env: &Env, of: &OpenFile, size: u64) -> Result<()> {
     let blocks = size.div_ceil(env.bs as u64);
     let stored = of
         .state
+        .get()
         .blocks()
         .max(of.dirty.keys().next_back().map_or(0, |b| b + 1));
     let gap_ok = of.inode.scheme != SchemeId::Aead
@@ -299,8 +380,9 @@ pub(super) fn file_truncate(env: &Env, tx: &mut Tx, of: &mut OpenFile, size: u64
             blk[(size % bs) as usize..].fill(0);
             of.dirty.insert(b, blk);
         }
-        if new_blocks < of.state.blocks() {
-            scheme(of.inode.scheme).resize(env, &mut of.state, tx, new_blocks)?;
+        let mut st = of.state.get();
+        if new_blocks < st.blocks() {
+            scheme(of.inode.scheme).resize(env, &mut st, tx, new_blocks)?;
         }
     }
     if size != of.inode.size {
@@ -325,6 +407,7 @@ pub(super) fn flush_data(
     let sch = scheme(of.inode.scheme);
     let bs = env.bs as u64;
     let dirty = std::mem::take(&mut of.dirty);
+    let mut st = of.state.get();
     let mut it = dirty.into_iter().peekable();
     while let Some((first, blk)) = it.next() {
         run.clear();
@@ -337,14 +420,14 @@ pub(super) fn flush_data(
             run.extend_from_slice(&it.next().expect("peeked").1);
             next += 1;
         }
-        if first > of.state.blocks() {
-            sch.resize(env, &mut of.state, tx, first)?;
+        if first > st.blocks() {
+            sch.resize(env, &mut st, tx, first)?;
         }
-        sch.write_blocks(env, &mut of.state, tx, first, run)?;
+        sch.write_blocks(env, &mut st, tx, first, run)?;
     }
     let target = of.inode.size.div_ceil(bs);
-    if of.state.blocks() < target {
-        sch.resize(env, &mut of.state, tx, target)?;
+    if st.blocks() < target {
+        sch.resize(env, &mut st, tx, target)?;
     }
     Ok(())
 }
@@ -353,33 +436,34 @@ pub(super) fn flush_data(
 pub(super) fn finish_record(keys: &Keys, tx: &mut Tx, of: &mut OpenFile) -> Result<()> {
     let id = of.inode.id;
     let hash = |b: &[u8]| keys.ctrs.mac(&[b"ctrs", &id, b]);
-    let (tc, spill) = auth_ctr(&of.state.ctrs, L_CTR, &hash);
+    let st = of.state.get();
+    let (tc, spill) = auth_ctr(&st.ctrs, L_CTR, &hash);
     match spill {
         Some(bytes) => {
-            tx.write_at(&of.state.names.ctrs, 0, &bytes)?;
-            tx.set_len(&of.state.names.ctrs, bytes.len() as u64)?;
+            tx.write_at(&st.names.ctrs, 0, &bytes)?;
+            tx.set_len(&st.names.ctrs, bytes.len() as u64)?;
         }
         None => {
             if matches!(of.inode.counters, TrustedCounters::Spilled { .. }) {
-                tx.set_len(&of.state.names.ctrs, 0)?;
+                tx.set_len(&st.names.ctrs, 0)?;
             }
         }
     }
     of.inode.counters = tc;
-    of.inode.tree = of.state.tree;
-    of.inode.ctr_hw = of.state.ctr_hw;
+    of.inode.tree = st.tree;
+    of.inode.ctr_hw = st.ctr_hw;
     Ok(())
 }
 
 /// Blocks that hold data (holes excluded): counter 0 marks a hole in the counter
 /// intervals (schemes without them report every block they hold).
 pub(super) fn stored_blocks(of: &OpenFile) -> u64 {
-    let blocks = of.state.blocks();
+    let st = of.state.get();
+    let blocks = st.blocks();
     if !of.inode.scheme.uses_counter_intervals() {
         return blocks;
     }
-    of.state
-        .ctrs
+    st.ctrs
         .runs(0, blocks)
         .filter(|r| r.2 != 0)
         .map(|r| r.1)
@@ -387,7 +471,87 @@ pub(super) fn stored_blocks(of: &OpenFile) -> u64 {
         + of.dirty.len() as u64
 }
 
+/// Staged bytes a read copies to go on without the engine lock (past them it runs under
+/// the lock: copying would cost more than it saves).
+const VIEW_MAX: usize = 256 << 10;
+
+/// A read handed over by the engine to run without its lock ([`Inner::reader`]).
+pub(super) struct Reader {
+    /// The file's state: the read holds it throughout.
+    pub(super) state: Arc<Mutex<FileState>>,
+    /// The file's objects as the engine saw them ([`Tx::view`]).
+    view: Tx,
+    scheme: SchemeId,
+    size: u64,
+    keys: Arc<Keys>,
+    cache: Arc<NodeCache>,
+    metrics: Arc<Metrics>,
+    bs: usize,
+    ctr_floor: u64,
+    ctr_limit: u64,
+    max_object: u64,
+}
+
+impl Reader {
+    /// Reads `buf` at `off` through the file's scheme; `state` is [`Reader::state`], held.
+    pub(super) fn read(mut self, state: &mut FileState, off: u64, buf: &mut [u8]) -> Result<usize> {
+        let env = Env {
+            bs: self.bs,
+            hasher: &self.keys.hasher,
+            leaf_key: &self.keys.leaf,
+            cache: &self.cache,
+            ctr_floor: self.ctr_floor,
+            ctr_limit: self.ctr_limit,
+            metrics: &self.metrics,
+            max_object: self.max_object,
+        };
+        let file = FileRead {
+            scheme: self.scheme,
+            size: self.size,
+            dirty: &BTreeMap::new(),
+        };
+        file.read(&env, &mut self.view, state, None, off, buf)
+    }
+}
+
 impl Inner {
+    /// What a read of `len` bytes at `off` of file `ino` needs to run without the engine
+    /// lock, or `None` when it must run under it: it meets blocks not yet pushed through
+    /// the scheme, the `auto` policy observes the file, there is nothing to read, or the
+    /// file's staged bytes are many. The caller must take [`Reader::state`] before it lets
+    /// go of the engine lock: writers of the file take it under the lock, so the state and
+    /// the view stay as they are here until the read ends.
+    pub(super) fn reader(&mut self, ino: u64, off: u64, len: usize) -> Result<Option<Reader>> {
+        self.ensure_open(ino)?;
+        let bs = self.bs as u64;
+        let of = &self.files[&ino];
+        let size = of.inode.size;
+        if of.inode.kind != Kind::File || of.inode.auto || off >= size || len == 0 {
+            return Ok(None);
+        }
+        let end = off + (len as u64).min(size - off);
+        if of.dirty.range(off / bs..=(end - 1) / bs).next().is_some() {
+            return Ok(None);
+        }
+        let n = &of.state.names;
+        let Some(view) = self.tx.view(&[&n.data, &n.meta, &n.ctrs], VIEW_MAX)? else {
+            return Ok(None);
+        };
+        Ok(Some(Reader {
+            state: of.state.share(),
+            view,
+            scheme: of.inode.scheme,
+            size,
+            keys: Arc::clone(&self.keys),
+            cache: Arc::clone(&self.cache),
+            metrics: Arc::clone(&self.metrics),
+            bs: self.bs,
+            ctr_floor: self.ctr_floor,
+            ctr_limit: self.anchor.ctr_next,
+            max_object: self.max_object,
+        }))
+    }
+
     pub(super) fn read_ino(&mut self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
         self.ensure_open(ino)?;
         let env = env!(self);
@@ -469,12 +633,14 @@ impl Inner {
         let of = self.files.get_mut(&ino).expect("opened");
         let sch = scheme(of.inode.scheme);
         // Stored blocks first: a scheme that cannot punch changes nothing.
-        let stored_end = end.min(of.state.blocks());
+        let mut st = of.state.get();
+        let stored_end = end.min(st.blocks());
         if first < stored_end
-            && !sch.punch(&env, &mut of.state, &mut self.tx, first, stored_end - first)?
+            && !sch.punch(&env, &mut st, &mut self.tx, first, stored_end - first)?
         {
             return Ok(false);
         }
+        drop(st);
         let before = of.dirty.len();
         of.dirty.retain(|&b, _| b < first || b >= end);
         self.dirty_bytes = self

@@ -226,6 +226,7 @@ impl Inner {
     pub(super) fn free_ino(&mut self, ino: u64) -> Result<()> {
         self.ensure_open(ino)?;
         let of = self.files.remove(&ino).expect("opened");
+        of.state.wait_readers();
         for name in [
             &of.state.names.data,
             &of.state.names.meta,

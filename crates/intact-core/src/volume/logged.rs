@@ -982,7 +982,7 @@ impl Inner {
             cache: &cache,
             ..env!(self)
         };
-        let mut of = match OpenFile::load((**rec).clone(), &self.keys, &mut tx, Subject::Journal) {
+        let of = match OpenFile::load((**rec).clone(), &self.keys, &mut tx, Subject::Journal) {
             Ok(of) => of,
             Err(e) if e.is_tampered() => return Ok(false),
             Err(e) => return Err(e),
@@ -1015,7 +1015,7 @@ impl Inner {
                     let mut buf = vec![0u8; ((e - b) * bs) as usize];
                     match scheme(of.inode.scheme).read_blocks(
                         &env,
-                        &mut of.state,
+                        &mut of.state.get(),
                         &mut tx,
                         b,
                         &mut buf,

@@ -375,8 +375,8 @@ struct Inner {
     bs: usize,
     default_scheme: SchemeId,
     default_auto: bool,
-    keys: Keys,
-    cache: NodeCache,
+    keys: Arc<Keys>,
+    cache: Arc<NodeCache>,
     anchor: Anchor,
     ctr_floor: u64,
     /// The store's longest object (probed once; `u64::MAX` when read-only).
@@ -440,6 +440,10 @@ struct Inner {
     changes: logged::Changes,
     /// The table header as last logged.
     logged_header: TableHeader,
+    /// Held (shared) by every read that runs without the engine lock, for its whole
+    /// length; going back after a failed commit takes it exclusively, so that no reader
+    /// sees the store change under the state it was handed ([`Volume::read_ino`]).
+    readers: Arc<std::sync::RwLock<()>>,
 }
 
 fn now_ns() -> i64 {
@@ -649,8 +653,8 @@ impl Volume {
             },
             default_auto: config.scheme == AUTO,
             config,
-            keys,
-            cache: NodeCache::new(opts.cache_bytes),
+            keys: Arc::new(keys),
+            cache: Arc::new(NodeCache::new(opts.cache_bytes)),
             anchor,
             ctr_floor,
             max_object,
@@ -688,6 +692,7 @@ impl Volume {
             log_requests: !opts.read_only,
             changes: Default::default(),
             logged_header: TableHeader::default(),
+            readers: Default::default(),
         };
         if !opts.read_only {
             inner.wal = Some(logged::Wal {
@@ -925,12 +930,12 @@ impl Volume {
 
     /// Reads up to `buf.len()` bytes at `off` of the file at `path`; returns bytes read.
     pub fn read_path(&self, path: &str, off: u64, buf: &mut [u8]) -> Result<usize> {
-        let mut g = self.lock()?;
-        let r = (|| {
+        let find = |g: &mut Inner| {
             let ino = g.resolve(&split_path(path), path)?;
             g.expect_kind(ino, path, Kind::File)?;
-            g.read_ino(ino, off, buf)
-        })();
+            Ok(ino)
+        };
+        let r = self.read_unlocked(find, off, buf);
         self.note(r.map_err(|e| e.at_path(path)))
     }
 
@@ -1308,11 +1313,73 @@ impl Volume {
     }
 
     /// Reads up to `buf.len()` bytes at `off` of file `ino`; returns the bytes read.
+    ///
+    /// A read of stored blocks runs without the engine lock: under it, the engine hands
+    /// the read the file's state and a view of its objects ([`Inner::reader`]); the read
+    /// holds the file's state, so only a writer of the same file waits for it, and
+    /// decrypts and verifies while other requests go on (docs/design.md, "Reads without
+    /// the engine lock"). A read that meets blocks written but not yet pushed through the
+    /// scheme, or a file the `auto` policy watches, runs under the lock as before.
     pub fn read_ino(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
-        self.with_ino(ino, |g| {
-            g.expect_kind(ino, "", Kind::File)?;
-            g.read_ino(ino, off, buf)
-        })
+        let r = self.read_unlocked(|_| Ok(ino), off, buf);
+        let r = r.map_err(|e| match e {
+            Error::Tampered {
+                subject: Subject::Inode(i),
+                block,
+                what,
+            } => Error::Tampered {
+                subject: Subject::Path(self.shared.lock().path_of(i)),
+                block,
+                what,
+            },
+            Error::Fs { path, kind } if path.is_empty() => Error::Fs {
+                path: self.shared.lock().path_of(ino),
+                kind,
+            },
+            other => other,
+        });
+        self.note(r)
+    }
+
+    /// Reads `buf` at `off` of the regular file `find` names (found under the engine lock,
+    /// again at every retry), without the engine lock where it can ([`Volume::read_ino`]).
+    /// Errors name inodes: the caller names them as it knows them.
+    fn read_unlocked(
+        &self,
+        find: impl Fn(&mut Inner) -> Result<u64>,
+        off: u64,
+        buf: &mut [u8],
+    ) -> Result<usize> {
+        loop {
+            let mut g = self.lock()?;
+            let plan = find(&mut g).and_then(|ino| {
+                g.expect_kind(ino, "", Kind::File)?;
+                Ok((ino, g.reader(ino, off, buf.len())?))
+            });
+            let reader = match g.ended(plan)? {
+                (_, Some(r)) => r,
+                (ino, None) => {
+                    let r = g.read_ino(ino, off, buf);
+                    return g.ended(r);
+                }
+            };
+            let cell = Arc::clone(&reader.state);
+            let mut state = match cell.try_lock() {
+                Ok(s) => s,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    // Another read of this file holds it: wait for it without the engine
+                    // lock, then plan again (the file may have changed meanwhile).
+                    drop(g);
+                    drop(cell.lock());
+                    continue;
+                }
+            };
+            let quiesce = Arc::clone(&g.readers);
+            let _held = quiesce.read().unwrap_or_else(|p| p.into_inner());
+            drop(g);
+            return reader.read(&mut state, off, buf);
+        }
     }
 
     /// Whether a write of `len` bytes is a bulk write: it gives way to other requests at

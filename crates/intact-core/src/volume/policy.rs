@@ -65,6 +65,7 @@ impl Inner {
             return Ok(());
         }
         let mut old = self.files.remove(&ino).expect("opened");
+        old.state.wait_readers();
         let r = self.reencrypt(ino, &mut old, s);
         match r {
             Ok(new) => {

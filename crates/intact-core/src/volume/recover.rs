@@ -284,6 +284,9 @@ impl Inner {
     }
 
     fn go_back(&mut self, f: Failure) {
+        // No read that runs without the engine lock may see the store go back under it.
+        let readers = Arc::clone(&self.readers);
+        let _quiet = readers.write().unwrap_or_else(|p| p.into_inner());
         self.unsealed.broken = None;
         let created = self.tx.created();
         self.tx.abandon();
