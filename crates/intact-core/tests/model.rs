@@ -1,6 +1,7 @@
 //! Property test: random sequences of write / truncate / rename / unlink / sync / reopen
 //! against a simple in-memory model, for every scheme at 128, 4096 and 65536-byte blocks.
 //! After every operation the touched files, and at the end all files, equal the model.
+//! The `concurrent_*` tests run two or three such clients at once, on files of their own.
 
 mod common;
 
@@ -75,6 +76,88 @@ fn content(seed: u8, len: usize) -> Vec<u8> {
     }
 }
 
+/// Applies `op` to `v` and to `model`, over the files `slots`, and checks what it touched.
+/// `Reopen` is the caller's (it needs the volume alone).
+fn apply<'a>(
+    v: &Volume,
+    model: &mut BTreeMap<&'a str, Vec<u8>>,
+    slots: &[&'a str],
+    bs: usize,
+    op: Op,
+) {
+    match op {
+        Op::Write {
+            slot,
+            off,
+            len,
+            seed,
+        } => {
+            let path = slots[slot];
+            let off = scale(off, bs);
+            let len = scale(len, bs);
+            if !model.contains_key(path) {
+                v.create_file(path, None).unwrap();
+                model.insert(path, vec![]);
+            }
+            let data = content(seed, len);
+            v.write_path(path, off as u64, &data).unwrap();
+            if len > 0 {
+                let f = model.get_mut(path).unwrap();
+                if f.len() < off + len {
+                    f.resize(off + len, 0);
+                }
+                f[off..off + len].copy_from_slice(&data);
+            }
+            assert_eq!(
+                &read_all(v, path).unwrap(),
+                &model[path],
+                "{path} after write"
+            );
+        }
+        Op::Truncate { slot, size } => {
+            let path = slots[slot];
+            if let Some(f) = model.get_mut(path) {
+                let size = scale(size, bs);
+                v.truncate(path, size as u64).unwrap();
+                f.resize(size, 0);
+                assert_eq!(
+                    &read_all(v, path).unwrap(),
+                    &model[path],
+                    "{path} after truncate"
+                );
+            }
+        }
+        Op::Rename { from, to } => {
+            let (f, t) = (slots[from], slots[to]);
+            if model.contains_key(f) && f != t {
+                v.rename(f, t).unwrap();
+                let data = model.remove(f).unwrap();
+                model.insert(t, data);
+                assert!(v.stat(f).is_err());
+            }
+        }
+        Op::Unlink { slot } => {
+            let path = slots[slot];
+            if model.remove(path).is_some() {
+                v.unlink(path).unwrap();
+                assert!(v.stat(path).is_err());
+            }
+        }
+        Op::Sync => v.sync().unwrap(),
+        Op::Reopen => unreachable!("the caller reopens"),
+    }
+}
+
+/// Every file of `slots` equals `model` (or does not exist).
+fn check_all(v: &Volume, model: &BTreeMap<&str, Vec<u8>>, slots: &[&str]) {
+    for path in slots {
+        match model.get(path) {
+            Some(data) => assert_eq!(&read_all(v, path).unwrap(), data, "{path} at the end"),
+            None => assert!(v.stat(path).is_err(), "{path} should not exist"),
+        }
+    }
+}
+
 fn run(scheme: SchemeId, bs: usize, ops: Vec<Op>) {
     let store = Arc::new(MemStore::new());
     let trusted = MemTrusted::new();
@@ -82,79 +165,15 @@ fn run(scheme: SchemeId, bs: usize, ops: Vec<Op>) {
     vol.as_ref().unwrap().mkdir("/d").unwrap();
     let mut model: BTreeMap<&str, Vec<u8>> = BTreeMap::new();
     for op in ops {
-        let v = vol.as_ref().unwrap();
-        match op {
-            Op::Write {
-                slot,
-                off,
-                len,
-                seed,
-            } => {
-                let path = SLOTS[slot];
-                let off = scale(off, bs);
-                let len = scale(len, bs);
-                if !model.contains_key(path) {
-                    v.create_file(path, None).unwrap();
-                    model.insert(path, vec![]);
-                }
-                let data = content(seed, len);
-                v.write_path(path, off as u64, &data).unwrap();
-                if len > 0 {
-                    let f = model.get_mut(path).unwrap();
-                    if f.len() < off + len {
-                        f.resize(off + len, 0);
-                    }
-                    f[off..off + len].copy_from_slice(&data);
-                }
-                assert_eq!(
-                    &read_all(v, path).unwrap(),
-                    &model[path],
-                    "{path} after write"
-                );
-            }
-            Op::Truncate { slot, size } => {
-                let path = SLOTS[slot];
-                if let Some(f) = model.get_mut(path) {
-                    let size = scale(size, bs);
-                    v.truncate(path, size as u64).unwrap();
-                    f.resize(size, 0);
-                    assert_eq!(
-                        &read_all(v, path).unwrap(),
-                        &model[path],
-                        "{path} after truncate"
-                    );
-                }
-            }
-            Op::Rename { from, to } => {
-                let (f, t) = (SLOTS[from], SLOTS[to]);
-                if model.contains_key(f) && f != t {
-                    v.rename(f, t).unwrap();
-                    let data = model.remove(f).unwrap();
-                    model.insert(t, data);
-                    assert!(v.stat(f).is_err());
-                }
-            }
-            Op::Unlink { slot } => {
-                let path = SLOTS[slot];
-                if model.remove(path).is_some() {
-                    v.unlink(path).unwrap();
-                    assert!(v.stat(path).is_err());
-                }
-            }
-            Op::Sync => v.sync().unwrap(),
-            Op::Reopen => {
-                drop(vol.take());
-                vol = Some(open(store.clone(), &trusted).unwrap());
-            }
+        if let Op::Reopen = op {
+            drop(vol.take());
+            vol = Some(open(store.clone(), &trusted).unwrap());
+        } else {
+            apply(vol.as_ref().unwrap(), &mut model, &SLOTS, bs, op);
         }
     }
     let v = vol.as_ref().unwrap();
-    for path in SLOTS {
-        match model.get(path) {
-            Some(data) => assert_eq!(&read_all(v, path).unwrap(), data, "{path} at the end"),
-            None => assert!(v.stat(path).is_err(), "{path} should not exist"),
-        }
-    }
+    check_all(v, &model, &SLOTS);
     let names: Vec<String> = v
         .readdir("/d")
         .unwrap()
@@ -170,6 +189,84 @@ fn run(scheme: SchemeId, bs: usize, ops: Vec<Op>) {
     // Everything written is intact on disk too.
     drop(vol.take());
     let v = open(store, &trusted).unwrap();
+    assert!(v.fsck(&mut |_| {}).unwrap().is_empty());
+}
+
+/// The files of concurrent client `k`.
+const CLIENT_SLOTS: [[&str; 4]; 3] = [
+    ["/c0/a", "/c0/b", "/d/c0a", "/d/c0b"],
+    ["/c1/a", "/c1/b", "/d/c1a", "/d/c1b"],
+    ["/c2/a", "/c2/b", "/d/c2a", "/d/c2b"],
+];
+
+/// Concurrent clients (issue 11): each client runs its own sequence on its own files, all
+/// at once on one volume, in rounds; between rounds the volume may be reopened. After every
+/// operation a client's touched file equals its model (reads run without the engine lock
+/// while the other clients write, rename in a shared directory, seal and unlink), and at the
+/// end every file does, after a reopen too, and fsck is clean.
+fn run_concurrent(scheme: SchemeId, bs: usize, rounds: Vec<Vec<Vec<Op>>>) {
+    let store = Arc::new(MemStore::new());
+    let trusted = MemTrusted::new();
+    let mut vol = create(store.clone(), &trusted, scheme, bs as u32);
+    for d in ["/d", "/c0", "/c1", "/c2"] {
+        vol.mkdir(d).unwrap();
+    }
+    let mut models: Vec<BTreeMap<&str, Vec<u8>>> = vec![BTreeMap::new(); 3];
+    for clients in rounds {
+        let mut reopen = false;
+        let running = std::sync::atomic::AtomicUsize::new(clients.len());
+        std::thread::scope(|s| {
+            // An observer reads every client's files meanwhile: what it reads is not
+            // determined, but it must never be an error other than a name that is gone.
+            let (vol_, running_) = (&vol, &running);
+            s.spawn(move || {
+                let mut buf = vec![0u8; 3 * bs];
+                while running_.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+                    for path in CLIENT_SLOTS.iter().flatten() {
+                        for off in [0, bs as u64 / 2, 2 * bs as u64] {
+                            match vol_.read_path(path, off, &mut buf) {
+                                Ok(_) => {}
+                                Err(intact_core::Error::Fs {
+                                    kind: intact_core::FsErrorKind::NotFound,
+                                    ..
+                                }) => {}
+                                Err(e) => panic!("observer, {path} at {off}: {e}"),
+                            }
+                        }
+                    }
+                }
+            });
+            for ((ops, model), slots) in clients
+                .into_iter()
+                .zip(models.iter_mut())
+                .zip(&CLIENT_SLOTS)
+            {
+                reopen |= ops.iter().any(|op| matches!(op, Op::Reopen));
+                let (vol, running) = (&vol, &running);
+                s.spawn(move || {
+                    for op in ops {
+                        if !matches!(op, Op::Reopen) {
+                            apply(vol, model, slots, bs, op);
+                        }
+                    }
+                    running.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                });
+            }
+        });
+        if reopen {
+            drop(vol);
+            vol = open(store.clone(), &trusted).unwrap();
+        }
+    }
+    for (model, slots) in models.iter().zip(&CLIENT_SLOTS) {
+        check_all(&vol, model, slots);
+    }
+    assert_eq!(vol.integrity_failures(), 0);
+    drop(vol);
+    let v = open(store, &trusted).unwrap();
+    for (model, slots) in models.iter().zip(&CLIENT_SLOTS) {
+        check_all(&v, model, slots);
+    }
     assert!(v.fsck(&mut |_| {}).unwrap().is_empty());
 }
 
@@ -217,3 +314,25 @@ model_test!(model_comp_eint_65536, SchemeId::CompEint, 65536);
 model_test!(model_comp_eint_zstd_128, SchemeId::CompEintZstd, 128);
 model_test!(model_comp_eint_zstd_4096, SchemeId::CompEintZstd, 4096);
 model_test!(model_comp_eint_zstd_65536, SchemeId::CompEintZstd, 65536);
+
+macro_rules! concurrent_model_test {
+    ($name:ident, $scheme:expr, $bs:expr) => {
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 12, ..config() })]
+            #[test]
+            fn $name(rounds in proptest::collection::vec(
+                proptest::collection::vec(proptest::collection::vec(op(), 1..20), 2..=3),
+                1..4,
+            )) {
+                run_concurrent($scheme, $bs, rounds);
+            }
+        }
+    };
+}
+
+concurrent_model_test!(concurrent_mt_gcm_4096, SchemeId::MtEintGcm, 4096);
+concurrent_model_test!(concurrent_mt_cbc_128, SchemeId::MtEintCbc, 128);
+concurrent_model_test!(concurrent_mac_tree_4096, SchemeId::MacTree, 4096);
+concurrent_model_test!(concurrent_aead_4096, SchemeId::Aead, 4096);
+concurrent_model_test!(concurrent_rand_eint_128, SchemeId::RandEint, 128);
+concurrent_model_test!(concurrent_comp_eint_zstd_4096, SchemeId::CompEintZstd, 4096);
