@@ -17,7 +17,7 @@
 #   INTACT_MOUNT_ARGS extra arguments to `intact mount`
 #
 # Workloads, for N = 1, 2, 4; every job has a file of its own (SIZE MiB, default 128);
-# MB/s = all jobs' bytes (10^6) over the wall clock of the whole run:
+# MB/s (10^6 bytes) = fio's aggregate bandwidth of the N jobs (group_reporting):
 #   read      N fio jobs read their files sequentially in 128 KiB requests after a remount
 #             (the mount's page cache is empty, every read reaches the daemon; the backing
 #             files stay in the machine's page cache: the daemon's CPU is what is measured)
@@ -114,26 +114,32 @@ dir_of() { # SYS DIR: where the workload's files are
     [ "$1" = plain ] && echo "$2/cipher" || echo "$2/mnt"
 }
 
-# fio_jobs KIND N DIR: one fio process, N jobs, job j on file KIND.j.
+# fio_jobs KIND N DIR: one fio process, N jobs, job j on file KIND.j; prints the jobs'
+# aggregate MB/s (fio's own clock, from the first request to the last completion, the
+# final fsync of the writers included).
 fio_jobs() {
-    local kind=$1 n=$2 dir=$3 rw extra=""
+    local kind=$1 n=$2 dir=$3 rw extra="" out
     case $kind in
         r) rw=read ;;
         w) rw=write; extra="--end_fsync=1" ;;
     esac
+    out=$(mktemp)
     # shellcheck disable=SC2086
     fio --name="$kind" --directory="$dir" --filename_format="$kind.\$jobnum" --rw=$rw \
         --bs=128k --size="${SIZE}m" --numjobs="$n" --ioengine=psync --invalidate=0 \
-        --fallocate=none $extra --output=/dev/null
+        --fallocate=none --group_reporting $extra --output-format=json --output="$out"
+    python3 - "$out" "$rw" <<'PY'
+import json, sys
+job = json.load(open(sys.argv[1]))["jobs"][0]
+print(f"{job[sys.argv[2]]['bw_bytes'] / 1e6:.0f}")
+PY
+    rm -f "$out"
 }
-
-now() { date +%s.%N; }
-rate() { python3 -c "import sys; print(f'{$1 * $SIZE * 1048576 / 1e6 / ($3 - $2):.0f}')"; }
 
 declare -A R   # R[sys,workload,N] = space-separated MB/s over runs
 
 run_one() { # SYS RUN
-    local s=$1 d=$BENCH_DIR/$1 n t0 t1 dir pr pw
+    local s=$1 d=$BENCH_DIR/$1 n dir pr pw
     do_init "$s" "$d"
     do_mount "$s" "$d"
     dir=$(dir_of "$s" "$d")
@@ -147,23 +153,18 @@ run_one() { # SYS RUN
         # read (backing cached)
         do_umount "$s" "$d"; do_mount "$s" "$d"
         find "$d/cipher" -type f -exec cat {} + >/dev/null
-        t0=$(now); fio_jobs r "$n" "$dir"; t1=$(now)
-        R[$s,read,$n]+=" $(rate "$n" "$t0" "$t1")"
+        R[$s,read,$n]+=" $(fio_jobs r "$n" "$dir")"
         # read cold
         do_umount "$s" "$d"; sync; echo 3 >/proc/sys/vm/drop_caches; do_mount "$s" "$d"
-        t0=$(now); fio_jobs r "$n" "$dir"; t1=$(now)
-        R[$s,cold,$n]+=" $(rate "$n" "$t0" "$t1")"
+        R[$s,cold,$n]+=" $(fio_jobs r "$n" "$dir")"
         # write
-        t0=$(now); fio_jobs w "$n" "$dir"; t1=$(now)
-        R[$s,write,$n]+=" $(rate "$n" "$t0" "$t1")"
+        R[$s,write,$n]+=" $(fio_jobs w "$n" "$dir")"
         # mixed
         do_umount "$s" "$d"; do_mount "$s" "$d"
-        t0=$(now)
-        ( fio_jobs r "$n" "$dir"; echo "$(now)" >"$BENCH_DIR/r.end" ) &
-        ( fio_jobs w "$n" "$dir"; echo "$(now)" >"$BENCH_DIR/w.end" ) &
+        fio_jobs r "$n" "$dir" >"$BENCH_DIR/r.rate" &
+        fio_jobs w "$n" "$dir" >"$BENCH_DIR/w.rate" &
         wait
-        pr=$(rate "$n" "$t0" "$(cat "$BENCH_DIR/r.end")")
-        pw=$(rate "$n" "$t0" "$(cat "$BENCH_DIR/w.end")")
+        pr=$(cat "$BENCH_DIR/r.rate"); pw=$(cat "$BENCH_DIR/w.rate")
         R[$s,mixed,$n]+=" $pr/$pw"
         log "$s run $2 N=$n: read ${R[$s,read,$n]##* } cold ${R[$s,cold,$n]##* } write ${R[$s,write,$n]##* } mixed $pr/$pw MB/s"
     done

@@ -45,6 +45,10 @@ pub(super) struct StateCell {
     /// The file's object names (fixed by its id; a copy, readable without the lock).
     pub(super) names: ObjectNames,
     cell: Arc<Mutex<FileState>>,
+    /// Counts the engine's takings of the state ([`StateCell::get`], always under the
+    /// engine lock): a read that planned at one count and finds it unchanged once it holds
+    /// the state knows that nothing of the file changed since ([`Volume::read_ino`]).
+    takings: Arc<AtomicU64>,
 }
 
 impl StateCell {
@@ -52,12 +56,15 @@ impl StateCell {
         StateCell {
             names: state.names.clone(),
             cell: Arc::new(Mutex::new(state)),
+            takings: Default::default(),
         }
     }
 
     /// The state, once no reader holds it. Never taken twice by one thread.
     pub(super) fn get(&self) -> MutexGuard<'_, FileState> {
-        self.cell.lock().unwrap_or_else(|p| p.into_inner())
+        let g = self.cell.lock().unwrap_or_else(|p| p.into_inner());
+        self.takings.fetch_add(1, Ordering::Relaxed);
+        g
     }
 
     /// [`FileState::blocks`] (takes the state for the call).
@@ -479,6 +486,10 @@ const VIEW_MAX: usize = 256 << 10;
 pub(super) struct Reader {
     /// The file's state: the read holds it throughout.
     pub(super) state: Arc<Mutex<FileState>>,
+    /// The engine's takings of the state when the read was planned, and where they are
+    /// counted ([`StateCell`]).
+    pub(super) planned_at: u64,
+    pub(super) takings: Arc<AtomicU64>,
     /// The file's objects as the engine saw them ([`Tx::view`]).
     view: Tx,
     scheme: SchemeId,
@@ -539,6 +550,8 @@ impl Inner {
         };
         Ok(Some(Reader {
             state: of.state.share(),
+            planned_at: of.state.takings.load(Ordering::Relaxed),
+            takings: Arc::clone(&of.state.takings),
             view,
             scheme: of.inode.scheme,
             size,

@@ -1363,20 +1363,26 @@ impl Volume {
                     return g.ended(r);
                 }
             };
+            // Excludes going back after a failed commit until the read ends (taken under
+            // the engine lock, so never while going back is under way).
+            let quiesce = Arc::clone(&g.readers);
+            let _held = quiesce.read().unwrap_or_else(|p| p.into_inner());
             let cell = Arc::clone(&reader.state);
             let mut state = match cell.try_lock() {
                 Ok(s) => s,
                 Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
                 Err(std::sync::TryLockError::WouldBlock) => {
-                    // Another read of this file holds it: wait for it without the engine
-                    // lock, then plan again (the file may have changed meanwhile).
+                    // Another read of this file holds it (the kernel reads ahead in several
+                    // requests at once): wait for it without the engine lock. If the engine
+                    // took the state meanwhile, the file may have changed: plan again.
                     drop(g);
-                    drop(cell.lock());
-                    continue;
+                    let mut s = cell.lock().unwrap_or_else(|p| p.into_inner());
+                    if reader.takings.load(Ordering::Relaxed) != reader.planned_at {
+                        continue;
+                    }
+                    return reader.read(&mut s, off, buf);
                 }
             };
-            let quiesce = Arc::clone(&g.readers);
-            let _held = quiesce.read().unwrap_or_else(|p| p.into_inner());
             drop(g);
             return reader.read(&mut state, off, buf);
         }
