@@ -91,14 +91,26 @@ impl FileState {
 pub trait Scheme: Sync {
     /// Check (batched): decrypts and verifies blocks `[first, first + out.len()/bs)`, all
     /// below `f.blocks()`, into `out`. Holes read as zeros.
+    ///
+    /// `f` is only read, so reads of one file may run at once (docs/design.md, "Reads
+    /// without the engine lock"); what a scheme caches in the state for reads is loaded by
+    /// [`Scheme::prepare_read`] beforehand (without it a read still works, just slower).
     fn read_blocks(
         &self,
         env: &Env,
-        f: &mut FileState,
+        f: &FileState,
         tx: &mut Tx,
         first: u64,
         out: &mut [u8],
     ) -> Result<()>;
+    /// Loads what [`Scheme::read_blocks`] reads faster with (RTree's index of leaves).
+    fn prepare_read(&self, _env: &Env, _f: &mut FileState, _tx: &mut Tx) -> Result<()> {
+        Ok(())
+    }
+    /// Whether [`Scheme::prepare_read`] has nothing to load.
+    fn read_ready(&self, _f: &FileState) -> bool {
+        true
+    }
     /// Update and Append (batched): writes full plaintext blocks starting at `first`
     /// (`first <= f.blocks()`), growing the file when the run passes its end. `data` may be
     /// encrypted in place: its contents are unspecified afterwards.
@@ -161,7 +173,7 @@ impl<S: Scheme> Scheme for Metered<S> {
     fn read_blocks(
         &self,
         env: &Env,
-        f: &mut FileState,
+        f: &FileState,
         tx: &mut Tx,
         first: u64,
         out: &mut [u8],
@@ -169,6 +181,12 @@ impl<S: Scheme> Scheme for Metered<S> {
         let _a = Account::new(env.metrics);
         let _f = FileAccount::new(env.metrics, f.id, (out.len() / env.bs) as u64, 0);
         self.0.read_blocks(env, f, tx, first, out)
+    }
+    fn prepare_read(&self, env: &Env, f: &mut FileState, tx: &mut Tx) -> Result<()> {
+        self.0.prepare_read(env, f, tx)
+    }
+    fn read_ready(&self, f: &FileState) -> bool {
+        self.0.read_ready(f)
     }
     fn write_blocks(
         &self,
@@ -286,7 +304,7 @@ impl Scheme for Aead {
     fn read_blocks(
         &self,
         env: &Env,
-        f: &mut FileState,
+        f: &FileState,
         tx: &mut Tx,
         first: u64,
         out: &mut [u8],
@@ -534,7 +552,7 @@ impl Scheme for MtEint {
     fn read_blocks(
         &self,
         env: &Env,
-        f: &mut FileState,
+        f: &FileState,
         tx: &mut Tx,
         first: u64,
         out: &mut [u8],

@@ -802,7 +802,7 @@ fn reads_without_the_engine_lock_during_writes_seals_and_scheme_switches() {
     assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
 }
 
-/// A store whose reads of one object wait while its gate is closed.
+/// A store whose first read of one object waits while its gate is closed.
 struct HeldReads {
     inner: MemStore,
     /// (the object whose reads wait, gate closed, a read is waiting)
@@ -829,7 +829,8 @@ impl HeldReads {
 impl UntrustedStore for HeldReads {
     fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> intact_core::Result<usize> {
         let mut h = self.held.lock().unwrap();
-        if h.1 && h.0 == name {
+        // Only the first read of the object waits.
+        if h.1 && h.0 == name && !h.2 {
             h.2 = true;
             self.cv.notify_all();
             while h.1 {
@@ -862,8 +863,8 @@ impl UntrustedStore for HeldReads {
     }
 }
 
-/// A read whose store I/O is held up holds no engine lock: reads, writes and seals of
-/// other files complete meanwhile. Unlinking the file it reads waits for it (its objects
+/// A read whose store I/O is held up holds no engine lock: reads of the same file, and
+/// reads, writes and seals of other files complete meanwhile. Unlinking the file it reads waits for it (its objects
 /// are deleted only once the read is done), and the read returns the file's content.
 #[test]
 fn a_read_in_flight_holds_no_engine_lock_and_its_file_outlives_it() {
@@ -891,7 +892,9 @@ fn a_read_in_flight_holds_no_engine_lock_and_its_file_outlives_it() {
                 (n, buf)
             });
             store.wait_for_reader();
-            // The read is in its store I/O: other requests go on.
+            // The read is in its store I/O: other requests go on, a read of the same file
+            // too (reads share the file's state).
+            assert_eq!(read_all(&vol, "/a").unwrap(), a, "{scheme:?}");
             assert_eq!(read_all(&vol, "/b").unwrap(), pattern(2, 4096));
             vol.write_path("/b", 4096, &pattern(3, 4096)).unwrap();
             vol.sync().unwrap();

@@ -174,13 +174,13 @@ impl Scheme for CompEint {
     fn read_blocks(
         &self,
         env: &Env,
-        f: &mut FileState,
+        f: &FileState,
         tx: &mut Tx,
         first: u64,
         out: &mut [u8],
     ) -> Result<()> {
         let bs = env.bs;
-        let arr = rtree::hints(f, tx)?.clone();
+        let arr = rtree::hints_of(f, tx)?;
         tx.read_at(&f.names.data, first * bs as u64, out)?;
         let mut scratch = vec![0u8; bs];
         let mut checks = Vec::new();
@@ -217,6 +217,14 @@ impl Scheme for CompEint {
             return Err(e);
         }
         Ok(())
+    }
+
+    fn prepare_read(&self, _env: &Env, f: &mut FileState, tx: &mut Tx) -> Result<()> {
+        rtree::hints(f, tx).map(|_| ())
+    }
+
+    fn read_ready(&self, f: &FileState) -> bool {
+        rtree::is_current(f)
     }
 
     fn write_blocks(

@@ -94,7 +94,7 @@ impl Scheme for MacTree {
     fn read_blocks(
         &self,
         env: &Env,
-        f: &mut FileState,
+        f: &FileState,
         tx: &mut Tx,
         first: u64,
         out: &mut [u8],

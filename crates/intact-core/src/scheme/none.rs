@@ -26,7 +26,7 @@ impl Scheme for NoIntegrity {
     fn read_blocks(
         &self,
         env: &Env,
-        f: &mut FileState,
+        f: &FileState,
         tx: &mut Tx,
         first: u64,
         out: &mut [u8],

@@ -283,22 +283,41 @@ impl Plan {
 /// path (not all m leaves at once) also lets a failure name its block.
 pub(super) fn hints<'f>(f: &'f mut FileState, tx: &mut Tx) -> Result<&'f RArr> {
     let ts = f.tree;
-    let current = matches!(&f.rtree, Some(idx) if idx.state == Some(ts));
-    if !current {
-        let leaves = read_leaves(f, tx, &ts)?;
-        let mut arr = RArr::new();
-        for l in &leaves {
-            let i = leaf_index(l);
-            if arr.search_offset(i).is_none() {
-                arr.push(i);
-            } else {
-                // Keep positions aligned with the leaves; a duplicate is never a valid hint.
-                arr.items.push(u64::MAX);
-            }
-        }
+    if !is_current(f) {
+        let arr = read_hints(f, tx, &ts)?;
         set_index(f, ts, false, arr)?;
     }
     Ok(&f.rtree.as_ref().expect("set").arr)
+}
+
+/// Whether the state's index of RTree's leaves is the current tree's ([`hints`] then
+/// reads nothing).
+pub(super) fn is_current(f: &FileState) -> bool {
+    matches!(&f.rtree, Some(idx) if idx.state == Some(f.tree))
+}
+
+/// [`hints`] for a read that holds the state shared: the cached index when current, else
+/// read (and not kept: [`crate::scheme::Scheme::prepare_read`] keeps it).
+pub(super) fn hints_of(f: &FileState, tx: &mut Tx) -> Result<RArr> {
+    match &f.rtree {
+        Some(idx) if idx.state == Some(f.tree) => Ok(idx.arr.clone()),
+        _ => read_hints(f, tx, &f.tree),
+    }
+}
+
+fn read_hints(f: &FileState, tx: &mut Tx, ts: &TreeState) -> Result<RArr> {
+    let leaves = read_leaves(f, tx, ts)?;
+    let mut arr = RArr::new();
+    for l in &leaves {
+        let i = leaf_index(l);
+        if arr.search_offset(i).is_none() {
+            arr.push(i);
+        } else {
+            // Keep positions aligned with the leaves; a duplicate is never a valid hint.
+            arr.items.push(u64::MAX);
+        }
+    }
+    Ok(arr)
 }
 
 /// RArr for a **write** (Update / Append / Delete need "i has no leaf" to be true, not

@@ -4,6 +4,7 @@
 
 #[allow(unused_imports)]
 use super::*;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub(super) struct OpenFile {
     pub(super) inode: Inode,
@@ -44,36 +45,35 @@ pub(super) struct OpenFile {
 pub(super) struct StateCell {
     /// The file's object names (fixed by its id; a copy, readable without the lock).
     pub(super) names: ObjectNames,
-    cell: Arc<Mutex<FileState>>,
-    /// Counts the engine's takings of the state ([`StateCell::get`], always under the
-    /// engine lock): a read that planned at one count and finds it unchanged once it holds
-    /// the state knows that nothing of the file changed since ([`Volume::read_ino`]).
-    takings: Arc<AtomicU64>,
+    cell: Arc<RwLock<FileState>>,
 }
 
 impl StateCell {
     pub(super) fn new(state: FileState) -> Self {
         StateCell {
             names: state.names.clone(),
-            cell: Arc::new(Mutex::new(state)),
-            takings: Default::default(),
+            cell: Arc::new(RwLock::new(state)),
         }
     }
 
-    /// The state, once no reader holds it. Never taken twice by one thread.
-    pub(super) fn get(&self) -> MutexGuard<'_, FileState> {
-        let g = self.cell.lock().unwrap_or_else(|p| p.into_inner());
-        self.takings.fetch_add(1, Ordering::Relaxed);
-        g
+    /// The state, to change (once no read holds it). Never taken twice by one thread.
+    pub(super) fn get(&self) -> RwLockWriteGuard<'_, FileState> {
+        self.cell.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// [`FileState::blocks`] (takes the state for the call).
+    /// The state, to look at (shared with reads in flight; under the engine lock, so no
+    /// writer holds it).
+    pub(super) fn peek(&self) -> RwLockReadGuard<'_, FileState> {
+        self.cell.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// [`FileState::blocks`].
     pub(super) fn blocks(&self) -> u64 {
-        self.get().blocks()
+        self.peek().blocks()
     }
 
     /// A handle for a reader that goes on without the engine lock.
-    pub(super) fn share(&self) -> Arc<Mutex<FileState>> {
+    pub(super) fn share(&self) -> Arc<RwLock<FileState>> {
         Arc::clone(&self.cell)
     }
 
@@ -222,7 +222,15 @@ pub(super) fn file_read(
         dirty: &of.dirty,
     };
     let obs = of.inode.auto.then_some(&mut of.obs);
-    file.read(env, tx, &mut of.state.get(), obs, off, buf)
+    let sch = scheme(file.scheme);
+    let st = of.state.peek();
+    if sch.read_ready(&st) {
+        return file.read(env, tx, &st, obs, off, buf);
+    }
+    drop(st);
+    let mut st = of.state.get();
+    sch.prepare_read(env, &mut st, tx)?;
+    file.read(env, tx, &st, obs, off, buf)
 }
 
 /// What a read of a file needs besides its scheme state: the engine hands it to a reader
@@ -241,7 +249,7 @@ impl FileRead<'_> {
         &self,
         env: &Env,
         tx: &mut Tx,
-        state: &mut FileState,
+        state: &FileState,
         mut obs: Option<&mut Observed>,
         off: u64,
         buf: &mut [u8],
@@ -301,9 +309,9 @@ pub(super) fn load_block(env: &Env, tx: &mut Tx, of: &mut OpenFile, b: u64) -> R
         return Ok(d.clone());
     }
     let mut blk = vec![0u8; env.bs];
-    let mut st = of.state.get();
+    let st = of.state.peek();
     if b < st.blocks() {
-        scheme(of.inode.scheme).read_blocks(env, &mut st, tx, b, &mut blk)?;
+        scheme(of.inode.scheme).read_blocks(env, &st, tx, b, &mut blk)?;
     }
     Ok(blk)
 }
@@ -315,7 +323,6 @@ pub(super) fn check_extent(env: &Env, of: &OpenFile, size: u64) -> Result<()> {
     let blocks = size.div_ceil(env.bs as u64);
     let stored = of
         .state
-        .get()
         .blocks()
         .max(of.dirty.keys().next_back().map_or(0, |b| b + 1));
     let gap_ok = of.inode.scheme != SchemeId::Aead
@@ -465,7 +472,7 @@ pub(super) fn finish_record(keys: &Keys, tx: &mut Tx, of: &mut OpenFile) -> Resu
 /// Blocks that hold data (holes excluded): counter 0 marks a hole in the counter
 /// intervals (schemes without them report every block they hold).
 pub(super) fn stored_blocks(of: &OpenFile) -> u64 {
-    let st = of.state.get();
+    let st = of.state.peek();
     let blocks = st.blocks();
     if !of.inode.scheme.uses_counter_intervals() {
         return blocks;
@@ -484,12 +491,8 @@ const VIEW_MAX: usize = 256 << 10;
 
 /// A read handed over by the engine to run without its lock ([`Inner::reader`]).
 pub(super) struct Reader {
-    /// The file's state: the read holds it throughout.
-    pub(super) state: Arc<Mutex<FileState>>,
-    /// The engine's takings of the state when the read was planned, and where they are
-    /// counted ([`StateCell`]).
-    pub(super) planned_at: u64,
-    pub(super) takings: Arc<AtomicU64>,
+    /// The file's state: the read holds it (shared) throughout.
+    pub(super) state: Arc<RwLock<FileState>>,
     /// The file's objects as the engine saw them ([`Tx::view`]).
     view: Tx,
     scheme: SchemeId,
@@ -505,7 +508,7 @@ pub(super) struct Reader {
 
 impl Reader {
     /// Reads `buf` at `off` through the file's scheme; `state` is [`Reader::state`], held.
-    pub(super) fn read(mut self, state: &mut FileState, off: u64, buf: &mut [u8]) -> Result<usize> {
+    pub(super) fn read(mut self, state: &FileState, off: u64, buf: &mut [u8]) -> Result<usize> {
         let env = Env {
             bs: self.bs,
             hasher: &self.keys.hasher,
@@ -544,14 +547,21 @@ impl Inner {
         if of.dirty.range(off / bs..=(end - 1) / bs).next().is_some() {
             return Ok(None);
         }
+        // A read of this file may hold the state shared right now: check without waiting
+        // (a locked read prepares what is missing).
+        let ready = match of.state.cell.try_read() {
+            Ok(st) => scheme(of.inode.scheme).read_ready(&st),
+            Err(_) => false,
+        };
+        if !ready {
+            return Ok(None);
+        }
         let n = &of.state.names;
         let Some(view) = self.tx.view(&[&n.data, &n.meta, &n.ctrs], VIEW_MAX)? else {
             return Ok(None);
         };
         Ok(Some(Reader {
             state: of.state.share(),
-            planned_at: of.state.takings.load(Ordering::Relaxed),
-            takings: Arc::clone(&of.state.takings),
             view,
             scheme: of.inode.scheme,
             size,

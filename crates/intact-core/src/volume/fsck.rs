@@ -12,7 +12,7 @@ pub(super) fn check_all_blocks(
 ) -> std::result::Result<(), Vec<Error>> {
     const CHUNK: u64 = 256;
     let sch = scheme(of.inode.scheme);
-    let mut st = of.state.get();
+    let st = of.state.peek();
     let blocks = st.blocks();
     let mut errs = Vec::new();
     let mut buf = vec![0u8; CHUNK as usize * env.bs];
@@ -20,9 +20,9 @@ pub(super) fn check_all_blocks(
     while b < blocks {
         let n = (blocks - b).min(CHUNK);
         let chunk = &mut buf[..(n as usize * env.bs)];
-        if sch.read_blocks(env, &mut st, tx, b, chunk).is_err() {
+        if sch.read_blocks(env, &st, tx, b, chunk).is_err() {
             for k in b..b + n {
-                if let Err(e) = sch.read_blocks(env, &mut st, tx, k, &mut chunk[..env.bs]) {
+                if let Err(e) = sch.read_blocks(env, &st, tx, k, &mut chunk[..env.bs]) {
                     errs.push(e);
                 }
             }

@@ -1015,7 +1015,7 @@ impl Inner {
                     let mut buf = vec![0u8; ((e - b) * bs) as usize];
                     match scheme(of.inode.scheme).read_blocks(
                         &env,
-                        &mut of.state.get(),
+                        &of.state.peek(),
                         &mut tx,
                         b,
                         &mut buf,

@@ -1367,24 +1367,20 @@ impl Volume {
             // the engine lock, so never while going back is under way).
             let quiesce = Arc::clone(&g.readers);
             let _held = quiesce.read().unwrap_or_else(|p| p.into_inner());
+            // Shared with the other reads of the file; never waits here: writers take the
+            // state only under the engine lock, which this request holds.
             let cell = Arc::clone(&reader.state);
-            let mut state = match cell.try_lock() {
+            let state = match cell.try_read() {
                 Ok(s) => s,
                 Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
                 Err(std::sync::TryLockError::WouldBlock) => {
-                    // Another read of this file holds it (the kernel reads ahead in several
-                    // requests at once): wait for it without the engine lock. If the engine
-                    // took the state meanwhile, the file may have changed: plan again.
                     drop(g);
-                    let mut s = cell.lock().unwrap_or_else(|p| p.into_inner());
-                    if reader.takings.load(Ordering::Relaxed) != reader.planned_at {
-                        continue;
-                    }
-                    return reader.read(&mut s, off, buf);
+                    std::thread::yield_now();
+                    continue;
                 }
             };
             drop(g);
-            return reader.read(&mut state, off, buf);
+            return reader.read(&state, off, buf);
         }
     }
 
