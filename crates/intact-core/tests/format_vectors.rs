@@ -688,8 +688,7 @@ fn rand_eint_vectors() {
     let mut node = vec![0u8; 32];
     tx.read_at(&f.names.meta, 0, &mut node).unwrap();
     let mut back = vec![0u8; 256];
-    sch.read_blocks(&env, &f, &mut tx, 0, &mut back)
-        .unwrap();
+    sch.read_blocks(&env, &f, &mut tx, 0, &mut back).unwrap();
     assert_eq!(back, plain);
     assert_eq!(f.tree.leaves, 1);
     assert_eq!(f.blocks(), 2);
@@ -756,8 +755,7 @@ fn comp_eint_vectors() {
         let frozen = hex::decode(frozen).unwrap();
         tx.write_at(&f.names.data, 0, &frozen).unwrap();
         let mut back = vec![0u8; 128];
-        sch.read_blocks(&env, &f, &mut tx, 0, &mut back)
-            .unwrap();
+        sch.read_blocks(&env, &f, &mut tx, 0, &mut back).unwrap();
         assert_eq!(back, vec![0x41u8; 128], "{id:?}");
         assert_eq!(f.tree.leaves, 0);
         // The layout: tag = keyed BLAKE3(LEAF, "ctag" || id || i || ctr || first 96 bytes).

@@ -344,6 +344,7 @@ impl Inner {
             self.files.retain(|_, f| {
                 f.inode.kind == Kind::Dir || f.inode.nlink == 0 || f.state.is_shared()
             });
+            self.evict_at = (2 * self.files.len()).max(KEEP_OPEN);
         }
         if self.names.len() > KEEP_NAMES {
             // Error messages use them, and `intact sync` the paths of open files (kept);

@@ -153,6 +153,32 @@ impl Inner {
         self.files.insert(ino, of);
         Ok(())
     }
+    /// At the end of a request, once `files` holds [`Inner::evict_at`] records, drops the
+    /// idle ones (issue 18: memory bounded by the caches, not by the files a `find` or a
+    /// backup touches; the seals' pruning comes only with changes to seal). Idle: a file
+    /// (directories, and files unlinked while referenced, are kept as at a seal) with no
+    /// change in memory, nothing logged past the last seal of the log (an fsync looks its
+    /// record up), no change in a commit that has not ended, and no read in flight without
+    /// the engine lock. A dropped record is read again, authenticated through the inode
+    /// table, at its next use.
+    pub(super) fn evict_idle(&mut self) {
+        if self.files.len() < self.evict_at {
+            return;
+        }
+        let sealed_end = self.anchor.log.map(|l| l.sealed.end).unwrap_or_default();
+        let ended = self.commits_ended;
+        self.files.retain(|_, f| {
+            let idle = f.inode.kind != Kind::Dir
+                && f.inode.nlink != 0
+                && !f.is_dirty()
+                && f.unsynced_since.is_none()
+                && f.logged_at <= sealed_end
+                && f.sealed_by <= ended
+                && !f.state.is_shared();
+            !idle
+        });
+        self.evict_at = (2 * self.files.len()).max(KEEP_OPEN);
+    }
     pub(super) fn open_ino(&mut self, ino: u64) -> Result<&mut OpenFile> {
         self.ensure_open(ino)?;
         Ok(self.files.get_mut(&ino).expect("opened"))

@@ -465,6 +465,7 @@ impl Inner {
     /// also when it failed halfway (what it changed is in memory, and would be sealed).
     pub(super) fn ended<T>(&mut self, r: Result<T>) -> Result<T> {
         let logged = self.log_point();
+        self.evict_idle();
         match (r, logged) {
             (Ok(v), Ok(())) => Ok(v),
             (Err(e), _) | (Ok(_), Err(e)) => Err(e),

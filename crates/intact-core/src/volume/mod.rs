@@ -82,7 +82,8 @@ pub use crate::format::AUTO;
 const AUTO_MIN_OBSERVED: u64 = 64;
 /// Largest file the `auto` policy re-encrypts on its own (a switch rewrites the file).
 const AUTO_MAX_SIZE: u64 = 256 << 20;
-/// Open-file states kept after a seal.
+/// Open-file states kept after a seal, and past which idle ones are dropped at the end of
+/// a request ([`Inner::evict_idle`]).
 const KEEP_OPEN: usize = 1024;
 /// Known (parent, name) pairs kept after a seal, for naming files in errors.
 const KEEP_NAMES: usize = 1 << 20;
@@ -386,6 +387,9 @@ struct Inner {
     header: TableHeader,
     header_dirty: bool,
     files: HashMap<u64, OpenFile>,
+    /// `files` is pruned of idle records at the end of a request once it holds this many
+    /// ([`Inner::evict_idle`]).
+    evict_at: usize,
     /// Open handles per inode (a file unlinked while open lives until the last closes).
     handles: HashMap<u64, u32>,
     /// Last known (parent, name) of inodes, for naming them in integrity errors.
@@ -667,6 +671,7 @@ impl Volume {
             },
             header_dirty: false,
             files: HashMap::new(),
+            evict_at: KEEP_OPEN,
             handles: HashMap::new(),
             names: HashMap::new(),
             dirty_bytes: 0,
@@ -863,6 +868,13 @@ impl Volume {
     /// Integrity failures seen since open.
     pub fn integrity_failures(&self) -> u64 {
         self.integrity_failures.load(Ordering::Relaxed)
+    }
+
+    /// Inode records the engine holds in memory (open files, directories, files with
+    /// changes not yet sealed): idle ones are dropped past 1,024, so that looking at many
+    /// files (a `find`, a backup) does not grow the engine with every file it touches.
+    pub fn resident_records(&self) -> usize {
+        self.shared.lock().files.len()
     }
 
     /// Attributes of a path.
