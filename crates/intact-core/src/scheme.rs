@@ -183,6 +183,9 @@ impl<S: Scheme> Scheme for Metered<S> {
         self.0.read_blocks(env, f, tx, first, out)
     }
     fn prepare_read(&self, env: &Env, f: &mut FileState, tx: &mut Tx) -> Result<()> {
+        // What it reads is the reads' integrity traffic (it was part of the first Check).
+        let _a = Account::new(env.metrics);
+        let _f = FileAccount::new(env.metrics, f.id, 0, 0);
         self.0.prepare_read(env, f, tx)
     }
     fn read_ready(&self, f: &FileState) -> bool {
