@@ -64,8 +64,15 @@ def wait_mounted(mnt, proc=None, timeout=60):
 def mount(system, base, extra=()):
     """Mounts a fresh volume of `system`; returns (mountpoint, unmount function)."""
     root = os.path.join(base, system)
-    shutil.rmtree(root, ignore_errors=True)
     cipher, mnt, state = (os.path.join(root, d) for d in ("cipher", "mnt", "state"))
+    # A previous run's daemon may still be exiting (its files busy): unmount, retry.
+    for _ in range(100):
+        if is_mounted(mnt):
+            subprocess.run(["fusermount3", "-u", mnt], stderr=subprocess.DEVNULL)
+        shutil.rmtree(root, ignore_errors=True)
+        if not os.path.exists(root):
+            break
+        time.sleep(0.1)
     for d in (cipher, mnt, state):
         os.makedirs(d)
     env = dict(os.environ, INTACT_PASSWORD=PW)
