@@ -882,6 +882,11 @@ fn a_read_in_flight_holds_no_engine_lock_and_its_file_outlives_it() {
         vol.write_path("/a", 0, &a).unwrap();
         vol.write_path("/b", 0, &pattern(2, 4096)).unwrap();
         vol.sync().unwrap();
+        // Reopened: what a scheme caches for reads (RTree's index) is not loaded; the first
+        // read loads it, so that the next one runs without the engine lock.
+        drop(vol);
+        let vol = open(store.clone(), &trusted).unwrap();
+        assert_eq!(read_all(&vol, "/a").unwrap(), a, "{scheme:?}");
         let data = names(&vol, "/a").data;
         store.hold(&data);
         let unlinked = std::sync::atomic::AtomicBool::new(false);
@@ -893,11 +898,24 @@ fn a_read_in_flight_holds_no_engine_lock_and_its_file_outlives_it() {
             });
             store.wait_for_reader();
             // The read is in its store I/O: other requests go on, a read of the same file
-            // too (reads share the file's state).
-            assert_eq!(read_all(&vol, "/a").unwrap(), a, "{scheme:?}");
-            assert_eq!(read_all(&vol, "/b").unwrap(), pattern(2, 4096));
-            vol.write_path("/b", 4096, &pattern(3, 4096)).unwrap();
-            vol.sync().unwrap();
+            // too (reads share the file's state). If they wait for it, the store is let go
+            // after a while and the test fails instead of hanging.
+            let (done, finished) = std::sync::mpsc::channel();
+            let (vol_, a_) = (&vol, &a);
+            s.spawn(move || {
+                assert_eq!(read_all(vol_, "/a").unwrap(), *a_, "{scheme:?}");
+                assert_eq!(read_all(vol_, "/b").unwrap(), pattern(2, 4096));
+                vol_.write_path("/b", 4096, &pattern(3, 4096)).unwrap();
+                vol_.sync().unwrap();
+                done.send(()).unwrap();
+            });
+            if finished
+                .recv_timeout(std::time::Duration::from_secs(20))
+                .is_err()
+            {
+                store.release();
+                panic!("{scheme:?}: other requests waited for a read's store I/O");
+            }
             let unlinker = s.spawn(|| {
                 vol.unlink("/a").unwrap();
                 unlinked.store(true, std::sync::atomic::Ordering::SeqCst);
