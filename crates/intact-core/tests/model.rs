@@ -192,6 +192,15 @@ fn run(scheme: SchemeId, bs: usize, ops: Vec<Op>) {
     assert!(v.fsck(&mut |_| {}).unwrap().is_empty());
 }
 
+/// Counts a client out of `running` when it ends, also by a panic.
+struct Finished<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Finished<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// The files of concurrent client `k`.
 const CLIENT_SLOTS: [[&str; 4]; 3] = [
     ["/c0/a", "/c0/b", "/d/c0a", "/d/c0b"],
@@ -244,12 +253,13 @@ fn run_concurrent(scheme: SchemeId, bs: usize, rounds: Vec<Vec<Vec<Op>>>) {
                 reopen |= ops.iter().any(|op| matches!(op, Op::Reopen));
                 let (vol, running) = (&vol, &running);
                 s.spawn(move || {
+                    // Counted out also when the client fails, so the observer stops.
+                    let _out = Finished(running);
                     for op in ops {
                         if !matches!(op, Op::Reopen) {
                             apply(vol, model, slots, bs, op);
                         }
                     }
-                    running.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                 });
             }
         });
