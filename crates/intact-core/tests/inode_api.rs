@@ -551,3 +551,28 @@ fn directory_link_counts() {
     assert_eq!((nlink(&vol, ROOT_INO), nlink(&vol, a)), (3, 4));
     assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
 }
+
+/// A read of an inode that is not a regular file is refused and names it by its path (the
+/// read runs outside the request helper that names paths: it names them itself).
+#[test]
+fn a_read_of_a_directory_is_refused_and_names_it() {
+    let store = Arc::new(MemStore::new());
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
+    let d = vol
+        .create_at(ROOT_INO, "d", Kind::Dir, 0o755, 0, 0, None)
+        .unwrap()
+        .ino;
+    let sub = vol
+        .create_at(d, "sub", Kind::Dir, 0o755, 0, 0, None)
+        .unwrap()
+        .ino;
+    let mut buf = [0u8; 16];
+    match vol.read_ino(sub, 0, &mut buf) {
+        Err(Error::Fs { path, kind }) => {
+            assert_eq!(kind, FsErrorKind::IsADirectory);
+            assert_eq!(path, "/d/sub");
+        }
+        other => panic!("read of a directory: {other:?}"),
+    }
+}

@@ -868,7 +868,12 @@ impl UntrustedStore for HeldReads {
 /// are deleted only once the read is done), and the read returns the file's content.
 #[test]
 fn a_read_in_flight_holds_no_engine_lock_and_its_file_outlives_it() {
-    for scheme in [SchemeId::MtEintGcm, SchemeId::MacTree, SchemeId::RandEint] {
+    for scheme in [
+        SchemeId::MtEintGcm,
+        SchemeId::MacTree,
+        SchemeId::RandEint,
+        SchemeId::CompEint,
+    ] {
         let store = Arc::new(HeldReads {
             inner: MemStore::new(),
             held: Default::default(),
