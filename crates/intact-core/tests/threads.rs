@@ -946,3 +946,58 @@ fn a_read_in_flight_holds_no_engine_lock_and_its_file_outlives_it() {
         assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
     }
 }
+
+/// The record of a file being read without the engine lock is not dropped when requests on
+/// many other files prune the idle ones: a write of the file then waits for the read (a
+/// second record of the file would let it go ahead under the read).
+#[test]
+fn a_record_a_read_holds_is_not_dropped() {
+    let store = Arc::new(HeldReads {
+        inner: MemStore::new(),
+        held: Default::default(),
+        cv: Default::default(),
+    });
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
+    let a = pattern(1, 3 * 4096);
+    vol.create_file("/a", None).unwrap();
+    vol.write_path("/a", 0, &a).unwrap();
+    for k in 0..1200 {
+        vol.create_file(&format!("/m{k}"), None).unwrap();
+    }
+    vol.sync().unwrap();
+    drop(vol);
+    let vol = open(store.clone(), &trusted).unwrap();
+    vol.sync().unwrap();
+    store.hold(&names(&vol, "/a").data);
+    let wrote = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let mut buf = vec![0u8; a.len()];
+            let n = vol.read_path("/a", 0, &mut buf);
+            (n, buf)
+        });
+        store.wait_for_reader();
+        // More records than the engine keeps: idle ones are dropped at each request's end.
+        for k in 0..1200 {
+            vol.stat(&format!("/m{k}")).unwrap();
+        }
+        let writer = s.spawn(|| {
+            vol.write_path("/a", 0, &pattern(2, 4096)).unwrap();
+            wrote.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let early = wrote.load(std::sync::atomic::Ordering::SeqCst);
+        store.release();
+        assert!(!early, "a write went ahead of a read of its file in flight");
+        let (n, buf) = reader.join().unwrap();
+        assert_eq!(n.unwrap(), a.len());
+        assert!(buf == a, "the read returned other bytes");
+        writer.join().unwrap();
+    });
+    let mut want = a.clone();
+    want[..4096].copy_from_slice(&pattern(2, 4096));
+    assert_eq!(read_all(&vol, "/a").unwrap(), want);
+    assert_eq!(vol.integrity_failures(), 0);
+    assert!(vol.resident_records() <= 1100, "{}", vol.resident_records());
+}

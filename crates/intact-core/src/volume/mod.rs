@@ -852,6 +852,9 @@ impl Volume {
         if let Some(why) = &g.poisoned {
             return Err(Error::Poisoned(why.clone()));
         }
+        // Requests that do not end through `Inner::ended` (path lookups of the CLI) prune
+        // here, before they touch any record.
+        g.evict_idle();
         Ok(g)
     }
 
