@@ -161,3 +161,22 @@ fn a_small_sample_does_not_rewrite_a_stored_file() {
     vol.sync().unwrap();
     assert_eq!(vol.stat("/big").unwrap().scheme, "rand-eint");
 }
+
+/// Reads the policy observes include those of a file whose RTree index is loaded (they are
+/// served under the engine lock, where the observation lives, not by a read that runs
+/// without it): read-mostly in the session that wrote it, the file moves to COMP-EINT.
+#[test]
+fn reads_in_the_session_that_wrote_the_file_are_observed() {
+    let (_store, _trusted, vol) = auto_volume();
+    let low = text(2, 512 * 1024);
+    let ino = vol.create_file("/f", None).unwrap();
+    vol.set_auto(ino, true).unwrap();
+    vol.write_path("/f", 0, &low).unwrap();
+    vol.sync().unwrap();
+    assert_eq!(vol.stat("/f").unwrap().scheme, "rand-eint");
+    for _ in 0..4 {
+        assert_eq!(read_all(&vol, "/f").unwrap(), low);
+    }
+    vol.sync().unwrap();
+    assert_eq!(vol.stat("/f").unwrap().scheme, "comp-eint");
+}
