@@ -802,9 +802,9 @@ fn reads_without_the_engine_lock_during_writes_seals_and_scheme_switches() {
     assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
 }
 
-/// A store whose first read of one object waits while its gate is closed.
+/// A hook whose first read of one object waits while its gate is closed.
+#[derive(Default)]
 struct HeldReads {
-    inner: MemStore,
     /// (the object whose reads wait, gate closed, a read is waiting)
     held: std::sync::Mutex<(String, bool, bool)>,
     cv: std::sync::Condvar,
@@ -826,8 +826,8 @@ impl HeldReads {
     }
 }
 
-impl UntrustedStore for HeldReads {
-    fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> intact_core::Result<usize> {
+impl SyncHook for HeldReads {
+    fn before_read(&self, name: &str) {
         let mut h = self.held.lock().unwrap();
         // Only the first read of the object waits.
         if h.1 && h.0 == name && !h.2 {
@@ -837,30 +837,15 @@ impl UntrustedStore for HeldReads {
                 h = self.cv.wait(h).unwrap();
             }
         }
-        drop(h);
-        self.inner.read_at(name, off, buf)
     }
-    fn write_at(&self, name: &str, off: u64, data: &[u8]) -> intact_core::Result<()> {
-        self.inner.write_at(name, off, data)
-    }
-    fn len(&self, name: &str) -> intact_core::Result<Option<u64>> {
-        self.inner.len(name)
-    }
-    fn set_len(&self, name: &str, len: u64) -> intact_core::Result<()> {
-        self.inner.set_len(name, len)
-    }
-    fn delete(&self, name: &str) -> intact_core::Result<()> {
-        self.inner.delete(name)
-    }
-    fn sync(&self, names: &[String]) -> intact_core::Result<()> {
-        self.inner.sync(names)
-    }
-    fn sync_all(&self) -> intact_core::Result<()> {
-        self.inner.sync_all()
-    }
-    fn list(&self) -> intact_core::Result<Vec<String>> {
-        self.inner.list()
-    }
+}
+
+/// A store whose reads wait as [`HeldReads`] says.
+fn held_reads() -> Arc<Hooked<MemStore, HeldReads>> {
+    Arc::new(Hooked {
+        inner: MemStore::new(),
+        hook: HeldReads::default(),
+    })
 }
 
 /// A read whose store I/O is held up holds no engine lock: reads of the same file, and
@@ -874,11 +859,7 @@ fn a_read_in_flight_holds_no_engine_lock_and_its_file_outlives_it() {
         SchemeId::RandEint,
         SchemeId::CompEint,
     ] {
-        let store = Arc::new(HeldReads {
-            inner: MemStore::new(),
-            held: Default::default(),
-            cv: Default::default(),
-        });
+        let store = held_reads();
         let trusted = MemTrusted::new();
         let vol = create(store.clone(), &trusted, scheme, 4096);
         vol.create_file("/a", None).unwrap();
@@ -893,7 +874,7 @@ fn a_read_in_flight_holds_no_engine_lock_and_its_file_outlives_it() {
         let vol = open(store.clone(), &trusted).unwrap();
         assert_eq!(read_all(&vol, "/a").unwrap(), a, "{scheme:?}");
         let data = names(&vol, "/a").data;
-        store.hold(&data);
+        store.hook.hold(&data);
         let unlinked = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
             let reader = s.spawn(|| {
@@ -901,7 +882,7 @@ fn a_read_in_flight_holds_no_engine_lock_and_its_file_outlives_it() {
                 let n = vol.read_path("/a", 0, &mut buf);
                 (n, buf)
             });
-            store.wait_for_reader();
+            store.hook.wait_for_reader();
             // The read is in its store I/O: other requests go on, a read of the same file
             // too (reads share the file's state). If they wait for it, the store is let go
             // after a while and the test fails instead of hanging.
@@ -918,7 +899,7 @@ fn a_read_in_flight_holds_no_engine_lock_and_its_file_outlives_it() {
                 .recv_timeout(std::time::Duration::from_secs(20))
                 .is_err()
             {
-                store.release();
+                store.hook.release();
                 panic!("{scheme:?}: other requests waited for a read's store I/O");
             }
             let unlinker = s.spawn(|| {
@@ -928,7 +909,7 @@ fn a_read_in_flight_holds_no_engine_lock_and_its_file_outlives_it() {
             });
             std::thread::sleep(std::time::Duration::from_millis(200));
             let early = unlinked.load(std::sync::atomic::Ordering::SeqCst);
-            store.release();
+            store.hook.release();
             assert!(
                 !early,
                 "{scheme:?}: the unlink did not wait for the read of the file"
@@ -952,11 +933,7 @@ fn a_read_in_flight_holds_no_engine_lock_and_its_file_outlives_it() {
 /// second record of the file would let it go ahead under the read).
 #[test]
 fn a_record_a_read_holds_is_not_dropped() {
-    let store = Arc::new(HeldReads {
-        inner: MemStore::new(),
-        held: Default::default(),
-        cv: Default::default(),
-    });
+    let store = held_reads();
     let trusted = MemTrusted::new();
     let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
     let a = pattern(1, 3 * 4096);
@@ -969,7 +946,7 @@ fn a_record_a_read_holds_is_not_dropped() {
     drop(vol);
     let vol = open(store.clone(), &trusted).unwrap();
     vol.sync().unwrap();
-    store.hold(&names(&vol, "/a").data);
+    store.hook.hold(&names(&vol, "/a").data);
     let wrote = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         let reader = s.spawn(|| {
@@ -977,7 +954,7 @@ fn a_record_a_read_holds_is_not_dropped() {
             let n = vol.read_path("/a", 0, &mut buf);
             (n, buf)
         });
-        store.wait_for_reader();
+        store.hook.wait_for_reader();
         // More records than the engine keeps: idle ones are dropped at each request's end.
         for k in 0..1200 {
             vol.stat(&format!("/m{k}")).unwrap();
@@ -988,7 +965,7 @@ fn a_record_a_read_holds_is_not_dropped() {
         });
         std::thread::sleep(std::time::Duration::from_millis(200));
         let early = wrote.load(std::sync::atomic::Ordering::SeqCst);
-        store.release();
+        store.hook.release();
         assert!(!early, "a write went ahead of a read of its file in flight");
         let (n, buf) = reader.join().unwrap();
         assert_eq!(n.unwrap(), a.len());

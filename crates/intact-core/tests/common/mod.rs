@@ -135,15 +135,19 @@ pub fn mixed(seed: u8, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// What a test does around each `sync` of a store wrapped in [`Hooked`].
+/// What a test does around each `sync` (and before each read) of a store wrapped in
+/// [`Hooked`].
 pub trait SyncHook: Send + Sync {
+    /// Runs before the inner store's read of `name`.
+    fn before_read(&self, _name: &str) {}
     /// Runs before the inner store's sync of `names`.
     fn before_sync(&self, _names: &[String]) {}
     /// Runs after it, whatever it returned.
     fn after_sync(&self) {}
 }
 
-/// A store that passes every call to `inner` and runs `hook` around its syncs.
+/// A store that passes every call to `inner` and runs `hook` around its syncs and before
+/// its reads.
 pub struct Hooked<S, H> {
     pub inner: S,
     pub hook: H,
@@ -151,6 +155,7 @@ pub struct Hooked<S, H> {
 
 impl<S: UntrustedStore, H: SyncHook> UntrustedStore for Hooked<S, H> {
     fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> intact_core::Result<usize> {
+        self.hook.before_read(name);
         self.inner.read_at(name, off, buf)
     }
     fn write_at(&self, name: &str, off: u64, data: &[u8]) -> intact_core::Result<()> {
