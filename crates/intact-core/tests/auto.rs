@@ -64,15 +64,20 @@ fn new_files_get_the_scheme_their_contents_call_for() {
     assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
 }
 
+/// Creates `path` under the auto policy with low-entropy `data`, sealed: RAND-EINT.
+fn stored_auto_file(vol: &intact_core::Volume, path: &str, data: &[u8]) {
+    let ino = vol.create_file(path, None).unwrap();
+    vol.set_auto(ino, true).unwrap();
+    vol.write_path(path, 0, data).unwrap();
+    vol.sync().unwrap();
+    assert_eq!(vol.stat(path).unwrap().scheme, "rand-eint");
+}
+
 #[test]
 fn a_file_read_more_than_written_moves_to_comp_eint_and_back() {
     let (store, trusted, vol) = auto_volume();
     let low = text(2, 512 * 1024);
-    let ino = vol.create_file("/f", None).unwrap();
-    vol.set_auto(ino, true).unwrap();
-    vol.write_path("/f", 0, &low).unwrap();
-    vol.sync().unwrap();
-    assert_eq!(vol.stat("/f").unwrap().scheme, "rand-eint");
+    stored_auto_file(&vol, "/f", &low);
     drop(vol);
     // A read-mostly session: three full reads, no writes.
     let vol = open(store.clone(), &trusted).unwrap();
@@ -169,11 +174,7 @@ fn a_small_sample_does_not_rewrite_a_stored_file() {
 fn reads_in_the_session_that_wrote_the_file_are_observed() {
     let (_store, _trusted, vol) = auto_volume();
     let low = text(2, 512 * 1024);
-    let ino = vol.create_file("/f", None).unwrap();
-    vol.set_auto(ino, true).unwrap();
-    vol.write_path("/f", 0, &low).unwrap();
-    vol.sync().unwrap();
-    assert_eq!(vol.stat("/f").unwrap().scheme, "rand-eint");
+    stored_auto_file(&vol, "/f", &low);
     for _ in 0..4 {
         assert_eq!(read_all(&vol, "/f").unwrap(), low);
     }
