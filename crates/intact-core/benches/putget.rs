@@ -55,6 +55,7 @@ fn create(store: Arc<dyn UntrustedStore>, trusted: &MemTrusted, scheme: SchemeId
             scheme,
             auto: false,
             kdf: KdfParams::TEST,
+            inline_leaf: true,
         },
         &opts(),
     )

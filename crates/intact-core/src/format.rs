@@ -9,6 +9,9 @@ use crate::tx::{JournalRef, Reader};
 
 /// Size of one inode record.
 pub const RECORD_SIZE: usize = 256;
+/// Where a record keeps its inline Merkle node (record flag bit 2): the last 32 bytes, which
+/// the trusted counters of a one-leaf tree (one interval, 29 bytes from byte 128) never use.
+pub const INLINE_NODE_AT: usize = RECORD_SIZE - 32;
 /// Bytes of trusted storage for counter intervals per file (L_ctr, paper §4.2): 7 intervals.
 pub const L_CTR: usize = 112;
 /// Bytes reserved in the record for the trusted counters.
@@ -262,6 +265,10 @@ pub struct Inode {
     pub link: u64,
     /// The trusted part of the counter intervals (paper Fig. 6).
     pub counters: TrustedCounters,
+    /// The single node of a one-leaf Merkle tree (`mt-eint`, `mt-eint-cbc`), kept in the
+    /// record instead of a `.m` object, on volumes with the [`INLINE_LEAF`] feature: a small
+    /// file is then one object in the store (docs/file-format.md §4).
+    pub inline_node: Option<Hash>,
 }
 
 impl Inode {
@@ -286,6 +293,7 @@ impl Inode {
             ctr_hw: 0,
             link: 0,
             counters: TrustedCounters::Inline(CounterIntervals::new()),
+            inline_node: None,
         }
     }
 
@@ -317,6 +325,7 @@ impl Inode {
             TrustedCounters::Spilled { .. } => 77,
         };
         1 + 8
+            + if self.inline_node.is_some() { 32 } else { 0 }
             + match self.scheme {
                 SchemeId::Aead => 0,
                 SchemeId::MacTree => 8 + 8 + 1 + 1,
@@ -330,7 +339,9 @@ impl Inode {
         let mut b = [0u8; RECORD_SIZE];
         b[0] = self.kind as u8;
         b[1] = self.scheme.code();
-        b[2] = self.auto as u8 | (self.scheme_set as u8) << 1;
+        b[2] = self.auto as u8
+            | (self.scheme_set as u8) << 1
+            | (self.inline_node.is_some() as u8) << 2;
         b[4..8].copy_from_slice(&self.mode.to_le_bytes());
         b[8..12].copy_from_slice(&self.uid.to_le_bytes());
         b[12..16].copy_from_slice(&self.gid.to_le_bytes());
@@ -345,9 +356,16 @@ impl Inode {
         b[80..112].copy_from_slice(&self.tree.root);
         b[112..120].copy_from_slice(&self.ctr_hw.to_le_bytes());
         b[120..128].copy_from_slice(&self.link.to_le_bytes());
+        let ctrs_end = match &self.inline_node {
+            Some(node) => {
+                b[INLINE_NODE_AT..RECORD_SIZE].copy_from_slice(node);
+                INLINE_NODE_AT
+            }
+            None => 128 + TCTR_SIZE,
+        };
         self.counters
-            .encode_into(&mut b[128..128 + TCTR_SIZE])
-            .expect("counters produced by auth_ctr with L_CTR fit in TCTR_SIZE");
+            .encode_into(&mut b[128..ctrs_end])
+            .expect("counters produced by auth_ctr with L_CTR fit in TCTR_SIZE; a one-leaf tree has one interval");
         b
     }
 
@@ -368,6 +386,16 @@ impl Inode {
         root.copy_from_slice(&b[80..112]);
         let mut id = [0u8; 16];
         id.copy_from_slice(&b[56..72]);
+        let inline_node = (b[2] & 4 != 0).then(|| {
+            let mut n = [0u8; 32];
+            n.copy_from_slice(&b[INLINE_NODE_AT..RECORD_SIZE]);
+            n
+        });
+        let ctrs_end = if inline_node.is_some() {
+            INLINE_NODE_AT
+        } else {
+            128 + TCTR_SIZE
+        };
         Some(Inode {
             kind,
             scheme,
@@ -389,7 +417,8 @@ impl Inode {
             },
             ctr_hw: u64_at(112),
             link: u64_at(120),
-            counters: TrustedCounters::decode(&b[128..128 + TCTR_SIZE]).ok()?,
+            counters: TrustedCounters::decode(&b[128..ctrs_end]).ok()?,
+            inline_node,
         })
     }
 }
@@ -583,8 +612,14 @@ pub struct Config {
     pub wrapped_key: String,
 }
 
+/// Feature flag: one-leaf Merkle trees keep their node in the inode record
+/// ([`Inode::inline_node`]). Set on every volume created since it exists; a volume without
+/// it keeps every node in `.m` objects, and an intact that does not know it refuses the
+/// volume rather than misread its records.
+pub const INLINE_LEAF: &str = "inline-leaf";
+
 /// Known feature flags.
-pub const KNOWN_FEATURES: &[&str] = &[];
+pub const KNOWN_FEATURES: &[&str] = &[INLINE_LEAF];
 
 impl Config {
     /// The bytes authenticated together with the wrapped key: every field but the envelope.

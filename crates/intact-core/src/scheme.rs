@@ -45,6 +45,9 @@ pub struct Env<'a> {
     pub metrics: &'a Metrics,
     /// The longest object the store holds ([`crate::store::UntrustedStore::max_object_len`]).
     pub max_object: u64,
+    /// One-leaf Merkle trees keep their node in the record ([`FileState::inline`]; the
+    /// volume's [`crate::format::INLINE_LEAF`] feature).
+    pub inline_leaf: bool,
 }
 
 /// A file's state while open: identity, keys, and the trusted state TS_F in usable form.
@@ -66,6 +69,10 @@ pub struct FileState {
     /// RAND-EINT / COMP-EINT: the in-memory index of RTree's leaves (RArr and its sorted
     /// copy); `None` for schemes whose tree covers every block.
     pub rtree: Option<RTreeIndex>,
+    /// MT-EINT on a volume with inline leaves: the tree's node 0 (its only node when it has
+    /// one leaf), kept in the record instead of the `.m` object. `Some` exactly when the
+    /// tree has one leaf (between operations); `None` for other schemes.
+    pub inline: Option<Hash>,
 }
 
 impl FileState {
@@ -404,27 +411,83 @@ pub struct MtEint {
 const MT_LABEL: &[u8; 8] = b"intactM1";
 const ZERO_LEAF: Hash = [0u8; 32];
 
+/// A tree's stored nodes: the object `name`, except node 0 while `inline` is `Some` (it is
+/// then that value, kept in the record, and the object's first 32 bytes are unused).
 struct Nodes<'a> {
     tx: &'a mut Tx,
     name: &'a str,
+    inline: Option<Hash>,
+}
+
+impl<'a> Nodes<'a> {
+    fn new(tx: &'a mut Tx, name: &'a str) -> Self {
+        Nodes {
+            tx,
+            name,
+            inline: None,
+        }
+    }
+    fn of(tx: &'a mut Tx, f: &'a FileState) -> Self {
+        Nodes {
+            tx,
+            name: &f.names.meta,
+            inline: f.inline,
+        }
+    }
+    /// For an operation that changes the tree: an empty tree on a volume with inline leaves
+    /// starts with node 0 inline (so a file's first block never creates a `.m` object).
+    fn entering(env: &Env, tx: &'a mut Tx, f: &'a FileState) -> Self {
+        let mut io = Self::of(tx, f);
+        if env.inline_leaf && f.tree.leaves == 0 {
+            io.inline = Some(ZERO_LEAF);
+        }
+        io
+    }
 }
 
 impl NodeIo for Nodes<'_> {
-    fn read_nodes(&mut self, first: u64, out: &mut [Hash]) -> std::io::Result<()> {
+    fn read_nodes(&mut self, mut first: u64, mut out: &mut [Hash]) -> std::io::Result<()> {
+        if let (Some(node), 0, [o, ..]) = (self.inline, first, &mut *out) {
+            *o = node;
+            out = &mut out[1..];
+            first = 1;
+        }
+        if out.is_empty() {
+            return Ok(());
+        }
         self.tx
             .read_at(self.name, first * 32, out.as_flattened_mut())
             .map(|_| ())
             .map_err(std::io::Error::other)
     }
-    fn write_nodes(&mut self, first: u64, nodes: &[Hash]) -> std::io::Result<()> {
+    fn write_nodes(&mut self, mut first: u64, mut nodes: &[Hash]) -> std::io::Result<()> {
+        if let (Some(node), 0, [n, ..]) = (&mut self.inline, first, nodes) {
+            *node = *n;
+            nodes = &nodes[1..];
+            first = 1;
+        }
+        if nodes.is_empty() {
+            return Ok(());
+        }
         self.tx
             .write_at(self.name, first * 32, nodes.as_flattened())
             .map_err(std::io::Error::other)
     }
     fn truncate_nodes(&mut self, count: u64) -> std::io::Result<()> {
-        self.tx
-            .set_len(self.name, count * 32)
-            .map_err(std::io::Error::other)
+        let io = std::io::Error::other;
+        if let Some(node) = &mut self.inline {
+            if count == 0 {
+                *node = ZERO_LEAF;
+            }
+            // Node 0 is not in the object: keep none there for a tree of one node.
+            if count <= 1 {
+                if self.tx.len(self.name).map_err(io)?.is_some_and(|l| l > 0) {
+                    self.tx.set_len(self.name, 0).map_err(io)?;
+                }
+                return Ok(());
+            }
+        }
+        self.tx.set_len(self.name, count * 32).map_err(io)
     }
 }
 
@@ -462,6 +525,33 @@ impl MtEint {
             },
             other => Error::Invalid(other.to_string()),
         }
+    }
+
+    /// After an operation that changed the tree (its node 0 inline or not, as `inline`
+    /// says): restores the rule of [`FileState::inline`]. A tree of one leaf keeps its node
+    /// in the record and no bytes in `.m` (when the volume has inline leaves); a larger one
+    /// keeps node 0 in `.m` like every other node; an empty one has neither.
+    fn settle(env: &Env, f: &mut FileState, tx: &mut Tx, inline: Option<Hash>) -> Result<()> {
+        f.inline = match (f.tree.leaves, inline) {
+            (0, _) => None,
+            (1, Some(node)) => Some(node),
+            (1, None) if env.inline_leaf => {
+                let mut node = [ZERO_LEAF];
+                Nodes::new(tx, &f.names.meta)
+                    .read_nodes(0, &mut node)
+                    .map_err(|e| Self::tree_err(f, TreeError::Io(e)))?;
+                tx.set_len(&f.names.meta, 0)?;
+                Some(node[0])
+            }
+            (_, Some(node)) => {
+                Nodes::new(tx, &f.names.meta)
+                    .write_nodes(0, &[node])
+                    .map_err(|e| Self::tree_err(f, TreeError::Io(e)))?;
+                None
+            }
+            (_, None) => None,
+        };
+        Ok(())
     }
 
     /// Encrypts a run in place under counter `ctr`; returns the leaves.
@@ -564,10 +654,7 @@ impl Scheme for MtEint {
         let count = (out.len() / bs) as u64;
         let tree = Self::tree(env, f);
         let leaves = {
-            let mut io = Nodes {
-                tx,
-                name: &f.names.meta,
-            };
+            let mut io = Nodes::of(tx, f);
             timed(Phase::Tree, || tree.stored_leaves(&mut io, first, count))
                 .map_err(|e| Self::tree_err(f, e))?
         };
@@ -580,10 +667,7 @@ impl Scheme for MtEint {
                 return Err(e);
             }
         }
-        let mut io = Nodes {
-            tx,
-            name: &f.names.meta,
-        };
+        let mut io = Nodes::of(tx, f);
         if let Err(e) = timed(Phase::Tree, || {
             tree.verify(&f.tree, &mut io, first, &leaves)
         }) {
@@ -626,11 +710,8 @@ impl Scheme for MtEint {
         let over = (n - first).min(count) as usize;
         let tree = Self::tree(env, f);
         let mut ts = f.tree;
+        let mut io = Nodes::entering(env, tx, f);
         {
-            let mut io = Nodes {
-                tx,
-                name: &f.names.meta,
-            };
             let _t = phase(Phase::Tree);
             if over > 0 {
                 tree.update(&mut ts, &mut io, first, &leaves[..over])
@@ -641,10 +722,11 @@ impl Scheme for MtEint {
                     .map_err(|e| Self::tree_err(f, e))?;
             }
         }
+        let inline = io.inline;
         tx.write_at(&f.names.data, first * bs as u64, data)?;
         f.tree = ts;
         f.ctrs.set_range(first, count, ctr);
-        Ok(())
+        Self::settle(env, f, tx, inline)
     }
 
     fn resize(&self, env: &Env, f: &mut FileState, tx: &mut Tx, blocks: u64) -> Result<()> {
@@ -652,30 +734,27 @@ impl Scheme for MtEint {
         let n = f.tree.leaves;
         let tree = Self::tree(env, f);
         let mut ts = f.tree;
+        let mut inline = f.inline;
         if blocks < n {
             {
-                let mut io = Nodes {
-                    tx,
-                    name: &f.names.meta,
-                };
+                let mut io = Nodes::entering(env, tx, f);
                 tree.truncate(&mut ts, &mut io, blocks)
                     .map_err(|e| Self::tree_err(f, e))?;
+                inline = io.inline;
             }
             f.ctr_hw = f.ctr_hw.max(f.ctrs.max_in(blocks, n - blocks));
             f.ctrs.truncate(blocks);
             tx.set_len(&f.names.data, blocks * env.bs as u64)?;
         } else if blocks > n {
             // Holes have the all-zero leaf (ZERO_LEAF == ZERO_HASH): O(log) however many.
-            let mut io = Nodes {
-                tx,
-                name: &f.names.meta,
-            };
+            let mut io = Nodes::entering(env, tx, f);
             tree.append_holes(&mut ts, &mut io, blocks - n)
                 .map_err(|e| Self::tree_err(f, e))?;
+            inline = io.inline;
             f.ctrs.extend(blocks);
         }
         f.tree = ts;
-        Ok(())
+        Self::settle(env, f, tx, inline)
     }
 
     /// A hole inside the file: the all-zero leaf and counter 0, as for holes appended by
@@ -698,21 +777,20 @@ impl Scheme for MtEint {
         f.ctr_hw = f.ctr_hw.max(f.ctrs.max_in(first, end - first));
         let tree = Self::tree(env, f);
         let mut ts = f.tree;
+        let mut io = Nodes::entering(env, tx, f);
         let mut at = first;
         while at < end {
             let n = (end - at).min(CHUNK);
             let leaves = vec![ZERO_LEAF; n as usize];
-            let mut io = Nodes {
-                tx,
-                name: &f.names.meta,
-            };
             let _t = phase(Phase::Tree);
             tree.update(&mut ts, &mut io, at, &leaves)
                 .map_err(|e| Self::tree_err(f, e))?;
             at += n;
         }
+        let inline = io.inline;
         f.tree = ts;
         f.ctrs.set_range(first, end - first, 0);
+        Self::settle(env, f, tx, inline)?;
         Ok(true)
     }
 

@@ -122,6 +122,7 @@ fn a_volume_whose_default_is_auto() {
         scheme: SchemeId::MtEintGcm,
         auto: true,
         kdf: intact_core::crypto::KdfParams::TEST,
+        inline_leaf: true,
     };
     let t = trusted.clone();
     let vol = intact_core::Volume::create(

@@ -239,6 +239,7 @@ fn crash_during_create_never_looks_like_tampering() {
                 scheme: SchemeId::MtEintGcm,
                 auto: false,
                 kdf: intact_core::crypto::KdfParams::TEST,
+                inline_leaf: true,
             },
             &intact_core::Options::default(),
         )

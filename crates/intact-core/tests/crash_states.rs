@@ -312,6 +312,7 @@ fn record_with<S>(
             scheme,
             auto: false,
             kdf: intact_core::crypto::KdfParams::TEST,
+            inline_leaf: true,
         },
         &opts(),
     )

@@ -284,6 +284,7 @@ fn example_inode() -> Inode {
         ctr_hw: 2,
         link: 0,
         counters: TrustedCounters::Inline(counters),
+        inline_node: None,
     }
 }
 
@@ -322,6 +323,38 @@ fn inode_record() {
             INODE_FREE,
         ),
     ]);
+    // A one-block file on a volume with inline leaves: flag bit 2, its tree's node in bytes
+    // 224..256 (docs/file-format.md §4). The frozen bytes are composed by hand, field by
+    // field, not by the encoder.
+    let mut one = ino.clone();
+    one.size = 1000;
+    one.tree.leaves = 1;
+    let mut c1 = CounterIntervals::new();
+    c1.set_range(0, 1, 5);
+    one.counters = TrustedCounters::Inline(c1);
+    one.inline_node = Some([0xee; 32]);
+    let by_hand = [
+        "01020400a4010000e8030000640000000100000009000000e803000000000000",
+        "15cd853dfe9c9717b1680871fe9c9717e31a4757fe9c97170707070707070707",
+        "07070707070707070100000000000000abababababababababababababababab",
+        "abababababababababababababababab02000000000000000000000000000000",
+        // tag 0, 1 interval, 1 block, start 0, counter 5, 3 bytes of zero
+        "0001000000010000000000000000000000000000000500000000000000000000",
+        "0000000000000000000000000000000000000000000000000000000000000000",
+        "0000000000000000000000000000000000000000000000000000000000000000",
+        "eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee",
+    ]
+    .concat();
+    assert_eq!(
+        hx(one.encode()),
+        by_hand,
+        "inode record with an inline node"
+    );
+    assert_eq!(Inode::decode(&one.encode()).as_ref(), Some(&one));
+    // Flag bit 2 with counters that reach into bytes 224..256 is refused, not misread.
+    let mut bad = one.encode();
+    bad[129] = 6; // six intervals: 13 + 96 bytes, past byte 224
+    assert_eq!(Inode::decode(&bad), None);
     assert_eq!(
         ObjectNames::of(&FILE).data,
         "f/07/07070707070707070707070707070707.d"
@@ -647,6 +680,7 @@ fn fixed_file(
         ctrs: CounterIntervals::new(),
         ctr_hw: 0,
         rtree: intact_core::scheme::RTreeIndex::for_scheme(scheme),
+        inline: None,
     };
     (f, hasher, leaf)
 }
@@ -671,6 +705,7 @@ fn rand_eint_vectors() {
         ctr_limit: 1 << 40,
         metrics: &metrics,
         max_object: u64::MAX,
+        inline_leaf: false,
     };
     let store = Arc::new(MemStore::new());
     let mut tx = Tx::new(store.clone());
@@ -741,6 +776,7 @@ fn comp_eint_vectors() {
             ctr_limit: 1 << 40,
             metrics: &metrics,
             max_object: u64::MAX,
+            inline_leaf: false,
         };
         let store = Arc::new(MemStore::new());
         let mut tx = Tx::new(store.clone());

@@ -375,6 +375,7 @@ fn run_scheme(
         scheme: scheme.unwrap_or(SchemeId::MtEintGcm),
         auto: scheme.is_none(),
         kdf: KdfParams::TEST,
+        inline_leaf: true,
     };
     let store: Arc<dyn UntrustedStore> = Arc::new(LocalDirStore::open(&cipher)?);
     let vol = Volume::create(

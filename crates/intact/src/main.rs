@@ -660,6 +660,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     t: *kdf_passes,
                     p: 1,
                 },
+                inline_leaf: true,
             };
             // The volume id is only known once the config exists, so the state directory
             // for the anchor is chosen by a two-step create.

@@ -685,9 +685,10 @@ fn corrupted_config() {
     v.run(&["ls"]).fails(code::CONFIG).says("block size");
     set(text.replace("\"format\": 1", "\"format\": 99").as_bytes());
     v.run(&["ls"]).fails(code::CONFIG).says("newer");
-    set(text
-        .replace("\"features\": []", "\"features\": [\"warp\"]")
-        .as_bytes());
+    let mut c: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(c["features"], serde_json::json!(["inline-leaf"]));
+    c["features"] = serde_json::json!(["inline-leaf", "warp"]);
+    set(c.to_string().as_bytes());
     v.run(&["ls"]).fails(code::CONFIG).says("warp");
     // Argon2 parameters that would take the machine down are refused before use.
     let mut c: serde_json::Value = serde_json::from_str(&text).unwrap();

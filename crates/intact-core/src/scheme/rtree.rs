@@ -214,7 +214,7 @@ impl Plan {
     ) -> Result<(TreeState, RArr)> {
         let tree = MtEint::tree(env, f);
         let meta = f.names.meta.clone();
-        let mut io = Nodes { tx, name: &meta };
+        let mut io = Nodes::new(tx, &meta);
         let m_old = ts.leaves;
         let m_new = self.arr.len();
         let terr = |e| MtEint::tree_err(f, e);
@@ -423,10 +423,7 @@ pub(super) fn verify_leaves(
     failed: Option<(u64, &'static str)>,
 ) -> Result<()> {
     let tree = MtEint::tree(env, f);
-    let mut io = Nodes {
-        tx,
-        name: &f.names.meta,
-    };
+    let mut io = Nodes::new(tx, &f.names.meta);
     // Each block against its stored leaf first, so that a failure names the block (a
     // replayed block with its old tree would otherwise fail on a neighbour's path).
     let mut first_bad = failed;

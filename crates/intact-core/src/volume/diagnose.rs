@@ -513,6 +513,7 @@ mod tests {
                 scheme: SchemeId::MtEintGcm,
                 auto: false,
                 kdf: KdfParams::TEST,
+                inline_leaf: true,
             },
             &Options::default(),
         )

@@ -142,6 +142,14 @@ impl OpenFile {
         };
         let ctrs = check_ctr(&inode.counters, spilled.as_deref(), &ctr_hash)
             .map_err(|e| Error::tampered(subject.clone(), None, format!("write counters: {e}")))?;
+        let mt = matches!(inode.scheme, SchemeId::MtEintGcm | SchemeId::MtEintCbc);
+        if inode.inline_node.is_some() && (!mt || inode.tree.leaves != 1) {
+            return Err(Error::tampered(
+                subject,
+                None,
+                "an inline Merkle node in a record whose tree is not one leaf",
+            ));
+        }
         let fresh = inode.scheme.uses_counter_intervals();
         let covered = match inode.scheme.partial_tree() {
             true => inode.tree.leaves <= ctrs.blocks(),
@@ -163,6 +171,7 @@ impl OpenFile {
             ctrs,
             ctr_hw: inode.ctr_hw,
             rtree: crate::scheme::RTreeIndex::for_scheme(inode.scheme),
+            inline: inode.inline_node,
         });
         Ok(OpenFile {
             inode,
@@ -465,6 +474,7 @@ pub(super) fn finish_record(keys: &Keys, tx: &mut Tx, of: &mut OpenFile) -> Resu
     }
     of.inode.counters = tc;
     of.inode.tree = st.tree;
+    of.inode.inline_node = st.inline;
     of.inode.ctr_hw = st.ctr_hw;
     Ok(())
 }
@@ -504,6 +514,7 @@ pub(super) struct Reader {
     ctr_floor: u64,
     ctr_limit: u64,
     max_object: u64,
+    inline_leaf: bool,
 }
 
 impl Reader {
@@ -518,6 +529,7 @@ impl Reader {
             ctr_limit: self.ctr_limit,
             metrics: &self.metrics,
             max_object: self.max_object,
+            inline_leaf: self.inline_leaf,
         };
         let file = FileRead {
             scheme: self.scheme,
@@ -572,6 +584,7 @@ impl Inner {
             ctr_floor: self.ctr_floor,
             ctr_limit: self.anchor.ctr_next,
             max_object: self.max_object,
+            inline_leaf: self.inline_leaf,
         }))
     }
 

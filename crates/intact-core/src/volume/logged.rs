@@ -344,6 +344,7 @@ fn merge_data(cur: &mut Inode, d: &Inode) {
     cur.tree = d.tree;
     cur.ctr_hw = d.ctr_hw;
     cur.counters = d.counters.clone();
+    cur.inline_node = d.inline_node;
 }
 
 /// Takes the attribute fields of `a` (a record item) into `cur`.
@@ -1064,6 +1065,7 @@ impl Inner {
                     rec.tree = self.empty_tree(rec.scheme, &rec.id);
                     rec.counters = TrustedCounters::Inline(crate::tree::CounterIntervals::new());
                     rec.ctr_hw = 0;
+                    rec.inline_node = None;
                     let mut of =
                         OpenFile::load(rec, &self.keys, &mut self.tx, Subject::Inode(ino))?;
                     match of.inode.kind {

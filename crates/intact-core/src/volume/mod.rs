@@ -34,6 +34,7 @@ macro_rules! env {
             ctr_limit: $s.anchor.ctr_next,
             metrics: &$s.metrics,
             max_object: $s.max_object,
+            inline_leaf: $s.inline_leaf,
         }
     };
 }
@@ -138,6 +139,10 @@ pub struct CreateOptions {
     pub auto: bool,
     /// Argon2id parameters.
     pub kdf: KdfParams,
+    /// One-leaf Merkle trees keep their node in the inode record, so that a small file is
+    /// one object ([`INLINE_LEAF`]). `false` makes a volume as intact made them before,
+    /// which older versions of intact open.
+    pub inline_leaf: bool,
 }
 
 impl Default for CreateOptions {
@@ -147,6 +152,7 @@ impl Default for CreateOptions {
             scheme: SchemeId::MtEintGcm,
             auto: false,
             kdf: KdfParams::DEFAULT,
+            inline_leaf: true,
         }
     }
 }
@@ -382,6 +388,8 @@ struct Inner {
     ctr_floor: u64,
     /// The store's longest object (probed once; `u64::MAX` when read-only).
     max_object: u64,
+    /// The volume has the [`INLINE_LEAF`] feature.
+    inline_leaf: bool,
     tx: Tx,
     itable: OpenFile,
     header: TableHeader,
@@ -522,7 +530,10 @@ impl Volume {
             },
             kdf: copts.kdf,
             salt: hex::encode(salt),
-            features: vec![],
+            features: match copts.inline_leaf {
+                true => vec![INLINE_LEAF.to_string()],
+                false => vec![],
+            },
             wrapped_key: String::new(),
         };
         let kek = crypto::password_key(password, &salt, copts.kdf)?;
@@ -656,6 +667,7 @@ impl Volume {
                 s => SchemeId::parse(s)?,
             },
             default_auto: config.scheme == AUTO,
+            inline_leaf: config.features.iter().any(|f| f == INLINE_LEAF),
             config,
             keys: Arc::new(keys),
             cache: Arc::new(NodeCache::new(opts.cache_bytes)),

@@ -110,6 +110,7 @@ impl Inner {
         inode.tree = self.empty_tree(s, &id);
         inode.counters = TrustedCounters::Inline(crate::tree::CounterIntervals::new());
         inode.ctr_hw = 0;
+        inode.inline_node = None;
         inode.size = 0;
         let mut new = OpenFile::load(inode, &self.keys, &mut self.tx, Subject::Inode(ino))?;
         let env = env!(self);

@@ -28,6 +28,7 @@ pub fn create<T: TrustedStore + Clone + 'static>(
             scheme,
             auto: false,
             kdf: KdfParams::TEST,
+            inline_leaf: true,
         },
         &Options {
             cache_bytes: 1024,

@@ -1,0 +1,305 @@
+//! Small files stored small (issues 11 and 18): a file of one block or less is one object in
+//! the store. Under `mt-eint` its tree's only node lives in its inode record (the volume's
+//! `inline-leaf` feature, docs/file-format.md §4); the node moves to the `.m` object when
+//! the file grows past one block and back when it shrinks to one.
+
+mod common;
+
+use common::*;
+use intact_core::crypto::KdfParams;
+use intact_core::format::SchemeId;
+use intact_core::store::{MemStore, MemTrusted, TrustedStore, UntrustedStore};
+use intact_core::{CreateOptions, Options, Volume};
+use std::sync::Arc;
+
+const BS: u32 = 4096;
+const B: usize = BS as usize;
+
+/// The store's objects of `path`'s file, with their lengths.
+fn objects(store: &MemStore, vol: &Volume, path: &str) -> Vec<(String, u64)> {
+    let id = vol.stat(path).unwrap().file_id;
+    let mut v: Vec<(String, u64)> = store
+        .list()
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.contains(&id))
+        .map(|n| {
+            let len = store.len(&n).unwrap().unwrap();
+            (n, len)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The suffixes (`d`, `m`, `c`) of the objects of `path` that hold bytes.
+fn kinds(store: &MemStore, vol: &Volume, path: &str) -> Vec<String> {
+    objects(store, vol, path)
+        .into_iter()
+        .filter(|(_, len)| *len > 0)
+        .map(|(n, _)| n.rsplit('.').next().unwrap().to_string())
+        .collect()
+}
+
+/// fsck's failures, as messages.
+fn fsck(vol: &Volume) -> Vec<String> {
+    let failures = vol.fsck(&mut |_| {}).unwrap();
+    failures.iter().map(|f| format!("{f:?}")).collect()
+}
+
+fn new_volume(store: &Arc<MemStore>, trusted: &MemTrusted, scheme: SchemeId) -> Volume {
+    create(store.clone(), trusted, scheme, BS)
+}
+
+#[test]
+fn a_one_block_file_is_one_object_under_every_scheme_but_mac_tree() {
+    // `mac-tree` keeps its block's (counter, tag) leaf in `.m` still (docs/design.md,
+    // "Known limits").
+    const ONE: &[&str] = &["d"];
+    for (scheme, data, want) in [
+        (SchemeId::Aead, noise(1, 1024), ONE),
+        (SchemeId::MtEintGcm, noise(2, 1024), ONE),
+        (SchemeId::MtEintCbc, noise(3, 1024), ONE),
+        (SchemeId::None, noise(4, 1024), ONE),
+        (SchemeId::MacTree, noise(5, 1024), &["d", "m"]),
+        (SchemeId::RandEint, noise(6, 1024), ONE),
+        (SchemeId::CompEint, text(7, 1024), ONE),
+        (SchemeId::CompEintZstd, text(8, 1024), ONE),
+        (SchemeId::MtEintGcm, vec![], &[]),
+        (SchemeId::MtEintGcm, noise(9, 1), ONE),
+        (SchemeId::MtEintGcm, noise(10, B), ONE),
+    ] {
+        let store = Arc::new(MemStore::new());
+        let trusted = MemTrusted::new();
+        let vol = new_volume(&store, &trusted, scheme);
+        vol.create_file("/small", Some(scheme)).unwrap();
+        vol.write_path("/small", 0, &data).unwrap();
+        vol.sync().unwrap();
+        assert_eq!(
+            kinds(&store, &vol, "/small"),
+            want,
+            "{scheme:?}, {} bytes",
+            data.len()
+        );
+        assert!(
+            objects(&store, &vol, "/small").len() <= want.len(),
+            "{scheme:?}: no empty objects either: {:?}",
+            objects(&store, &vol, "/small")
+        );
+        drop(vol);
+        let vol = open(store.clone(), &trusted).unwrap();
+        assert_eq!(read_all(&vol, "/small").unwrap(), data, "{scheme:?}");
+        // The root directory (a few entries) is one object too.
+        assert_eq!(kinds(&store, &vol, "/"), ["d"], "{scheme:?}");
+        assert_eq!(fsck(&vol), Vec::<String>::new());
+    }
+}
+
+/// The node moves between the record and `.m` as the leaf count crosses one, through
+/// appends, truncations, holes and punches, and every state reads back after a reopen.
+#[test]
+fn the_inline_node_follows_the_leaf_count() {
+    for scheme in [SchemeId::MtEintGcm, SchemeId::MtEintCbc] {
+        let store = Arc::new(MemStore::new());
+        let trusted = MemTrusted::new();
+        let vol = new_volume(&store, &trusted, scheme);
+        let mut model: Vec<u8> = Vec::new();
+        let p = "/f";
+        vol.create_file(p, Some(scheme)).unwrap();
+        let mut vol = Some(vol);
+        // (what to do, the objects that hold bytes afterwards)
+        type Step = (
+            &'static str,
+            fn(&Volume, &mut Vec<u8>),
+            &'static [&'static str],
+        );
+        let steps: [Step; 9] = [
+            (
+                "one byte",
+                |v, m| {
+                    v.write_path("/f", 0, b"x").unwrap();
+                    *m = b"x".to_vec();
+                },
+                &["d"],
+            ),
+            (
+                "grow to three blocks",
+                |v, m| {
+                    let d = pattern(1, 2 * B + 10);
+                    v.write_path("/f", 100, &d).unwrap();
+                    m.resize(100, 0);
+                    m.extend_from_slice(&d);
+                },
+                &["d", "m"],
+            ),
+            (
+                "cut to one block",
+                |v, m| {
+                    v.truncate("/f", 3000).unwrap();
+                    m.truncate(3000);
+                },
+                &["d"],
+            ),
+            (
+                "overwrite the block",
+                |v, m| {
+                    v.write_path("/f", 10, b"again").unwrap();
+                    m[10..15].copy_from_slice(b"again");
+                },
+                &["d"],
+            ),
+            (
+                "cut to nothing",
+                |v, m| {
+                    v.truncate("/f", 0).unwrap();
+                    m.clear();
+                },
+                &[],
+            ),
+            (
+                "a hole of one block",
+                |v, m| {
+                    v.truncate("/f", 5).unwrap();
+                    m.resize(5, 0);
+                },
+                &[],
+            ),
+            (
+                "data past a hole",
+                |v, m| {
+                    let at = 5 * B as u64 + 7;
+                    v.write_path("/f", at, b"far").unwrap();
+                    m.resize(at as usize, 0);
+                    m.extend_from_slice(b"far");
+                },
+                &["d", "m"],
+            ),
+            (
+                "cut back into the hole",
+                |v, m| {
+                    v.truncate("/f", 3).unwrap();
+                    m.truncate(3);
+                },
+                // The data object keeps the hole's extent (design.md, "Crash safety").
+                &["d"],
+            ),
+            (
+                "write the hole's block",
+                |v, m| {
+                    v.write_path("/f", 0, b"abc").unwrap();
+                    m.copy_from_slice(b"abc");
+                },
+                &["d"],
+            ),
+        ];
+        for (what, step, want) in steps {
+            let v = vol.as_ref().unwrap();
+            step(v, &mut model);
+            assert_eq!(read_all(v, p).unwrap(), model, "{scheme:?}: {what}");
+            v.sync().unwrap();
+            let mut got = kinds(&store, v, p);
+            got.retain(|k| k != "c");
+            assert_eq!(got, want, "{scheme:?}: {what}");
+            drop(vol.take());
+            let v = open(store.clone(), &trusted).unwrap();
+            assert_eq!(
+                read_all(&v, p).unwrap(),
+                model,
+                "{scheme:?}: {what}, reopened"
+            );
+            assert_eq!(fsck(&v), Vec::<String>::new());
+            vol = Some(v);
+        }
+    }
+}
+
+/// The record authenticates the one node, so the data object of a one-block file cannot be
+/// replayed or swapped, and a stale `.m` left from when the file was larger is ignored.
+#[test]
+fn a_one_block_file_is_fresh_and_ignores_a_stale_tree_object() {
+    let store = Arc::new(MemStore::new());
+    let trusted = MemTrusted::new();
+    let vol = new_volume(&store, &trusted, SchemeId::MtEintGcm);
+    vol.create_file("/a", None).unwrap();
+    vol.create_file("/b", None).unwrap();
+    vol.write_path("/a", 0, &pattern(1, 3 * B)).unwrap();
+    vol.write_path("/b", 0, b"the other file").unwrap();
+    vol.sync().unwrap();
+    let (na, nb) = (names(&vol, "/a"), names(&vol, "/b"));
+    let big_tree = store.snapshot()[&na.meta].clone();
+    vol.truncate("/a", 1000).unwrap();
+    vol.sync().unwrap();
+    let old = store.snapshot()[&na.data].clone();
+    vol.write_path("/a", 0, b"version 2").unwrap();
+    vol.sync().unwrap();
+    let new = store.snapshot()[&na.data].clone();
+    let want = read_all(&vol, "/a").unwrap();
+    drop(vol);
+
+    // The stale tree object of the three-block file, put back: nothing reads it.
+    store.set_len(&na.meta, 0).unwrap();
+    store.write_at(&na.meta, 0, &big_tree).unwrap();
+    let vol = open(store.clone(), &trusted).unwrap();
+    assert_eq!(read_all(&vol, "/a").unwrap(), want);
+    drop(vol);
+
+    // The data object as it was before the last write: caught, naming file and block.
+    store.set_len(&na.data, 0).unwrap();
+    store.write_at(&na.data, 0, &old).unwrap();
+    let vol = open(store.clone(), &trusted).unwrap();
+    let e = read_all(&vol, "/a").unwrap_err();
+    assert!(e.is_tampered(), "{e}");
+    assert!(e.to_string().contains("block 0"), "{e}");
+    drop(vol);
+
+    // Another file's one-block data object in its place: caught.
+    let other = store.snapshot()[&nb.data].clone();
+    store.set_len(&na.data, 0).unwrap();
+    store.write_at(&na.data, 0, &other).unwrap();
+    let vol = open(store.clone(), &trusted).unwrap();
+    assert!(read_all(&vol, "/a").unwrap_err().is_tampered());
+    drop(vol);
+
+    // Back to the current bytes: reads again.
+    store.set_len(&na.data, 0).unwrap();
+    store.write_at(&na.data, 0, &new).unwrap();
+    let vol = open(store.clone(), &trusted).unwrap();
+    assert_eq!(read_all(&vol, "/a").unwrap(), want);
+}
+
+/// A volume made without the feature (as older intact made them) keeps every node in `.m`,
+/// and stays so across sessions.
+#[test]
+fn a_volume_without_inline_leaves_keeps_its_nodes_in_objects() {
+    let store = Arc::new(MemStore::new());
+    let trusted = MemTrusted::new();
+    let t = trusted.clone();
+    let vol = Volume::create(
+        store.clone(),
+        move |_| Ok(Box::new(t) as Box<dyn TrustedStore>),
+        PW,
+        &CreateOptions {
+            block_size: BS,
+            scheme: SchemeId::MtEintGcm,
+            auto: false,
+            kdf: KdfParams::TEST,
+            inline_leaf: false,
+        },
+        &Options::default(),
+    )
+    .unwrap();
+    vol.create_file("/f", None).unwrap();
+    vol.write_path("/f", 0, b"small").unwrap();
+    vol.sync().unwrap();
+    assert_eq!(kinds(&store, &vol, "/f"), ["d", "m"]);
+    drop(vol);
+    let config = store.snapshot()["intact.conf"].clone();
+    let config: serde_json::Value = serde_json::from_slice(&config).unwrap();
+    assert_eq!(config["features"], serde_json::json!([]));
+    let vol = open(store.clone(), &trusted).unwrap();
+    vol.write_path("/f", 5, b" and more").unwrap();
+    vol.sync().unwrap();
+    assert_eq!(kinds(&store, &vol, "/f"), ["d", "m"]);
+    assert_eq!(read_all(&vol, "/f").unwrap(), b"small and more");
+    assert_eq!(fsck(&vol), Vec::<String>::new());
+}
