@@ -241,7 +241,10 @@ fn crash_during_create_never_looks_like_tampering() {
                 kdf: intact_core::crypto::KdfParams::TEST,
                 inline_leaf: true,
             },
-            &intact_core::Options::default(),
+            &intact_core::Options {
+                records: records(),
+                ..Default::default()
+            },
         )
     };
     let total = {

@@ -247,6 +247,7 @@ fn opts() -> Options {
     Options {
         cache_bytes: 1024,
         read_only: false,
+        records: common::records(),
         ..Options::default()
     }
 }

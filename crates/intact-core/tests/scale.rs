@@ -102,3 +102,52 @@ fn resident_records_stay_within_the_budget_and_evicted_records_reload_fresh() {
     let e = read_all(&vol, &path(1)).unwrap_err();
     assert!(e.is_tampered(), "flipped byte in an evicted file: {e}");
 }
+
+/// The budget is the user's (`Options::records`, `--records`): with 16, touching 3,000
+/// files keeps at most 16 idle records beside the directories and the request's own, and
+/// every file still reads back (each read after its record was dropped).
+#[test]
+fn the_record_budget_the_user_sets_bounds_the_resident_records() {
+    const SMALL: usize = 16;
+    const N: usize = 3000;
+    let store = Arc::new(MemStore::new());
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
+    for d in 0..DIRS {
+        vol.mkdir(&format!("/d{d}")).unwrap();
+    }
+    for k in 0..N {
+        vol.create_file(&path(k), None).unwrap();
+        vol.write_path(&path(k), 0, &content(k, 1)).unwrap();
+    }
+    vol.sync().unwrap();
+    drop(vol);
+    let vol = intact_core::Volume::open(
+        store.clone(),
+        Box::new(trusted.clone()),
+        PW,
+        &intact_core::Options {
+            records: SMALL,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut most = 0;
+    for round in 0..2 {
+        for k in 0..N {
+            let p = path(k);
+            assert_eq!(
+                read_all(&vol, &p).unwrap(),
+                content(k, 1),
+                "{p}, round {round}"
+            );
+            most = most.max(vol.resident_records());
+            assert!(
+                vol.resident_records() <= SMALL + DIRS + 2,
+                "{} records resident with a budget of {SMALL}",
+                vol.resident_records()
+            );
+        }
+    }
+    assert!(most > SMALL, "the budget was reached ({most})");
+}

@@ -55,6 +55,10 @@ struct Cli {
     /// paper's evaluation; 16 MiB for `mount`].
     #[arg(long, global = true)]
     cache_bytes: Option<usize>,
+    /// Inode records kept in memory before the idle ones are dropped (and read again,
+    /// authenticated, at their next use) [default: 1024]
+    #[arg(long, global = true)]
+    records: Option<usize>,
     /// Open the cipher directory's own latest authentic state, read-only, even when it is
     /// not the one the trusted anchor names (after an alarm: to look, not to trust). For
     /// ls, cat, get, stat, fsck, info and `mount --ro`; nothing is written.
@@ -494,6 +498,7 @@ fn open_pw(cli: &Cli, pw: &str, read_only: bool) -> Result<Volume> {
     let opts = Options {
         cache_bytes: cli.cache_bytes.unwrap_or(1024),
         read_only,
+        records: cli.records.unwrap_or(intact_core::volume::KEEP_OPEN),
         ..Options::default()
     };
     if cli.accept_stale {

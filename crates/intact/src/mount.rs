@@ -52,6 +52,7 @@ fn open_for_mount(
         cache_bytes: default_cache(cli),
         read_only: a.ro,
         xattr_bytes_max: a.xattr_max_bytes,
+        records: cli.records.unwrap_or(intact_core::volume::KEEP_OPEN),
     };
     let trusted = Box::new(state) as Box<dyn TrustedStore>;
     if cli.accept_stale {
@@ -127,6 +128,9 @@ pub fn mount(cli: &Cli, a: &MountArgs) -> Result<ExitCode> {
         .arg(state_dir(cli));
     if let Some(c) = cli.cache_bytes {
         cmd.arg("--cache-bytes").arg(c.to_string());
+    }
+    if let Some(r) = cli.records {
+        cmd.arg("--records").arg(r.to_string());
     }
     if cli.accept_stale {
         cmd.arg("--accept-stale");

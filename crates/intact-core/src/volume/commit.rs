@@ -336,7 +336,7 @@ impl Inner {
         };
         // What this phase wrote is the checkpoint's, not a request's: not logged.
         self.forget_changes();
-        if self.files.len() > KEEP_OPEN {
+        if self.files.len() > self.records {
             // Directories, and files unlinked while referenced (`forget` finds them here
             // without reading their record), and files a read holds (it runs without the
             // engine lock: a second record of the file must not appear beside it). Every
@@ -344,7 +344,7 @@ impl Inner {
             self.files.retain(|_, f| {
                 f.inode.kind == Kind::Dir || f.inode.nlink == 0 || f.state.is_shared()
             });
-            self.evict_at = (2 * self.files.len()).max(KEEP_OPEN);
+            self.evict_at = self.next_eviction();
         }
         if self.names.len() > KEEP_NAMES {
             // Error messages use them, and `intact sync` the paths of open files (kept);

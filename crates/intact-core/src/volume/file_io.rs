@@ -561,13 +561,26 @@ impl Inner {
         }
         // A read of this file may hold the state shared right now: check without waiting
         // (a locked read prepares what is missing).
+        let sch = scheme(of.inode.scheme);
         let ready = match of.state.cell.try_read() {
-            Ok(st) => scheme(of.inode.scheme).read_ready(&st),
+            Ok(st) => sch.read_ready(&st),
             Err(_) => false,
         };
         if !ready {
-            return Ok(None);
+            // Load what the scheme reads with (RTree's index) here, so that the read itself
+            // runs without the engine lock: a record read again after it was dropped from
+            // memory starts without it, and would otherwise read under the lock each time.
+            let env = env!(self);
+            let of = self.files.get_mut(&ino).expect("opened");
+            let Ok(mut st) = of.state.cell.try_write() else {
+                return Ok(None);
+            };
+            sch.prepare_read(&env, &mut st, &mut self.tx)?;
+            if !sch.read_ready(&st) {
+                return Ok(None);
+            }
         }
+        let of = &self.files[&ino];
         let n = &of.state.names;
         let Some(view) = self.tx.view(&[&n.data, &n.meta, &n.ctrs], VIEW_MAX)? else {
             return Ok(None);

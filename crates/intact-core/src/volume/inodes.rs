@@ -177,7 +177,18 @@ impl Inner {
                 && !f.state.is_shared();
             !idle
         });
-        self.evict_at = (2 * self.files.len()).max(KEEP_OPEN);
+        self.evict_at = self.next_eviction();
+    }
+    /// When [`Inner::evict_idle`] looks again: once the records have doubled (each look
+    /// costs one pass over them, so passes stay O(1) a request however many are not idle),
+    /// and never below the budget. A budget under 64 looks at every request past it (tests
+    /// run the engine so, to drop and reload records on every path).
+    pub(super) fn next_eviction(&self) -> usize {
+        if self.records < 64 {
+            self.records
+        } else {
+            (2 * self.files.len()).max(self.records)
+        }
     }
     pub(super) fn open_ino(&mut self, ino: u64) -> Result<&mut OpenFile> {
         self.ensure_open(ino)?;

@@ -85,7 +85,7 @@ const AUTO_MIN_OBSERVED: u64 = 64;
 const AUTO_MAX_SIZE: u64 = 256 << 20;
 /// Open-file states kept after a seal, and past which idle ones are dropped at the end of
 /// a request ([`Inner::evict_idle`]).
-const KEEP_OPEN: usize = 1024;
+pub const KEEP_OPEN: usize = 1024;
 /// Known (parent, name) pairs kept after a seal, for naming files in errors.
 const KEEP_NAMES: usize = 1 << 20;
 /// Dirty plaintext held across all files before the engine seals on its own. The part of a
@@ -115,6 +115,10 @@ pub struct Options {
     pub read_only: bool,
     /// Largest total of extended-attribute names and values per inode (ENOSPC past it).
     pub xattr_bytes_max: usize,
+    /// Inode records kept in memory before the idle ones are dropped (read again, and
+    /// authenticated again, at their next use; docs/design.md, "Resident inode records").
+    /// Directories, files with unsealed changes and files in use stay whatever the budget.
+    pub records: usize,
 }
 
 impl Default for Options {
@@ -123,6 +127,7 @@ impl Default for Options {
             cache_bytes: 1024,
             read_only: false,
             xattr_bytes_max: XATTR_BYTES_MAX,
+            records: KEEP_OPEN,
         }
     }
 }
@@ -398,6 +403,8 @@ struct Inner {
     /// `files` is pruned of idle records at the end of a request once it holds this many
     /// ([`Inner::evict_idle`]).
     evict_at: usize,
+    /// [`Options::records`].
+    records: usize,
     /// Open handles per inode (a file unlinked while open lives until the last closes).
     handles: HashMap<u64, u32>,
     /// Last known (parent, name) of inodes, for naming them in integrity errors.
@@ -683,7 +690,8 @@ impl Volume {
             },
             header_dirty: false,
             files: HashMap::new(),
-            evict_at: KEEP_OPEN,
+            evict_at: opts.records,
+            records: opts.records,
             handles: HashMap::new(),
             names: HashMap::new(),
             dirty_bytes: 0,

@@ -11,6 +11,18 @@ pub mod workload;
 
 pub const PW: &[u8] = b"correct horse";
 
+/// The engine's record budget for the tests: `INTACT_TEST_RECORDS` when set (scripts/test.sh
+/// runs the attack, crash and model suites a second time with a budget of 1, so that every
+/// record is dropped and read back, authenticated, between requests), else the default.
+pub fn records() -> usize {
+    match std::env::var("INTACT_TEST_RECORDS") {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("INTACT_TEST_RECORDS={v:?} is not a number")),
+        Err(_) => intact_core::volume::KEEP_OPEN,
+    }
+}
+
 /// A new volume in `store`, anchored in `trusted` (a `MemTrusted`, or a wrapper of one).
 pub fn create<T: TrustedStore + Clone + 'static>(
     store: Arc<dyn UntrustedStore>,
@@ -33,6 +45,7 @@ pub fn create<T: TrustedStore + Clone + 'static>(
         &Options {
             cache_bytes: 1024,
             read_only: false,
+            records: records(),
             ..Options::default()
         },
     )
@@ -47,6 +60,7 @@ pub fn open(store: Arc<dyn UntrustedStore>, trusted: &MemTrusted) -> intact_core
         &Options {
             cache_bytes: 1024,
             read_only: false,
+            records: records(),
             ..Options::default()
         },
     )
@@ -63,6 +77,7 @@ pub fn open_ro(
         &Options {
             cache_bytes: 1024,
             read_only: true,
+            records: records(),
             ..Options::default()
         },
     )
