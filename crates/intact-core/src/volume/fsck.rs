@@ -37,6 +37,25 @@ pub(super) fn check_all_blocks(
     }
 }
 
+/// Which inodes a walk reached: one bit each.
+struct Reached(Vec<u64>);
+
+impl Reached {
+    fn new(count: u64) -> Self {
+        Reached(vec![0; count.div_ceil(64) as usize])
+    }
+    fn insert(&mut self, ino: u64) {
+        if let Some(w) = self.0.get_mut((ino / 64) as usize) {
+            *w |= 1 << (ino % 64);
+        }
+    }
+    fn contains(&self, ino: u64) -> bool {
+        self.0
+            .get((ino / 64) as usize)
+            .is_some_and(|w| w & (1 << (ino % 64)) != 0)
+    }
+}
+
 impl Inner {
     pub(super) fn fsck(&mut self, progress: &mut dyn FnMut(u64)) -> Result<Vec<FsckFailure>> {
         let mut failures = Vec::new();
@@ -58,11 +77,12 @@ impl Inner {
             failures.extend(e.into_iter().map(|e| fail("<inode table>", e)));
             return Ok(failures);
         }
-        let mut reached = std::collections::HashSet::new();
+        // One bit per inode: memory flat in the number of files.
+        let mut reached = Reached::new(self.header.count);
         let mut stack = vec![("/".to_string(), ROOT_INO)];
         // Files unlinked while open are not lost: the next writable open frees them.
         let mut u = self.header.unlinked_head;
-        while u != 0 && !reached.contains(&u) {
+        while u != 0 && !reached.contains(u) {
             stack.push((format!("<unlinked inode {u}>"), u));
             reached.insert(u);
             u = match self.open_ino(u) {
@@ -75,71 +95,126 @@ impl Inner {
         }
         while let Some((path, ino)) = stack.pop() {
             reached.insert(ino);
+            // A record this walk reads is dropped once checked (the engine's resident
+            // records stay as they were; memory stays flat however many files there are).
+            let loaded = !self.files.contains_key(&ino);
             if let Err(e) = self.ensure_open(ino) {
                 failures.push(fail(&path, e));
                 continue;
             }
             let env = env!(self);
             let of = self.files.get_mut(&ino).expect("opened");
-            if let Err(errs) = check_all_blocks(&env, &mut self.tx, of, progress) {
-                failures.extend(errs.into_iter().map(|e| fail(&path, e)));
-                continue;
-            }
-            if of.inode.xattr != 0 {
-                stack.push((
-                    format!("{path} (extended attributes)"),
-                    of.inode.xattr as u64,
-                ));
-            }
-            if of.inode.kind == Kind::Dir {
-                match self.dir_entries(ino, &path) {
-                    Ok(entries) => {
-                        for (name, (child, _)) in entries.iter().rev() {
-                            let p = if path == "/" {
-                                format!("/{name}")
-                            } else {
-                                format!("{path}/{name}")
-                            };
-                            stack.push((p, *child));
+            match check_all_blocks(&env, &mut self.tx, of, progress) {
+                Err(errs) => failures.extend(errs.into_iter().map(|e| fail(&path, e))),
+                Ok(()) => {
+                    if of.inode.xattr != 0 {
+                        stack.push((
+                            format!("{path} (extended attributes)"),
+                            of.inode.xattr as u64,
+                        ));
+                    }
+                    if of.inode.kind == Kind::Dir {
+                        match self.dir_entries(ino, &path) {
+                            Ok(entries) => {
+                                for (name, (child, _)) in entries.iter().rev() {
+                                    let p = if path == "/" {
+                                        format!("/{name}")
+                                    } else {
+                                        format!("{path}/{name}")
+                                    };
+                                    stack.push((p, *child));
+                                }
+                            }
+                            Err(e) => failures.push(fail(&path, e)),
                         }
                     }
-                    Err(e) => failures.push(fail(&path, e)),
                 }
             }
-        }
-        for ino in ROOT_INO..self.header.count {
-            if reached.contains(&ino) {
-                continue;
-            }
-            match self.read_record(ino) {
-                Ok(r) if r.kind == Kind::Free => {}
-                Ok(_) => failures.push(FsckFailure {
-                    path: format!("<inode {ino}>"),
-                    block: None,
-                    what: "allocated but not referenced by any directory (lost file)".into(),
-                }),
-                Err(e) => failures.push(fail("<inode table>", e)),
+            if loaded {
+                self.files.remove(&ino);
             }
         }
+        let mut lost = Vec::new();
+        self.each_record(|ino, r| {
+            if r.kind != Kind::Free && !reached.contains(ino) {
+                lost.push(ino);
+            }
+        })
+        .or_else(|e| {
+            failures.push(fail("<inode table>", e));
+            Ok::<(), Error>(())
+        })?;
+        failures.extend(lost.into_iter().map(|ino| FsckFailure {
+            path: format!("<inode {ino}>"),
+            block: None,
+            what: "allocated but not referenced by any directory (lost file)".into(),
+        }));
         Ok(failures)
+    }
+    /// Calls `f` with every inode record (root onwards) in order, resident files' as they
+    /// are in memory. The inode table is read 256 records at a time (each of its blocks
+    /// verified once, not once per record) and nothing is kept: memory stays flat however
+    /// many inodes the volume has.
+    pub(super) fn each_record(&mut self, mut f: impl FnMut(u64, &Inode)) -> Result<()> {
+        const CHUNK: u64 = 256;
+        let count = self.header.count;
+        let mut buf = vec![0u8; CHUNK as usize * RECORD_SIZE];
+        let mut ino = ROOT_INO;
+        while ino < count {
+            let n = (count - ino).min(CHUNK);
+            let want = n as usize * RECORD_SIZE;
+            let env = env!(self);
+            let got = file_read(
+                &env,
+                &mut self.tx,
+                &mut self.itable,
+                ino * RECORD_SIZE as u64,
+                &mut buf[..want],
+            )?;
+            // Records of inodes created since the table last grew are in memory only.
+            let stored = got / RECORD_SIZE;
+            for k in 0..n as usize {
+                let i = ino + k as u64;
+                match self.files.get(&i) {
+                    Some(of) => f(i, &of.inode),
+                    None if k < stored => {
+                        let b = &buf[k * RECORD_SIZE..(k + 1) * RECORD_SIZE];
+                        let r = Inode::decode(b).ok_or_else(|| {
+                            Error::tampered(
+                                Subject::InodeTable,
+                                None,
+                                format!("inode {i}: malformed record"),
+                            )
+                        })?;
+                        f(i, &r)
+                    }
+                    None => {
+                        return Err(Error::tampered(
+                            Subject::InodeTable,
+                            None,
+                            format!("inode {i} is past the end of the table"),
+                        ))
+                    }
+                }
+            }
+            ino += n;
+        }
+        Ok(())
     }
     /// Every inode record (root onwards), with open files' in-memory state.
     pub(super) fn records(&mut self) -> Result<Vec<Inode>> {
-        (ROOT_INO..self.header.count)
-            .map(|ino| match self.files.get(&ino) {
-                Some(of) => Ok(of.inode.clone()),
-                None => self.read_record(ino),
-            })
-            .collect()
+        let mut v = Vec::new();
+        self.each_record(|_, r| v.push(r.clone()))?;
+        Ok(v)
     }
     pub(super) fn orphans(&mut self) -> Result<Vec<String>> {
         let mut live = std::collections::HashSet::new();
-        live.insert(hex::encode(self.itable.inode.id));
-        for r in self.records()? {
+        live.insert(self.itable.inode.id);
+        self.each_record(|_, r| {
             if r.kind != Kind::Free {
-                live.insert(hex::encode(r.id));
+                live.insert(r.id);
             }
-        }
+        })?;
         let mut out: Vec<String> = self
             .store
             .list()?
@@ -155,7 +230,9 @@ impl Inner {
                     .split('.')
                     .next()
                     .unwrap_or("");
-                !live.contains(id)
+                let mut b = [0u8; 16];
+                // A name that is no file id of ours is an orphan too.
+                hex::decode_to_slice(id, &mut b).is_err() || !live.contains(&b)
             })
             .collect();
         out.sort();
@@ -163,18 +240,16 @@ impl Inner {
     }
     pub(super) fn info(&mut self) -> Result<Info> {
         let (mut files, mut dirs, mut links, mut special, mut content) = (0, 0, 0, 0, 0);
-        for r in self.records()? {
-            match r.kind {
-                Kind::File => {
-                    files += 1;
-                    content += r.size;
-                }
-                Kind::Dir => dirs += 1,
-                Kind::Symlink => links += 1,
-                Kind::Fifo | Kind::Socket | Kind::CharDev | Kind::BlockDev => special += 1,
-                Kind::Free | Kind::Xattr => {}
+        self.each_record(|_, r| match r.kind {
+            Kind::File => {
+                files += 1;
+                content += r.size;
             }
-        }
+            Kind::Dir => dirs += 1,
+            Kind::Symlink => links += 1,
+            Kind::Fifo | Kind::Socket | Kind::CharDev | Kind::BlockDev => special += 1,
+            Kind::Free | Kind::Xattr => {}
+        })?;
         let itable_prefix = hex::encode(self.itable.inode.id);
         let (mut data, mut integrity, mut itable) = (0, 0, 0);
         for name in self.store.list()? {
@@ -321,11 +396,13 @@ impl Volume {
     /// Total bytes of file contents (for fsck's progress bar).
     pub fn content_bytes(&self) -> Result<u64> {
         let mut g = self.idle()?;
-        Ok(g.records()?
-            .iter()
-            .filter(|r| r.kind == Kind::File)
-            .map(|r| r.size)
-            .sum())
+        let mut total = 0;
+        g.each_record(|_, r| {
+            if r.kind == Kind::File {
+                total += r.size;
+            }
+        })?;
+        Ok(total)
     }
     /// Volume facts.
     pub fn info(&self) -> Result<Info> {
