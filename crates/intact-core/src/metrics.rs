@@ -578,7 +578,23 @@ impl Metrics {
         }
     }
 
-    /// One file's counters (zero when it was not accessed since the volume was opened).
+    /// Drops the counters of files whose records the engine dropped from memory (issue 18:
+    /// the table must not grow with every file a walk touches). A file's counters then
+    /// start again at its next use.
+    pub fn forget_files<'a>(&self, ids: impl IntoIterator<Item = &'a FileId>) {
+        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        for id in ids {
+            files.remove(id);
+        }
+    }
+
+    /// How many files have counters (the per-file table's size).
+    pub fn files_counted(&self) -> usize {
+        self.files.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// One file's counters (zero when it was not accessed since the volume was opened,
+    /// or since its record was last dropped from memory).
     pub fn file(&self, id: &FileId) -> FileCounts {
         self.files
             .lock()

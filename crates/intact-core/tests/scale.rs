@@ -85,6 +85,14 @@ fn resident_records_stay_within_the_budget_and_evicted_records_reload_fresh() {
             vol.resident_records(),
             k + 1
         );
+        // The per-file counters go with the records (the inode table and the request's
+        // files beside them).
+        assert!(
+            vol.files_measured() <= BUDGET + 1,
+            "counters of {} files kept after touching {} files",
+            vol.files_measured(),
+            k + 1
+        );
     }
     assert!(most > 1000, "the budget was reached ({most})");
     // File 0 was dropped from memory thousands of files ago: an older copy of it put back
@@ -147,6 +155,7 @@ fn the_record_budget_the_user_sets_bounds_the_resident_records() {
                 "{} records resident with a budget of {SMALL}",
                 vol.resident_records()
             );
+            assert!(vol.files_measured() <= SMALL + DIRS + 3);
         }
     }
     assert!(most > SMALL, "the budget was reached ({most})");

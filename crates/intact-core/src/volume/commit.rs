@@ -341,9 +341,15 @@ impl Inner {
             // without reading their record), and files a read holds (it runs without the
             // engine lock: a second record of the file must not appear beside it). Every
             // state is clean at this point.
+            let mut dropped = Vec::new();
             self.files.retain(|_, f| {
-                f.inode.kind == Kind::Dir || f.inode.nlink == 0 || f.state.is_shared()
+                let keep = f.inode.kind == Kind::Dir || f.inode.nlink == 0 || f.state.is_shared();
+                if !keep {
+                    dropped.push(f.inode.id);
+                }
+                keep
             });
+            self.metrics.forget_files(&dropped);
             self.evict_at = self.next_eviction();
         }
         if self.names.len() > KEEP_NAMES {

@@ -131,7 +131,9 @@ impl Inner {
                 }
             }
             if loaded {
-                self.files.remove(&ino);
+                if let Some(of) = self.files.remove(&ino) {
+                    self.metrics.forget_files([&of.inode.id]);
+                }
             }
         }
         let mut lost = Vec::new();
@@ -413,6 +415,11 @@ impl Volume {
     /// bytes of `US_F` accessed (integrity bandwidth), time by phase.
     pub fn metrics(&self) -> MetricsSnapshot {
         self.metrics.snapshot()
+    }
+    /// How many files have per-file counters in memory: bounded like the resident records
+    /// (a file's counters go when its record is dropped).
+    pub fn files_measured(&self) -> usize {
+        self.metrics.files_counted()
     }
     /// A file's integrity costs: its storage for integrity (`US_F` objects), its trusted
     /// state (bytes of TS_F in use), and what was measured on it since open.

@@ -167,6 +167,7 @@ impl Inner {
         }
         let sealed_end = self.anchor.log.map(|l| l.sealed.end).unwrap_or_default();
         let ended = self.commits_ended;
+        let mut dropped = Vec::new();
         self.files.retain(|_, f| {
             let idle = f.inode.kind != Kind::Dir
                 && f.inode.nlink != 0
@@ -175,8 +176,12 @@ impl Inner {
                 && f.logged_at <= sealed_end
                 && f.sealed_by <= ended
                 && !f.state.is_shared();
+            if idle {
+                dropped.push(f.inode.id);
+            }
             !idle
         });
+        self.metrics.forget_files(&dropped);
         self.evict_at = self.next_eviction();
     }
     /// When [`Inner::evict_idle`] looks again: once the records have doubled (each look
