@@ -87,6 +87,11 @@ struct ObjState {
 }
 
 impl ObjState {
+    /// Nothing but the length the store gave at first use: forgetting it and asking the
+    /// store again later gives the same view.
+    fn is_clean(&self) -> bool {
+        !self.staged() && !self.direct && !self.on_base && !self.pinned && self.logged_end == 0
+    }
     fn staged(&self) -> bool {
         self.deleted
             || self.cut.is_some()
@@ -109,7 +114,12 @@ pub struct Tx {
     /// Stage every write ([`Tx::stage_all`]).
     stage_all: bool,
     captured: Vec<LoggedOp>,
+    /// [`Tx::forget_clean`] looks again past this many objects.
+    forget_at: usize,
 }
+
+/// Objects a transaction keeps knowing before [`Tx::forget_clean`] drops the clean ones.
+const KNOW_OBJECTS: usize = 4096;
 
 /// One change a transaction made, as the log records it ([`Tx::drain`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -357,7 +367,22 @@ impl Tx {
             capturing: false,
             stage_all: false,
             captured: Vec::new(),
+            forget_at: KNOW_OBJECTS,
         }
+    }
+
+    /// Drops what the transaction knows of objects it did not change (their lengths, read
+    /// from the store at first use) once it knows of more than [`KNOW_OBJECTS`], or twice
+    /// as many as after the last time: a session that only reads (a mount serving a
+    /// `find`, a backup) would otherwise keep an entry for every object it touched until
+    /// its next commit, which a read-only session never makes (issue 18). Returns the
+    /// number of objects still known.
+    pub fn forget_clean(&mut self) -> usize {
+        if self.objs.len() >= self.forget_at {
+            self.objs.retain(|_, s| !s.is_clean());
+            self.forget_at = (2 * self.objs.len()).max(KNOW_OBJECTS);
+        }
+        self.objs.len()
     }
 
     /// A transaction that never writes the store (read-only opens, which may still need to
@@ -367,6 +392,11 @@ impl Tx {
             read_only: true,
             ..Tx::new(store)
         }
+    }
+
+    /// How many objects the transaction knows of (changed, or only looked at).
+    pub fn known(&self) -> usize {
+        self.objs.len()
     }
 
     /// The underlying store.
@@ -1063,6 +1093,51 @@ mod tests {
         let mut b = vec![0u8; len as usize];
         tx.read_at(name, 0, &mut b).unwrap();
         Some(b)
+    }
+
+    /// A transaction forgets the objects it only looked at once it knows many, and keeps
+    /// every one it changed: reads and the commit see the same state as before.
+    #[test]
+    fn forgets_only_objects_it_did_not_change() {
+        let store = Arc::new(MemStore::new());
+        for i in 0..KNOW_OBJECTS + 10 {
+            store.write_at(&format!("o{i}"), 0, b"abc").unwrap();
+        }
+        let mut tx = Tx::new(store.clone());
+        tx.write_at("o0", 1, b"X").unwrap(); // staged overwrite
+        tx.write_at("o1", 3, b"de").unwrap(); // direct append
+        tx.delete("o2").unwrap();
+        tx.set_len("o3", 1).unwrap();
+        tx.write_at("new", 0, b"n").unwrap();
+        assert_eq!(
+            tx.forget_clean(),
+            5,
+            "nothing looked at yet beyond the changes"
+        );
+        for i in 4..KNOW_OBJECTS + 10 {
+            assert_eq!(read(&mut tx, &format!("o{i}")).unwrap(), b"abc");
+        }
+        assert_eq!(
+            tx.forget_clean(),
+            5,
+            "the lengths it only read are forgotten"
+        );
+        assert_eq!(read(&mut tx, "o0").unwrap(), b"aXc");
+        assert_eq!(read(&mut tx, "o1").unwrap(), b"abcde");
+        assert_eq!(read(&mut tx, "o2"), None);
+        assert_eq!(read(&mut tx, "o3").unwrap(), b"a");
+        assert_eq!(read(&mut tx, "o9").unwrap(), b"abc");
+        // Below the threshold nothing is dropped (a pass costs a look at every object).
+        assert_eq!(tx.forget_clean(), 6);
+        let c = tx.begin_commit(1, None).unwrap();
+        c.write_journal(store.as_ref(), &key()).unwrap();
+        c.apply(store.as_ref()).unwrap();
+        tx.end_commit(&c);
+        assert_eq!(store.read_all("o0").unwrap().unwrap(), b"aXc");
+        assert_eq!(store.read_all("o1").unwrap().unwrap(), b"abcde");
+        assert_eq!(store.read_all("o2").unwrap(), None);
+        assert_eq!(store.read_all("o3").unwrap().unwrap(), b"a");
+        assert_eq!(store.read_all("new").unwrap().unwrap(), b"n");
     }
 
     /// A transaction going on while a commit is in flight (docs/design.md, "Commits in

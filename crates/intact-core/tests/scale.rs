@@ -85,6 +85,13 @@ fn resident_records_stay_within_the_budget_and_evicted_records_reload_fresh() {
             vol.resident_records(),
             k + 1
         );
+        // What the transaction knows of objects it only read is forgotten too.
+        assert!(
+            vol.objects_known() <= 8192,
+            "{} objects known after touching {} files",
+            vol.objects_known(),
+            k + 1
+        );
         // The per-file counters go with the records (the inode table and the request's
         // files beside them).
         assert!(
@@ -156,6 +163,14 @@ fn the_record_budget_the_user_sets_bounds_the_resident_records() {
                 vol.resident_records()
             );
             assert!(vol.files_measured() <= SMALL + DIRS + 3);
+            // A session that only reads never commits: what its transaction learnt of the
+            // objects it read must be forgotten all the same (3 objects a file here).
+            assert!(
+                vol.objects_known() <= 8192,
+                "{} objects known after reading {} files",
+                vol.objects_known(),
+                k + 1
+            );
         }
     }
     assert!(most > SMALL, "the budget was reached ({most})");

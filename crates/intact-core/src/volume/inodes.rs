@@ -162,6 +162,8 @@ impl Inner {
     /// the engine lock. A dropped record is read again, authenticated through the inode
     /// table, at its next use.
     pub(super) fn evict_idle(&mut self) {
+        // What the transaction knows of objects it only looked at goes too.
+        self.tx.forget_clean();
         if self.files.len() < self.evict_at {
             return;
         }

@@ -900,6 +900,12 @@ impl Volume {
         self.shared.lock().files.len()
     }
 
+    /// Store objects the engine's transaction knows of: those it changed since the last
+    /// seal, and at most a few thousand it only looked at (issue 18).
+    pub fn objects_known(&self) -> usize {
+        self.shared.lock().tx.known()
+    }
+
     /// Attributes of a path.
     pub fn stat(&self, path: &str) -> Result<Stat> {
         let mut g = self.lock()?;
