@@ -351,6 +351,39 @@ fn inode_record() {
         "inode record with an inline node"
     );
     assert_eq!(Inode::decode(&one.encode()).as_ref(), Some(&one));
+    // The flags byte (record byte 2): bit 0 auto, bit 1 scheme_set, bit 2 inline node; the
+    // rest of the record does not move.
+    for (auto, set, inline, byte) in [
+        (true, false, false, 0x01),
+        (false, true, false, 0x02),
+        (true, true, false, 0x03),
+        (true, true, true, 0x07),
+        (false, true, true, 0x06),
+    ] {
+        let mut r = if inline { one.clone() } else { ino.clone() };
+        r.auto = auto;
+        r.scheme_set = set;
+        let e = r.encode();
+        assert_eq!(e[2], byte, "auto {auto}, scheme_set {set}, inline {inline}");
+        let base = if inline { one.encode() } else { ino.encode() };
+        assert_eq!((&e[..2], &e[3..]), (&base[..2], &base[3..]));
+        assert_eq!(Inode::decode(&e).as_ref(), Some(&r));
+    }
+    // TS_F in use (paper Table 4's trusted storage; docs/file-format.md §4): the scheme
+    // byte and block count (9), the root (32), ctr_hw (8), the inline counters (13 + 16
+    // per interval), and the inline node (32) when the record holds one.
+    assert_eq!(ino.trusted_bytes_used(), 9 + 32 + 8 + 13 + 16);
+    assert_eq!(one.trusted_bytes_used(), 9 + 32 + 8 + 13 + 16 + 32);
+    assert_eq!(sp.trusted_bytes_used(), 9 + 32 + 8 + 77);
+    let mut aead = ino.clone();
+    aead.scheme = SchemeId::Aead;
+    assert_eq!(aead.trusted_bytes_used(), 9);
+    let mut none = ino.clone();
+    none.scheme = SchemeId::None;
+    assert_eq!(none.trusted_bytes_used(), 9 + 8 + 13 + 16);
+    let mut mac = ino.clone();
+    mac.scheme = SchemeId::MacTree;
+    assert_eq!(mac.trusted_bytes_used(), 27);
     // Flag bit 2 with counters that reach into bytes 224..256 is refused, not misread.
     let mut bad = one.encode();
     bad[129] = 6; // six intervals: 13 + 96 bytes, past byte 224
