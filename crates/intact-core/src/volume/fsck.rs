@@ -179,17 +179,10 @@ impl Inner {
                 let i = ino + k as u64;
                 match self.files.get(&i) {
                     Some(of) => f(i, &of.inode),
-                    None if k < stored => {
-                        let b = &buf[k * RECORD_SIZE..(k + 1) * RECORD_SIZE];
-                        let r = Inode::decode(b).ok_or_else(|| {
-                            Error::tampered(
-                                Subject::InodeTable,
-                                None,
-                                format!("inode {i}: malformed record"),
-                            )
-                        })?;
-                        f(i, &r)
-                    }
+                    None if k < stored => f(
+                        i,
+                        &decode_record(i, &buf[k * RECORD_SIZE..(k + 1) * RECORD_SIZE])?,
+                    ),
                     None => {
                         return Err(Error::tampered(
                             Subject::InodeTable,
@@ -202,12 +195,6 @@ impl Inner {
             ino += n;
         }
         Ok(())
-    }
-    /// Every inode record (root onwards), with open files' in-memory state.
-    pub(super) fn records(&mut self) -> Result<Vec<Inode>> {
-        let mut v = Vec::new();
-        self.each_record(|_, r| v.push(r.clone()))?;
-        Ok(v)
     }
     pub(super) fn orphans(&mut self) -> Result<Vec<String>> {
         let mut live = std::collections::HashSet::new();
@@ -309,17 +296,18 @@ impl Inner {
         ))
     }
     pub(super) fn volume_integrity(&mut self) -> Result<VolumeIntegrity> {
-        let records = self.records()?;
         let itable_id = hex::encode(self.itable.inode.id);
         let mut v = VolumeIntegrity {
             anchor_bytes: ANCHOR_SIZE as u64,
             itable_ts_bytes: self.itable.inode.trusted_bytes_used(),
             ..Default::default()
         };
-        for r in records.iter().filter(|r| r.kind != Kind::Free) {
-            v.files += 1;
-            v.ts_bytes += r.trusted_bytes_used();
-        }
+        self.each_record(|_, r| {
+            if r.kind != Kind::Free {
+                v.files += 1;
+                v.ts_bytes += r.trusted_bytes_used();
+            }
+        })?;
         for name in self.store.list()? {
             let len = self.store.len(&name)?.unwrap_or(0);
             match crate::store::ObjectClass::of(&name) {

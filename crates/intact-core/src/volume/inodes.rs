@@ -14,6 +14,18 @@ pub(super) struct TableHeader {
     pub(super) unlinked_head: u64,
 }
 
+/// Inode `ino`'s record from its bytes in the inode table (authenticated by the table's
+/// tree before this is called): a record that does not parse is damage.
+pub(super) fn decode_record(ino: u64, b: &[u8]) -> Result<Inode> {
+    Inode::decode(b).ok_or_else(|| {
+        Error::tampered(
+            Subject::InodeTable,
+            None,
+            format!("inode {ino}: malformed record"),
+        )
+    })
+}
+
 impl Inner {
     pub(super) fn empty_tree(&self, s: SchemeId, id: &FileId) -> crate::tree::TreeState {
         let env = env!(self);
@@ -60,13 +72,7 @@ impl Inner {
                 format!("inode {ino} is past the end of the table"),
             ));
         }
-        Inode::decode(&b).ok_or_else(|| {
-            Error::tampered(
-                Subject::InodeTable,
-                None,
-                format!("inode {ino}: malformed record"),
-            )
-        })
+        decode_record(ino, &b)
     }
     pub(super) fn write_record(&mut self, ino: u64, inode: &Inode) -> Result<()> {
         let env = env!(self);
