@@ -56,6 +56,7 @@ fn create(store: Arc<dyn UntrustedStore>, trusted: &MemTrusted, scheme: SchemeId
             auto: false,
             kdf: KdfParams::TEST,
             inline_leaf: true,
+            dir_tree: true,
         },
         &opts(),
     )

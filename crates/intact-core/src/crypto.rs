@@ -38,6 +38,9 @@ pub mod label {
     pub const ANCHOR: &str = "intact v1 trusted anchor MAC";
     /// Key of the digest of the commit journal.
     pub const JOURNAL: &str = "intact v1 journal digest";
+    /// Volume-wide key of the order keys of directory entries (the top 60 bits of keyed
+    /// BLAKE3 of a name; docs/file-format.md §5.2).
+    pub const DIR_NAME: &str = "intact v1 directory name order";
     /// Key of the log's records (AES-256-GCM; see [`crate::wal`]).
     pub const LOG: &str = "intact v1 log record encryption";
     /// Per-file AES-256 key of the `mac-tree` scheme, used both for the CTR keystream and

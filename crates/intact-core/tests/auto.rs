@@ -123,6 +123,7 @@ fn a_volume_whose_default_is_auto() {
         auto: true,
         kdf: intact_core::crypto::KdfParams::TEST,
         inline_leaf: true,
+        dir_tree: true,
     };
     let t = trusted.clone();
     let vol = intact_core::Volume::create(

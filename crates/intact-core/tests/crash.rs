@@ -240,6 +240,7 @@ fn crash_during_create_never_looks_like_tampering() {
                 auto: false,
                 kdf: intact_core::crypto::KdfParams::TEST,
                 inline_leaf: true,
+                dir_tree: true,
             },
             &intact_core::Options {
                 records: records(),

@@ -314,6 +314,7 @@ fn record_with<S>(
             auto: false,
             kdf: intact_core::crypto::KdfParams::TEST,
             inline_leaf: true,
+            dir_tree: true,
         },
         &opts(),
     )

@@ -66,7 +66,7 @@ fn rename_modes() {
     // Exchanging a directory and a file fixes the directory's parent link.
     vol.rename_at(d, "sub", ROOT_INO, "y", RenameMode::Exchange)
         .unwrap();
-    assert_eq!(vol.readdir_ino(sub).unwrap().0, ROOT_INO);
+    assert_eq!(vol.readdir_page(sub, 0, 10).unwrap().0, ROOT_INO);
     vol.sync().unwrap();
     drop(vol);
     let vol = open(store, &trusted).unwrap();
@@ -478,11 +478,11 @@ fn special_files() {
     vol.sync().unwrap();
     let check = |vol: &intact_core::Volume| {
         let names = |dir: u64| {
-            vol.readdir_ino(dir)
+            vol.readdir_page(dir, 0, 1000)
                 .unwrap()
                 .1
                 .into_iter()
-                .map(|e| (e.name, e.kind))
+                .map(|(_, e)| (e.name, e.kind))
                 .collect::<Vec<_>>()
         };
         let root = names(ROOT_INO);

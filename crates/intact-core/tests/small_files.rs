@@ -284,6 +284,7 @@ fn a_volume_without_inline_leaves_keeps_its_nodes_in_objects() {
             auto: false,
             kdf: KdfParams::TEST,
             inline_leaf: false,
+            dir_tree: false,
         },
         &Options::default(),
     )

@@ -233,27 +233,10 @@ fn name_str(name: &OsStr) -> Result<&str, Errno> {
     name.to_str().ok_or(Errno::EILSEQ)
 }
 
-/// The names of a directory, taken at opendir and again at every rewind (offset 0). POSIX
-/// lets a listing that overlaps an unlink or a create show an entry or not, but every entry
-/// returned must be valid when it is returned: each name is looked up again at that moment
-/// (an inode number in the snapshot may have been freed and reused since), and a name
-/// removed since is skipped. Offsets are positions in the snapshot, so entries that stay
-/// are neither skipped nor repeated.
-struct DirSnapshot {
-    /// The directory's parent (for `..`).
-    parent: u64,
-    /// Shared with the readdir calls that read it (no copy per call: a large directory is
-    /// read in many small batches).
-    names: Arc<[String]>,
-    /// Taken by opendir and not yet used: the first read at offset 0 needs no new one.
-    unused: bool,
-}
-
 /// The file system served to the kernel.
 pub struct IntactFs {
     vol: Arc<Volume>,
     opts: MountOptions,
-    dirs: Mutex<HashMap<u64, DirSnapshot>>,
     /// The kernel's lookup count per inode (every entry reply adds one, FORGET subtracts its
     /// count). The engine hears of an inode's FORGET only when the count reaches zero: until
     /// then the kernel may still send requests for it, so a freed number is not reused.
@@ -507,7 +490,6 @@ impl IntactFs {
             bs: vol.block_size(),
             vol: vol.clone(),
             opts: opts.clone(),
-            dirs: Mutex::new(HashMap::new()),
             lookups: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             writers: Mutex::new(BTreeMap::new()),
@@ -607,37 +589,49 @@ impl IntactFs {
         }
     }
 
-    /// The names of directory `ino` now (with `.` and `..`).
-    fn snapshot(&self, ino: u64) -> intact_core::Result<DirSnapshot> {
-        let (parent, list) = self.vol.readdir_ino(ino)?;
-        let mut names = Vec::with_capacity(list.len() + 2);
-        names.push(".".to_string());
-        names.push("..".to_string());
-        names.extend(list.into_iter().map(|e| e.name));
-        Ok(DirSnapshot {
-            parent: parent.max(1),
-            names: names.into(),
-            unused: true,
-        })
-    }
-
-    /// The directory's parent and the snapshot's names (to be read from `offset` on); a
-    /// rewind (offset 0) takes a new snapshot.
-    fn listing(&self, ino: u64, fh: u64, offset: u64) -> Result<(u64, Arc<[String]>), Errno> {
-        let unused = {
-            let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
-            let snap = dirs.get_mut(&fh).ok_or(Errno::EBADF)?;
-            std::mem::replace(&mut snap.unused, false)
-        };
-        if offset == 0 && !unused {
-            let mut snap = self.snapshot(ino).map_err(|e| self.fail("readdir", e))?;
-            snap.unused = false;
-            let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
-            *dirs.get_mut(&fh).ok_or(Errno::EBADF)? = snap;
+    /// Entries of directory `ino` past `offset` for a reply, a page at a time, until `add`
+    /// says the reply is full (it returns `true`) or the directory ends: `.` at offset 1,
+    /// `..` at 2, then the engine's entries at their cookies ([`Volume::readdir_page`]),
+    /// which stay valid while the directory changes. No snapshot: an entry is read when it
+    /// is returned, so a name removed since opendir is never returned, and a name is
+    /// never paired with an inode number it no longer has. POSIX leaves open only whether
+    /// entries added or removed during the listing appear.
+    fn list(
+        &self,
+        ino: u64,
+        offset: u64,
+        mut add: impl FnMut(u64, u64, Option<Kind>, &str) -> Result<bool, Errno>,
+        op: &str,
+    ) -> Result<(), Errno> {
+        const PAGE: usize = 64;
+        let (parent, mut page) = self
+            .vol
+            .readdir_page(ino, offset, PAGE)
+            .map_err(|e| self.fail(op, e))?;
+        if offset < 1 && add(ino, 1, None, ".")? {
+            return Ok(());
         }
-        let dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
-        let snap = dirs.get(&fh).ok_or(Errno::EBADF)?;
-        Ok((snap.parent, snap.names.clone()))
+        if offset < 2 && add(parent.max(1), 2, None, "..")? {
+            return Ok(());
+        }
+        loop {
+            let n = page.len();
+            let mut last = offset;
+            for (cookie, e) in page {
+                if add(e.ino, cookie, Some(e.kind), &e.name)? {
+                    return Ok(());
+                }
+                last = cookie;
+            }
+            if n < PAGE {
+                return Ok(());
+            }
+            page = self
+                .vol
+                .readdir_page(ino, last, PAGE)
+                .map_err(|e| self.fail(op, e))?
+                .1;
+        }
     }
 
     fn new_fh(&self) -> FileHandle {
@@ -1088,15 +1082,9 @@ impl Filesystem for IntactFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.snapshot(ino.0) {
-            Ok(snap) => {
-                let fh = self.new_fh();
-                self.dirs
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(fh.0, snap);
-                reply.opened(fh, FopenFlags::empty());
-            }
+        match self.vol.attr(ino.0) {
+            Ok(a) if a.kind == Kind::Dir => reply.opened(self.new_fh(), FopenFlags::empty()),
+            Ok(_) => reply.error(Errno::ENOTDIR),
             Err(e) => reply.error(self.fail("opendir", e)),
         }
     }
@@ -1105,99 +1093,84 @@ impl Filesystem for IntactFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let (parent, names) = match self.listing(ino.0, fh.0, offset) {
-            Ok(l) => l,
-            Err(e) => return reply.error(e),
-        };
-        let skip = offset.min(usize::MAX as u64) as usize;
-        for (k, name) in names.iter().enumerate().skip(skip) {
-            let off = k as u64 + 1;
-            let (eino, kind) = match name.as_str() {
-                "." => (ino.0, FileType::Directory),
-                ".." => (parent, FileType::Directory),
-                _ => match self.vol.entry_at(ino.0, name) {
-                    Ok(Some(e)) => (e.ino, file_type(e.kind)),
-                    // Removed since the snapshot (or the directory is gone): skipped.
-                    Ok(None) => continue,
-                    Err(e) if errno(&e) == Errno::ENOENT => continue,
-                    Err(e) => return reply.error(self.fail("readdir", e)),
-                },
-            };
-            if reply.add(INodeNo(eino), off, kind, name) {
-                break;
-            }
+        let r = self.list(
+            ino.0,
+            offset,
+            |eino, off, kind, name| {
+                let kind = kind.map_or(FileType::Directory, file_type);
+                Ok(reply.add(INodeNo(eino), off, kind, name))
+            },
+            "readdir",
+        );
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
-        reply.ok();
     }
 
     fn readdirplus(
         &self,
         _req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let (parent, names) = match self.listing(ino.0, fh.0, offset) {
-            Ok(l) => l,
-            Err(e) => return reply.error(e),
-        };
-        let skip = offset.min(usize::MAX as u64) as usize;
-        for (k, name) in names.iter().enumerate().skip(skip) {
-            let off = k as u64 + 1;
-            // The kernel takes no reference for `.` and `..` (fuse_direntplus_link skips
-            // them); every other entry it receives counts as a lookup.
-            let dots = name == "." || name == "..";
-            let r = match name.as_str() {
-                "." => self.vol.attr(ino.0),
-                ".." => self.vol.attr(parent),
-                _ => self.vol.lookup(ino.0, name),
-            };
-            let a = match r {
-                Ok(a) => a,
-                // Removed since the snapshot: skipped. Only stored data that fails its
-                // checks is an error here, never a name that went away.
-                Err(e) if errno(&e) == Errno::ENOENT => continue,
-                Err(e) => return reply.error(self.fail("readdirplus", e)),
-            };
-            if !dots {
-                // Counted before the reply is sent (at `reply.ok()` below).
-                self.remember(a.ino);
-            }
-            if reply.add(
-                INodeNo(a.ino),
-                off,
-                name,
-                &self.opts.attr_ttl,
-                &self.fuse_attr(&a),
-                Generation(a.generation),
-            ) {
-                if !dots {
+        let r = self.list(
+            ino.0,
+            offset,
+            |eino, off, kind, name| {
+                // The kernel takes no reference for `.` and `..` (fuse_direntplus_link
+                // skips them); every other entry it receives counts as a lookup.
+                let a = match kind {
+                    None => self.vol.attr(eino),
+                    Some(_) => self.vol.lookup(ino.0, name),
+                };
+                let a = match a {
+                    Ok(a) => a,
+                    // Removed since its page was read: skipped. Only stored data that
+                    // fails its checks is an error here, never a name that went away.
+                    Err(e) if errno(&e) == Errno::ENOENT => return Ok(false),
+                    Err(e) => return Err(self.fail("readdirplus", e)),
+                };
+                if kind.is_some() {
+                    // Counted before the reply is sent (at `reply.ok()` below).
+                    self.remember(a.ino);
+                }
+                let full = reply.add(
+                    INodeNo(a.ino),
+                    off,
+                    name,
+                    &self.opts.attr_ttl,
+                    &self.fuse_attr(&a),
+                    Generation(a.generation),
+                );
+                if full && kind.is_some() {
                     // Did not fit: the kernel never sees it.
                     self.release_lookups(a.ino, 1);
                 }
-                break;
-            }
+                Ok(full)
+            },
+            "readdirplus",
+        );
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
-        reply.ok();
     }
 
     fn releasedir(
         &self,
         _req: &Request,
         _ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.dirs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&fh.0);
         reply.ok();
     }
 

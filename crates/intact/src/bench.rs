@@ -376,6 +376,7 @@ fn run_scheme(
         auto: scheme.is_none(),
         kdf: KdfParams::TEST,
         inline_leaf: true,
+        dir_tree: true,
     };
     let store: Arc<dyn UntrustedStore> = Arc::new(LocalDirStore::open(&cipher)?);
     let vol = Volume::create(

@@ -666,6 +666,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     p: 1,
                 },
                 inline_leaf: true,
+                dir_tree: true,
             };
             // The volume id is only known once the config exists, so the state directory
             // for the anchor is chosen by a two-step create.

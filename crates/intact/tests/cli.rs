@@ -686,8 +686,11 @@ fn corrupted_config() {
     set(text.replace("\"format\": 1", "\"format\": 99").as_bytes());
     v.run(&["ls"]).fails(code::CONFIG).says("newer");
     let mut c: serde_json::Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(c["features"], serde_json::json!(["inline-leaf"]));
-    c["features"] = serde_json::json!(["inline-leaf", "warp"]);
+    assert_eq!(
+        c["features"],
+        serde_json::json!(["inline-leaf", "dir-tree"])
+    );
+    c["features"] = serde_json::json!(["inline-leaf", "dir-tree", "warp"]);
     set(c.to_string().as_bytes());
     v.run(&["ls"]).fails(code::CONFIG).says("warp");
     // Argon2 parameters that would take the machine down are refused before use.

@@ -514,6 +514,7 @@ mod tests {
                 auto: false,
                 kdf: KdfParams::TEST,
                 inline_leaf: true,
+                dir_tree: true,
             },
             &Options::default(),
         )

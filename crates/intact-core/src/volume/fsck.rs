@@ -114,18 +114,21 @@ impl Inner {
                         ));
                     }
                     if of.inode.kind == Kind::Dir {
-                        match self.dir_entries(ino, &path) {
-                            Ok(entries) => {
-                                for (name, (child, _)) in entries.iter().rev() {
-                                    let p = if path == "/" {
-                                        format!("/{name}")
-                                    } else {
-                                        format!("{path}/{name}")
-                                    };
-                                    stack.push((p, *child));
-                                }
-                            }
-                            Err(e) => failures.push(fail(&path, e)),
+                        let mut children = Vec::new();
+                        let r = self.dir_each(ino, &path, |_, e| {
+                            children.push((e.name, e.ino));
+                            Ok(())
+                        });
+                        if let Err(e) = r {
+                            failures.push(fail(&path, e));
+                        }
+                        for (name, child) in children.into_iter().rev() {
+                            let p = if path == "/" {
+                                format!("/{name}")
+                            } else {
+                                format!("{path}/{name}")
+                            };
+                            stack.push((p, child));
                         }
                     }
                 }
@@ -462,8 +465,8 @@ mod tests {
         let ino = vol.stat("/f150").unwrap().ino;
         {
             let mut g = vol.shared.lock();
-            g.dir_entries(ROOT_INO, "/").unwrap().remove("f150");
-            g.files.get_mut(&ROOT_INO).unwrap().dir_dirty = true;
+            g.dir_put(ROOT_INO, "f150", None).unwrap();
+            g.touch_dir(ROOT_INO);
         }
         vol.sync().unwrap();
         // A file unlinked while open is on the unlinked list: reached, not lost.

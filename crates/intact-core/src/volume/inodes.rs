@@ -50,7 +50,9 @@ impl Inner {
         root.nlink = 2;
         root.link = ROOT_INO;
         let mut of = OpenFile::load(root, &self.keys, &mut self.tx, Subject::Path("/".into()))?;
-        of.dir = Some(BTreeMap::new());
+        if !self.dir_tree {
+            of.dir = Some(BTreeMap::new());
+        }
         of.record_dirty = true;
         self.files.insert(ROOT_INO, of);
         self.commit()
@@ -177,7 +179,9 @@ impl Inner {
         let ended = self.commits_ended;
         let mut dropped = Vec::new();
         self.files.retain(|_, f| {
-            let idle = f.inode.kind != Kind::Dir
+            // A whole-list directory's entries are costly to decode again; a tree's are
+            // read a path at a time.
+            let idle = (f.inode.kind != Kind::Dir || f.dir.is_none())
                 && f.inode.nlink != 0
                 && !f.is_dirty()
                 && f.unsynced_since.is_none()
@@ -332,7 +336,7 @@ impl Inner {
         inode.uid = uid;
         inode.gid = gid;
         let mut of = OpenFile::load(inode, &self.keys, &mut self.tx, Subject::Inode(ino))?;
-        if kind == Kind::Dir {
+        if kind == Kind::Dir && !self.dir_tree {
             of.dir = Some(BTreeMap::new());
             of.dir_dirty = true;
         }

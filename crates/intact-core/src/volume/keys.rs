@@ -12,6 +12,8 @@ pub(super) struct Keys {
     pub(super) anchor: SubKey,
     pub(super) journal: SubKey,
     pub(super) log: SubKey,
+    /// Order keys of directory entries ([`super::dirtree::name_key`]).
+    pub(super) names: SubKey,
 }
 
 pub(super) fn derive_keys(master: &MasterKey) -> Keys {
@@ -24,6 +26,7 @@ pub(super) fn derive_keys(master: &MasterKey) -> Keys {
         anchor: master.derive(label::ANCHOR, &[]),
         journal: master.derive(label::JOURNAL, &[]),
         log: master.derive(label::LOG, &[]),
+        names: master.derive(label::DIR_NAME, &[]),
     }
 }
 

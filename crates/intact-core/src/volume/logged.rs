@@ -445,15 +445,7 @@ impl Inner {
         name: &str,
         target: Option<(u64, Kind)>,
     ) -> Result<()> {
-        let entries = self.dir_entries(dir, name)?;
-        match target {
-            Some(t) => {
-                entries.insert(name.to_string(), t);
-            }
-            None => {
-                entries.remove(name);
-            }
-        }
+        self.dir_put(dir, name, target)?;
         self.note_item(Item::Entry {
             dir,
             name: name.to_string(),
@@ -1069,11 +1061,11 @@ impl Inner {
                     let mut of =
                         OpenFile::load(rec, &self.keys, &mut self.tx, Subject::Inode(ino))?;
                     match of.inode.kind {
-                        Kind::Dir => of.dir = Some(BTreeMap::new()),
+                        Kind::Dir if !self.dir_tree => of.dir = Some(BTreeMap::new()),
                         Kind::Xattr => of.xattrs = Some(XattrSet::default()),
                         _ => {}
                     }
-                    of.dir_dirty = of.inode.kind == Kind::Dir;
+                    of.dir_dirty = of.dir.is_some();
                     of.xattrs_dirty = of.inode.kind == Kind::Xattr;
                     of.record_dirty = true;
                     self.files.insert(ino, of);
@@ -1110,17 +1102,9 @@ impl Inner {
             }
             Item::Entry { dir, name, target } => {
                 self.replay_open(dir)?;
-                let entries = self.loaded_dir(dir, "")?;
-                match target {
-                    Some(t) => {
-                        entries.insert(name, t);
-                    }
-                    None => {
-                        entries.remove(&name);
-                    }
-                }
-                let of = self.files.get_mut(&dir).expect("loaded by dir_entries");
-                of.dir_dirty = true;
+                self.dir_put(dir, &name, target)?;
+                let of = self.files.get_mut(&dir).expect("opened by replay_open");
+                of.dir_dirty = of.dir.is_some();
                 of.subdirs = None;
                 of.record_dirty = true;
             }

@@ -41,6 +41,7 @@ macro_rules! env {
 
 mod commit;
 mod diagnose;
+mod dirtree;
 mod file_io;
 mod fsck;
 mod gate;
@@ -148,6 +149,9 @@ pub struct CreateOptions {
     /// one object ([`INLINE_LEAF`]). `false` makes a volume as intact made them before,
     /// which older versions of intact open.
     pub inline_leaf: bool,
+    /// Directories are B+-trees of units ([`DIR_TREE`]). `false` makes them one sorted
+    /// list each, as intact made them before, which older versions of intact open.
+    pub dir_tree: bool,
 }
 
 impl Default for CreateOptions {
@@ -158,6 +162,7 @@ impl Default for CreateOptions {
             auto: false,
             kdf: KdfParams::DEFAULT,
             inline_leaf: true,
+            dir_tree: true,
         }
     }
 }
@@ -395,6 +400,8 @@ struct Inner {
     max_object: u64,
     /// The volume has the [`INLINE_LEAF`] feature.
     inline_leaf: bool,
+    /// The volume has the [`DIR_TREE`] feature.
+    dir_tree: bool,
     tx: Tx,
     itable: OpenFile,
     header: TableHeader,
@@ -537,10 +544,11 @@ impl Volume {
             },
             kdf: copts.kdf,
             salt: hex::encode(salt),
-            features: match copts.inline_leaf {
-                true => vec![INLINE_LEAF.to_string()],
-                false => vec![],
-            },
+            features: [(copts.inline_leaf, INLINE_LEAF), (copts.dir_tree, DIR_TREE)]
+                .iter()
+                .filter(|(on, _)| *on)
+                .map(|(_, f)| f.to_string())
+                .collect(),
             wrapped_key: String::new(),
         };
         let kek = crypto::password_key(password, &salt, copts.kdf)?;
@@ -675,6 +683,7 @@ impl Volume {
             },
             default_auto: config.scheme == AUTO,
             inline_leaf: config.features.iter().any(|f| f == INLINE_LEAF),
+            dir_tree: config.features.iter().any(|f| f == DIR_TREE),
             config,
             keys: Arc::new(keys),
             cache: Arc::new(NodeCache::new(opts.cache_bytes)),
@@ -1011,15 +1020,13 @@ impl Volume {
         let mut g = self.lock()?;
         let r = (|| -> Result<Vec<DirEntry>> {
             let ino = g.resolve(&split_path(path), path)?;
-            let entries = g.dir_entries(ino, path)?;
-            Ok(entries
-                .iter()
-                .map(|(n, (i, k))| DirEntry {
-                    name: n.clone(),
-                    ino: *i,
-                    kind: *k,
-                })
-                .collect())
+            let mut entries = Vec::new();
+            g.dir_each(ino, path, |_, e| {
+                entries.push(e);
+                Ok(())
+            })?;
+            entries.sort_by(|a, b| a.name.cmp(&b.name));
+            Ok(entries)
         })();
         self.note(r.map_err(|e| e.at_path(path)))
     }
@@ -1168,13 +1175,11 @@ impl Volume {
     /// opening the inode it names.
     pub fn entry_at(&self, parent: u64, name: &str) -> Result<Option<DirEntry>> {
         self.with_ino(parent, |g| {
-            Ok(g.dir_entries(parent, "")?
-                .get(name)
-                .map(|&(ino, kind)| DirEntry {
-                    name: name.to_string(),
-                    ino,
-                    kind,
-                }))
+            Ok(g.dir_get(parent, name, "")?.map(|(ino, kind)| DirEntry {
+                name: name.to_string(),
+                ino,
+                kind,
+            }))
         })
     }
 
@@ -1331,25 +1336,21 @@ impl Volume {
         Ok(self.lock()?.known_path(ino))
     }
 
-    /// The entries of directory `ino` (sorted by name) and its parent's inode.
-    pub fn readdir_ino(&self, ino: u64) -> Result<(u64, Vec<DirEntry>)> {
+    /// Up to `max` entries of directory `ino` past `cookie` (0: from the start), each with
+    /// its cookie, and the directory's parent. The cookies order the directory by a keyed
+    /// hash of the names and stay valid while it changes: a listing that resumes after the
+    /// last cookie it got skips and repeats no entry that was there all along, and never
+    /// returns a removed name (docs/design.md, "Directories"). Fewer than `max`: the end.
+    pub fn readdir_page(
+        &self,
+        ino: u64,
+        cookie: u64,
+        max: usize,
+    ) -> Result<(u64, Vec<(u64, DirEntry)>)> {
         self.with_ino(ino, |g| {
-            let entries: Vec<DirEntry> = g
-                .dir_entries(ino, "")?
-                .iter()
-                .map(|(n, (i, k))| DirEntry {
-                    name: n.clone(),
-                    ino: *i,
-                    kind: *k,
-                })
-                .collect();
-            for e in &entries {
-                g.names
-                    .entry(e.ino)
-                    .or_insert_with(|| (ino, e.name.clone()));
-            }
+            let page = g.dir_page(ino, cookie, max, "")?;
             let parent = g.open_ino(ino)?.inode.link;
-            Ok((parent, entries))
+            Ok((parent, page))
         })
     }
 

@@ -61,22 +61,77 @@ pub(super) fn decode_dir(b: &[u8]) -> Option<BTreeMap<String, (u64, Kind)>> {
     (r.pos == b.len()).then_some(m)
 }
 
+/// A directory's units in its file, read and written through its scheme
+/// ([`dirtree::Units`]).
+struct FileUnits<'a, 'e> {
+    env: &'a Env<'e>,
+    tx: &'a mut Tx,
+    of: &'a mut OpenFile,
+    ino: u64,
+    unit: usize,
+}
+
+impl dirtree::Units for FileUnits<'_, '_> {
+    fn read(&mut self, k: u32) -> Result<Vec<u8>> {
+        let off = k as u64 * self.unit as u64;
+        let len = self.of.inode.size.saturating_sub(off).min(self.unit as u64);
+        let mut buf = vec![0u8; len as usize];
+        file_read(self.env, self.tx, self.of, off, &mut buf)?;
+        Ok(buf)
+    }
+    fn write(&mut self, k: u32, b: &[u8]) -> Result<()> {
+        file_write(self.env, self.tx, self.of, k as u64 * self.unit as u64, b)
+    }
+    fn set_len(&mut self, len: u64) -> Result<()> {
+        file_truncate(self.env, self.tx, self.of, len)
+    }
+    fn malformed(&self, what: &str) -> Error {
+        Error::tampered(Subject::Inode(self.ino), None, what)
+    }
+}
+
 impl Inner {
-    pub(super) fn dir_entries(
+    /// Runs `f` on directory `ino`'s tree (a volume with [`DIR_TREE`]); the units it
+    /// dirties count towards the dirty limit.
+    fn with_tree<T>(
         &mut self,
         ino: u64,
         path: &str,
-    ) -> Result<&mut BTreeMap<String, (u64, Kind)>> {
+        f: impl FnOnce(&mut dirtree::DirTree<'_, FileUnits<'_, '_>>) -> Result<T>,
+    ) -> Result<T> {
         self.ensure_open(ino)?;
-        self.loaded_dir(ino, path)
+        let env = env!(self);
+        let of = self.files.get_mut(&ino).expect("open");
+        if of.inode.kind != Kind::Dir {
+            return Err(Error::fs(path, FsErrorKind::NotADirectory));
+        }
+        let before = of.dirty.len();
+        let unit = dirtree::unit_size(env.bs);
+        let mut units = FileUnits {
+            env: &env,
+            tx: &mut self.tx,
+            of,
+            ino,
+            unit,
+        };
+        let r = f(&mut dirtree::DirTree {
+            units: &mut units,
+            key: &self.keys.names,
+            unit,
+        });
+        let grown = units.of.dirty.len().saturating_sub(before);
+        self.dirty_bytes += grown * env.bs;
+        r
     }
 
-    /// The entries of open directory `ino`, decoded on first use.
+    /// The entries of open directory `ino` on a volume without [`DIR_TREE`], decoded
+    /// whole on first use.
     pub(super) fn loaded_dir(
         &mut self,
         ino: u64,
         path: &str,
     ) -> Result<&mut BTreeMap<String, (u64, Kind)>> {
+        self.ensure_open(ino)?;
         let env = env!(self);
         let of = self.files.get_mut(&ino).expect("open");
         if of.inode.kind != Kind::Dir {
@@ -91,15 +146,120 @@ impl Inner {
         }
         Ok(of.dir.as_mut().expect("loaded"))
     }
+
+    /// The entry `name` of directory `ino`.
+    pub(super) fn dir_get(
+        &mut self,
+        ino: u64,
+        name: &str,
+        path: &str,
+    ) -> Result<Option<(u64, Kind)>> {
+        if self.dir_tree {
+            return self.with_tree(ino, path, |t| t.get(name));
+        }
+        Ok(self.loaded_dir(ino, path)?.get(name).copied())
+    }
+
+    /// Sets (`Some`) or removes (`None`) the entry `name` of directory `ino` (not logged:
+    /// [`Inner::set_entry`] is what requests call).
+    pub(super) fn dir_put(
+        &mut self,
+        ino: u64,
+        name: &str,
+        target: Option<(u64, Kind)>,
+    ) -> Result<()> {
+        if self.dir_tree {
+            self.with_tree(ino, name, |t| t.set(name, target))?;
+        } else {
+            let entries = self.loaded_dir(ino, name)?;
+            match target {
+                Some(t) => entries.insert(name.to_string(), t),
+                None => entries.remove(name),
+            };
+        }
+        Ok(())
+    }
+
+    /// Whether directory `ino` has no entries.
+    pub(super) fn dir_is_empty(&mut self, ino: u64, path: &str) -> Result<bool> {
+        if self.dir_tree {
+            return self.with_tree(ino, path, |t| Ok(t.header()?.entries == 0));
+        }
+        Ok(self.loaded_dir(ino, path)?.is_empty())
+    }
+
+    /// Up to `max` entries of directory `ino` whose cookies follow `after` (0: the start),
+    /// in cookie order ([`dirtree`]: the order of a keyed hash of the names, stable while
+    /// the directory changes). Fewer than `max`: the end.
+    pub(super) fn dir_page(
+        &mut self,
+        ino: u64,
+        after: u64,
+        max: usize,
+        path: &str,
+    ) -> Result<Vec<(u64, DirEntry)>> {
+        let listed = |(c, e): (u64, dirtree::Ent)| {
+            (
+                c,
+                DirEntry {
+                    name: e.name,
+                    ino: e.ino,
+                    kind: e.kind,
+                },
+            )
+        };
+        if self.dir_tree {
+            let page = self.with_tree(ino, path, |t| t.page(after, max))?;
+            return Ok(page.into_iter().map(listed).collect());
+        }
+        // The whole list, ordered as a tree would order it.
+        let key = self.keys.names.clone();
+        let mut es: Vec<dirtree::Ent> = self
+            .loaded_dir(ino, path)?
+            .iter()
+            .map(|(n, &(ino, kind))| dirtree::Ent {
+                key: dirtree::name_key(&key, n),
+                name: n.clone(),
+                ino,
+                kind,
+            })
+            .collect();
+        es.sort_by(|a, b| (a.key, &a.name).cmp(&(b.key, &b.name)));
+        Ok(dirtree::ranked(es)
+            .filter(|(c, _)| *c > after)
+            .take(max)
+            .map(listed)
+            .collect())
+    }
+
+    /// Every entry of directory `ino`, page by page (in cookie order).
+    pub(super) fn dir_each(
+        &mut self,
+        ino: u64,
+        path: &str,
+        mut f: impl FnMut(&mut Self, DirEntry) -> Result<()>,
+    ) -> Result<()> {
+        const PAGE: usize = 512;
+        let mut after = 0;
+        loop {
+            let page = self.dir_page(ino, after, PAGE, path)?;
+            let n = page.len();
+            for (c, e) in page {
+                after = c;
+                f(self, e)?;
+            }
+            if n < PAGE {
+                return Ok(());
+            }
+        }
+    }
     pub(super) fn resolve(&mut self, comps: &[&str], path: &str) -> Result<u64> {
         let mut ino = ROOT_INO;
         for (k, c) in comps.iter().enumerate() {
             // The prefix is only formatted for an error message.
-            let entries = self
-                .dir_entries(ino, "")
-                .map_err(|e| e.at_path(&format!("/{}", comps[..k].join("/"))))?;
-            ino = entries
-                .get(*c)
+            ino = self
+                .dir_get(ino, c, "")
+                .map_err(|e| e.at_path(&format!("/{}", comps[..k].join("/"))))?
                 .ok_or_else(|| Error::fs(path, FsErrorKind::NotFound))?
                 .0;
         }
@@ -119,7 +279,9 @@ impl Inner {
     pub(super) fn touch_dir(&mut self, ino: u64) {
         self.note_record(ino);
         if let Some(of) = self.files.get_mut(&ino) {
-            of.dir_dirty = true;
+            // A whole-list directory is encoded again at the checkpoint; a tree's units
+            // are already written.
+            of.dir_dirty = of.dir.is_some();
             of.subdirs = None;
             of.record_dirty = true;
             of.inode.mtime_ns = now_ns();
@@ -128,9 +290,8 @@ impl Inner {
     }
     /// The entry `name` of directory `pino`, checked against the record it names.
     pub(super) fn child(&mut self, pino: u64, name: &str) -> Result<(u64, Kind)> {
-        let (ino, kind) = *self
-            .dir_entries(pino, "")?
-            .get(name)
+        let (ino, kind) = self
+            .dir_get(pino, name, "")?
             .ok_or_else(|| Error::fs(name, FsErrorKind::NotFound))?;
         let actual = self.open_ino(ino)?.inode.kind;
         if actual != kind {
@@ -174,7 +335,7 @@ impl Inner {
     ) -> Result<u64> {
         self.check_writable()?;
         valid_name(name)?;
-        if self.dir_entries(pino, name)?.contains_key(name) {
+        if self.dir_get(pino, name, name)?.is_some() {
             return Err(Error::fs(name, FsErrorKind::Exists));
         }
         let ino = self.new_inode(kind, s, mode, uid, gid)?;
@@ -199,7 +360,7 @@ impl Inner {
         if self.open_ino(ino)?.inode.nlink == 0 {
             return Err(Error::fs(name, FsErrorKind::NotFound));
         }
-        if self.dir_entries(pino, name)?.contains_key(name) {
+        if self.dir_get(pino, name, name)?.is_some() {
             return Err(Error::fs(name, FsErrorKind::Exists));
         }
         self.set_entry(pino, name, Some((ino, kind)))?;
@@ -215,7 +376,7 @@ impl Inner {
         let (ino, kind) = self.child(pino, name)?;
         match (dir, kind) {
             (true, Kind::Dir) => {
-                if !self.dir_entries(ino, name)?.is_empty() {
+                if !self.dir_is_empty(ino, name)? {
                     return Err(Error::fs(name, FsErrorKind::NotEmpty));
                 }
             }
@@ -273,7 +434,7 @@ impl Inner {
             (_, Some((tino, _))) if tino == ino => return Ok(()),
             (_, Some((tino, tkind))) => {
                 match (kind, tkind) {
-                    (Kind::Dir, Kind::Dir) if !self.dir_entries(tino, tname)?.is_empty() => {
+                    (Kind::Dir, Kind::Dir) if !self.dir_is_empty(tino, tname)? => {
                         return Err(Error::fs(tname, FsErrorKind::NotEmpty));
                     }
                     (Kind::Dir, Kind::Dir) => {}
@@ -302,11 +463,14 @@ impl Inner {
         if let Some(n) = self.open_ino(ino)?.subdirs {
             return Ok(n);
         }
-        let n = self
-            .dir_entries(ino, "")?
-            .values()
-            .filter(|(_, k)| *k == Kind::Dir)
-            .count();
+        let n = if self.dir_tree {
+            self.with_tree(ino, "", |t| Ok(t.header()?.subdirs))?
+        } else {
+            self.loaded_dir(ino, "")?
+                .values()
+                .filter(|(_, k)| *k == Kind::Dir)
+                .count() as u64
+        };
         let n = u32::try_from(n).unwrap_or(u32::MAX);
         self.open_ino(ino)?.subdirs = Some(n);
         Ok(n)

@@ -41,6 +41,7 @@ pub fn create<T: TrustedStore + Clone + 'static>(
             auto: false,
             kdf: KdfParams::TEST,
             inline_leaf: true,
+            dir_tree: true,
         },
         &Options {
             cache_bytes: 1024,

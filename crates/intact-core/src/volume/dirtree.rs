@@ -1,0 +1,785 @@
+//! Directories that scale (issue 18; docs/file-format.md §5.2): a directory's entries in a
+//! B+-tree ordered by a keyed hash of their names, its nodes in fixed-size *units* of the
+//! directory's own file (so every unit is encrypted and authenticated by the directory's
+//! scheme like any file block).
+//!
+//! A lookup reads the units on one root-to-leaf path; a create, unlink or rename writes the
+//! leaf it changes and unit 0 (the root, which carries the counts), and a split one or two
+//! more: O(log n) units of a directory of n entries, where the whole-directory encoding of
+//! volumes without the `dir-tree` feature rewrote all of it. Leaves are never merged; a
+//! directory that becomes empty shrinks back to nothing.
+//!
+//! The order is the *cookie* `((key << 2) | i) + 3`, where `key` is the top 60 bits of
+//! keyed BLAKE3 of the name (label [`crate::crypto::label::DIR_NAME`]) and `i` the entry's
+//! rank among the names of its leaf that share the key (at most [`GROUP_MAX`]). readdir
+//! resumes after a cookie, so a listing stays valid while the directory changes: no
+//! entry present for the whole listing is skipped or repeated, and no name comes back
+//! carrying another file. Names stay hidden: the key is keyed, and it is stored only
+//! inside the encrypted units.
+
+use super::*;
+
+/// A directory in the tree format starts with these bytes (unit 0).
+pub(super) const DIR_MAGIC: &[u8; 4] = b"IDT1";
+/// Unit 0's header: magic, depth (u8), 3 zero bytes, entries (u64), subdirectories
+/// (u64), units (u32), 4 zero bytes.
+pub(super) const HEADER_LEN: usize = 32;
+/// Names of one leaf that may share a 60-bit key (more is refused with ENOSPC: about
+/// 2^-60 a pair of names, never seen in practice).
+pub(super) const GROUP_MAX: usize = 4;
+/// The smallest unit: a leaf holds at least 14 entries of the longest names.
+pub(super) const MIN_UNIT: usize = 4096;
+/// Cookies below this are the listing's start, `.` and `..`.
+pub(super) const FIRST_COOKIE: u64 = 3;
+
+const TAG_LEAF: u8 = b'L';
+const TAG_INNER: u8 = b'I';
+
+/// The unit size of a volume whose block size is `bs`: a whole number of blocks.
+pub(super) fn unit_size(bs: usize) -> usize {
+    bs.max(MIN_UNIT)
+}
+
+/// The 60-bit order key of `name`.
+pub(super) fn name_key(k: &SubKey, name: &str) -> u64 {
+    let h = k.mac(&[name.as_bytes()]);
+    u64::from_le_bytes(h[..8].try_into().expect("8")) >> 4
+}
+
+fn cookie(key: u64, rank: usize) -> u64 {
+    ((key << 2) | rank as u64) + FIRST_COOKIE
+}
+
+/// Where a directory's units live: the directory's file, read and written through its
+/// scheme (an in-memory vector in the unit tests).
+pub(super) trait Units {
+    /// The stored bytes of unit `k` (shorter than a unit, or empty, at the file's end).
+    fn read(&mut self, k: u32) -> Result<Vec<u8>>;
+    /// Writes `b` at unit `k`'s offset.
+    fn write(&mut self, k: u32, b: &[u8]) -> Result<()>;
+    /// Sets the file's length.
+    fn set_len(&mut self, len: u64) -> Result<()>;
+    /// What an error names.
+    fn malformed(&self, what: &str) -> Error;
+}
+
+/// One entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Ent {
+    pub(super) key: u64,
+    pub(super) name: String,
+    pub(super) ino: u64,
+    pub(super) kind: Kind,
+}
+
+impl Ent {
+    fn len(&self) -> usize {
+        18 + self.name.len()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Node {
+    Leaf(Vec<Ent>),
+    /// `kids[i]` holds the keys in `[keys[i-1], keys[i])`.
+    Inner {
+        keys: Vec<u64>,
+        kids: Vec<u32>,
+    },
+}
+
+impl Node {
+    fn len(&self) -> usize {
+        match self {
+            Node::Leaf(es) => 3 + es.iter().map(Ent::len).sum::<usize>(),
+            Node::Inner { keys, kids } => 3 + 8 * keys.len() + 4 * kids.len(),
+        }
+    }
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Node::Leaf(es) => {
+                out.push(TAG_LEAF);
+                out.extend_from_slice(&(es.len() as u16).to_le_bytes());
+                for e in es {
+                    out.extend_from_slice(&e.key.to_le_bytes());
+                    out.push(e.kind as u8);
+                    out.extend_from_slice(&e.ino.to_le_bytes());
+                    out.push(e.name.len() as u8);
+                    out.extend_from_slice(e.name.as_bytes());
+                }
+            }
+            Node::Inner { keys, kids } => {
+                out.push(TAG_INNER);
+                out.extend_from_slice(&(keys.len() as u16).to_le_bytes());
+                for c in kids {
+                    out.extend_from_slice(&c.to_le_bytes());
+                }
+                for k in keys {
+                    out.extend_from_slice(&k.to_le_bytes());
+                }
+            }
+        }
+    }
+    fn decode(r: &mut crate::tx::Reader<'_>) -> Option<Node> {
+        let tag = r.take(1)?[0];
+        let n = r.u16()? as usize;
+        match tag {
+            TAG_LEAF => {
+                let mut es = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let key = r.u64()?;
+                    let kind = Kind::of_entry(r.take(1)?[0])?;
+                    let ino = r.u64()?;
+                    let nl = r.take(1)?[0] as usize;
+                    let name = std::str::from_utf8(r.take(nl)?).ok()?.to_string();
+                    es.push(Ent {
+                        key,
+                        name,
+                        ino,
+                        kind,
+                    });
+                }
+                Some(Node::Leaf(es))
+            }
+            TAG_INNER if n >= 1 => {
+                let mut kids = Vec::with_capacity(n + 1);
+                for _ in 0..=n {
+                    kids.push(u32::from_le_bytes(r.take(4)?.try_into().ok()?));
+                }
+                let mut keys = Vec::with_capacity(n);
+                for _ in 0..n {
+                    keys.push(r.u64()?);
+                }
+                Some(Node::Inner { keys, kids })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Unit 0's counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) struct Header {
+    /// Levels of inner nodes above the leaves (0: the root is the only leaf).
+    pub(super) depth: u8,
+    pub(super) entries: u64,
+    pub(super) subdirs: u64,
+    /// Units in use (0 for an empty directory).
+    pub(super) units: u32,
+}
+
+/// A directory's tree over its units.
+pub(super) struct DirTree<'a, U: Units> {
+    pub(super) units: &'a mut U,
+    pub(super) key: &'a SubKey,
+    /// The unit size ([`unit_size`]).
+    pub(super) unit: usize,
+}
+
+/// What a descent found: the path's inner nodes (unit, node, child taken), the leaf, and
+/// the smallest key past it (`None`: the last leaf).
+struct Path {
+    inner: Vec<(u32, Node, usize)>,
+    leaf_unit: u32,
+    leaf: Vec<Ent>,
+    upper: Option<u64>,
+}
+
+impl<U: Units> DirTree<'_, U> {
+    fn cap(&self, unit: u32) -> usize {
+        if unit == 0 {
+            self.unit - HEADER_LEN
+        } else {
+            self.unit
+        }
+    }
+
+    /// Unit 0: the header and the root (an empty directory: no units, an empty leaf).
+    fn root(&mut self) -> Result<(Header, Node)> {
+        let b = self.units.read(0)?;
+        if b.is_empty() {
+            return Ok((Header::default(), Node::Leaf(Vec::new())));
+        }
+        let bad = || self.units.malformed("malformed directory header");
+        let mut r = crate::tx::Reader { b: &b, pos: 0 };
+        if r.take(4) != Some(DIR_MAGIC.as_slice()) {
+            return Err(bad());
+        }
+        let fixed = (|| {
+            let depth = r.take(1)?[0];
+            (r.take(3)? == [0u8; 3]).then_some(())?;
+            let entries = r.u64()?;
+            let subdirs = r.u64()?;
+            let units = r.u32()?;
+            (r.take(4)? == [0u8; 4]).then_some(())?;
+            Some(Header {
+                depth,
+                entries,
+                subdirs,
+                units,
+            })
+        })();
+        let h = fixed.ok_or_else(bad)?;
+        let node = Node::decode(&mut r).ok_or_else(bad)?;
+        if h.units == 0 || subdirs_over(&h) || !padding_ok(&b[r.pos..]) {
+            return Err(bad());
+        }
+        if (h.depth == 0) != matches!(node, Node::Leaf(_)) {
+            return Err(bad());
+        }
+        Ok((h, node))
+    }
+
+    fn node(&mut self, h: &Header, k: u32) -> Result<Node> {
+        if k == 0 || k >= h.units {
+            return Err(self
+                .units
+                .malformed(&format!("directory node names unit {k} of {}", h.units)));
+        }
+        let b = self.units.read(k)?;
+        let mut r = crate::tx::Reader { b: &b, pos: 0 };
+        match Node::decode(&mut r) {
+            Some(n) if padding_ok(&b[r.pos..]) => Ok(n),
+            _ => Err(self
+                .units
+                .malformed(&format!("malformed directory unit {k}"))),
+        }
+    }
+
+    fn put(&mut self, h: &Header, k: u32, node: &Node) -> Result<()> {
+        let mut b = Vec::with_capacity(self.unit);
+        if k == 0 {
+            b.extend_from_slice(DIR_MAGIC);
+            b.push(h.depth);
+            b.extend_from_slice(&[0; 3]);
+            b.extend_from_slice(&h.entries.to_le_bytes());
+            b.extend_from_slice(&h.subdirs.to_le_bytes());
+            b.extend_from_slice(&h.units.to_le_bytes());
+            b.extend_from_slice(&[0; 4]);
+        }
+        node.encode(&mut b);
+        debug_assert!(b.len() <= self.unit);
+        if h.units == 1 {
+            // A directory of one unit keeps its exact length (a small directory stays
+            // within a block, in its record under `inline-leaf`).
+            self.units.write(0, &b)?;
+            return self.units.set_len(b.len() as u64);
+        }
+        b.resize(self.unit, 0);
+        self.units.write(k, &b)
+    }
+
+    /// Descends to the leaf that holds `key`, checking each node against the bounds its
+    /// parent gives it.
+    fn descend(&mut self, h: &Header, root: Node, key: u64) -> Result<Path> {
+        let mut inner = Vec::new();
+        let (mut lo, mut hi) = (0u64, None::<u64>);
+        let mut unit = 0u32;
+        let mut node = root;
+        for level in 0..=h.depth {
+            let in_bounds = |k: u64| k >= lo && hi.is_none_or(|h| k < h);
+            match node {
+                Node::Inner { keys, kids } if level < h.depth => {
+                    if !keys.is_sorted_by(|a, b| a < b) || !keys.iter().all(|&k| in_bounds(k)) {
+                        return Err(self.units.malformed("directory keys out of order"));
+                    }
+                    let i = keys.partition_point(|&k| k <= key);
+                    if i > 0 {
+                        lo = keys[i - 1];
+                    }
+                    if i < keys.len() {
+                        hi = Some(keys[i]);
+                    }
+                    let next = kids[i];
+                    inner.push((unit, Node::Inner { keys, kids }, i));
+                    node = self.node(h, next)?;
+                    unit = next;
+                }
+                Node::Leaf(es) if level == h.depth => {
+                    let sorted =
+                        es.is_sorted_by(|a, b| (a.key, a.name.as_str()) < (b.key, b.name.as_str()));
+                    if !sorted || !es.iter().all(|e| in_bounds(e.key)) {
+                        return Err(self
+                            .units
+                            .malformed(&format!("directory unit {unit} out of order")));
+                    }
+                    return Ok(Path {
+                        inner,
+                        leaf_unit: unit,
+                        leaf: es,
+                        upper: hi,
+                    });
+                }
+                _ => {
+                    return Err(self
+                        .units
+                        .malformed(&format!("directory unit {unit} at the wrong level")))
+                }
+            }
+        }
+        unreachable!("the loop returns at the leaf level")
+    }
+
+    /// The counts of unit 0.
+    pub(super) fn header(&mut self) -> Result<Header> {
+        Ok(self.root()?.0)
+    }
+
+    /// The entry `name`.
+    pub(super) fn get(&mut self, name: &str) -> Result<Option<(u64, Kind)>> {
+        let (h, root) = self.root()?;
+        let key = name_key(self.key, name);
+        let p = self.descend(&h, root, key)?;
+        Ok(p.leaf
+            .iter()
+            .find(|e| e.key == key && e.name == name)
+            .map(|e| (e.ino, e.kind)))
+    }
+
+    /// Sets (`Some`) or removes (`None`) the entry `name`; returns whether it was there.
+    pub(super) fn set(&mut self, name: &str, target: Option<(u64, Kind)>) -> Result<bool> {
+        let (mut h, root) = self.root()?;
+        let key = name_key(self.key, name);
+        let mut p = self.descend(&h, root, key)?;
+        let at = p
+            .leaf
+            .binary_search_by(|e| (e.key, e.name.as_str()).cmp(&(key, name)));
+        let dir = |k: Kind| u64::from(k == Kind::Dir);
+        let was = at.is_ok();
+        match (at, target) {
+            (Err(_), None) => return Ok(false),
+            (Ok(i), None) => {
+                let e = p.leaf.remove(i);
+                h.entries -= 1;
+                h.subdirs -= dir(e.kind);
+                if h.entries == 0 {
+                    // Empty again: no units at all.
+                    self.units.set_len(0)?;
+                    return Ok(true);
+                }
+            }
+            (Ok(i), Some((ino, kind))) => {
+                let e = &mut p.leaf[i];
+                h.subdirs = h.subdirs - dir(e.kind) + dir(kind);
+                e.ino = ino;
+                e.kind = kind;
+            }
+            (Err(i), Some((ino, kind))) => {
+                let group = p.leaf.iter().filter(|e| e.key == key).count();
+                if group >= GROUP_MAX {
+                    return Err(Error::fs(name, FsErrorKind::NoSpace));
+                }
+                p.leaf.insert(
+                    i,
+                    Ent {
+                        key,
+                        name: name.to_string(),
+                        ino,
+                        kind,
+                    },
+                );
+                h.entries += 1;
+                h.subdirs += dir(kind);
+                if h.units == 0 {
+                    h.units = 1;
+                }
+            }
+        }
+        self.store(h, p)?;
+        Ok(was)
+    }
+
+    /// Writes the changed leaf, splitting up the path while a node overflows.
+    fn store(&mut self, mut h: Header, p: Path) -> Result<()> {
+        let mut unit = p.leaf_unit;
+        let mut node = Node::Leaf(p.leaf);
+        let mut path = p.inner;
+        loop {
+            if node.len() <= self.cap(unit) {
+                if unit != 0 {
+                    self.put(&h, unit, &node)?;
+                    // Unit 0 carries the counts: rewritten with its root unchanged.
+                    let root = match path.into_iter().next() {
+                        Some((_, n, _)) => n,
+                        None => unreachable!("a unit past 0 has a parent"),
+                    };
+                    return self.put(&h, 0, &root);
+                }
+                return self.put(&h, 0, &node);
+            }
+            let (left, sep, right) = self.split(node)?;
+            if unit == 0 {
+                // The root splits: both halves move to new units, the root points at them.
+                let (a, b) = (h.units, h.units + 1);
+                h.units += 2;
+                h.depth = h
+                    .depth
+                    .checked_add(1)
+                    .ok_or_else(|| self.units.malformed("directory too deep"))?;
+                self.put(&h, a, &left)?;
+                self.put(&h, b, &right)?;
+                let root = Node::Inner {
+                    keys: vec![sep],
+                    kids: vec![a, b],
+                };
+                return self.put(&h, 0, &root);
+            }
+            let b = h.units;
+            h.units += 1;
+            self.put(&h, unit, &left)?;
+            self.put(&h, b, &right)?;
+            let (punit, parent, i) = path.pop().expect("a unit past 0 has a parent");
+            let Node::Inner { mut keys, mut kids } = parent else {
+                unreachable!("the path holds inner nodes")
+            };
+            keys.insert(i, sep);
+            kids.insert(i + 1, b);
+            unit = punit;
+            node = Node::Inner { keys, kids };
+        }
+    }
+
+    /// Splits an overflowing node near the middle of its bytes; a leaf splits between
+    /// two keys (names sharing a key stay in one leaf).
+    fn split(&self, node: Node) -> Result<(Node, u64, Node)> {
+        match node {
+            Node::Leaf(mut es) => {
+                let total: usize = es.iter().map(Ent::len).sum();
+                let mut acc = 0;
+                let mut mid = 0;
+                while mid < es.len() && acc + es[mid].len() <= total / 2 {
+                    acc += es[mid].len();
+                    mid += 1;
+                }
+                let boundary = |m: usize| m > 0 && m < es.len() && es[m - 1].key != es[m].key;
+                let m = (0..es.len())
+                    .flat_map(|d| [mid.checked_sub(d), mid.checked_add(d)])
+                    .flatten()
+                    .find(|&m| boundary(m))
+                    .ok_or_else(|| Error::fs(&es[0].name, FsErrorKind::NoSpace))?;
+                let right = es.split_off(m);
+                let sep = right[0].key;
+                Ok((Node::Leaf(es), sep, Node::Leaf(right)))
+            }
+            Node::Inner { mut keys, mut kids } => {
+                let m = keys.len() / 2;
+                let rkeys = keys.split_off(m + 1);
+                let sep = keys.pop().expect("m < len");
+                let rkids = kids.split_off(m + 1);
+                Ok((
+                    Node::Inner { keys, kids },
+                    sep,
+                    Node::Inner {
+                        keys: rkeys,
+                        kids: rkids,
+                    },
+                ))
+            }
+        }
+    }
+
+    /// Up to `max` entries whose cookies follow `after` (0: from the start), in cookie
+    /// order, each with its cookie. Fewer than `max` (possibly none): the end.
+    pub(super) fn page(&mut self, after: u64, max: usize) -> Result<Vec<(u64, Ent)>> {
+        let (h, root) = self.root()?;
+        let mut out = Vec::new();
+        let mut key = after.saturating_sub(FIRST_COOKIE) >> 2;
+        let mut root = Some(root);
+        loop {
+            let r = match root.take() {
+                Some(r) => r,
+                None => self.root()?.1,
+            };
+            let p = self.descend(&h, r, key)?;
+            for (c, e) in ranked(p.leaf) {
+                if c > after {
+                    out.push((c, e));
+                    if out.len() == max {
+                        return Ok(out);
+                    }
+                }
+            }
+            match p.upper {
+                Some(u) => key = u,
+                None => return Ok(out),
+            }
+        }
+    }
+}
+
+/// A leaf's entries with their cookies.
+pub(super) fn ranked(es: Vec<Ent>) -> impl Iterator<Item = (u64, Ent)> {
+    let mut prev = None;
+    let mut rank = 0;
+    es.into_iter().map(move |e| {
+        rank = if prev == Some(e.key) { rank + 1 } else { 0 };
+        prev = Some(e.key);
+        (cookie(e.key, rank.min(GROUP_MAX - 1)), e)
+    })
+}
+
+fn padding_ok(rest: &[u8]) -> bool {
+    rest.iter().all(|&b| b == 0)
+}
+
+fn subdirs_over(h: &Header) -> bool {
+    h.subdirs > h.entries
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Units in memory: the file's bytes.
+    struct Mem {
+        bytes: Vec<u8>,
+        unit: usize,
+        writes: usize,
+    }
+
+    impl Units for Mem {
+        fn read(&mut self, k: u32) -> Result<Vec<u8>> {
+            let s = (k as usize * self.unit).min(self.bytes.len());
+            let e = (s + self.unit).min(self.bytes.len());
+            Ok(self.bytes[s..e].to_vec())
+        }
+        fn write(&mut self, k: u32, b: &[u8]) -> Result<()> {
+            let s = k as usize * self.unit;
+            if self.bytes.len() < s + b.len() {
+                self.bytes.resize(s + b.len(), 0);
+            }
+            self.bytes[s..s + b.len()].copy_from_slice(b);
+            self.writes += 1;
+            Ok(())
+        }
+        fn set_len(&mut self, len: u64) -> Result<()> {
+            self.bytes.resize(len as usize, 0);
+            Ok(())
+        }
+        fn malformed(&self, what: &str) -> Error {
+            Error::tampered(Subject::Inode(7), None, what)
+        }
+    }
+
+    fn key() -> SubKey {
+        MasterKey::from_bytes([7; 32]).derive(label::DIR_NAME, &[])
+    }
+
+    fn mem() -> Mem {
+        Mem {
+            bytes: Vec::new(),
+            unit: MIN_UNIT,
+            writes: 0,
+        }
+    }
+
+    fn all(m: &mut Mem, k: &SubKey, step: usize) -> Vec<(u64, Ent)> {
+        let mut t = DirTree {
+            units: m,
+            key: k,
+            unit: MIN_UNIT,
+        };
+        let mut out: Vec<(u64, Ent)> = Vec::new();
+        loop {
+            let after = out.last().map_or(0, |(c, _)| *c);
+            let page = t.page(after, step).unwrap();
+            let n = page.len();
+            out.extend(page);
+            if n < step {
+                return out;
+            }
+        }
+    }
+
+    #[test]
+    fn small_directory_is_one_short_unit_and_empty_is_nothing() {
+        let k = key();
+        let mut m = mem();
+        let mut t = DirTree {
+            units: &mut m,
+            key: &k,
+            unit: MIN_UNIT,
+        };
+        assert!(!t.set("a", Some((5, Kind::File))).unwrap());
+        assert!(!t.set("d", Some((6, Kind::Dir))).unwrap());
+        let h = t.header().unwrap();
+        assert_eq!((h.depth, h.entries, h.subdirs, h.units), (0, 2, 1, 1));
+        assert_eq!(t.get("a").unwrap(), Some((5, Kind::File)));
+        assert_eq!(t.get("b").unwrap(), None);
+        // 32 header + 3 leaf + 2 entries of 19 bytes.
+        assert_eq!(m.bytes.len(), HEADER_LEN + 3 + 2 * 19);
+        let mut t = DirTree {
+            units: &mut m,
+            key: &k,
+            unit: MIN_UNIT,
+        };
+        assert!(t.set("a", None).unwrap());
+        assert!(!t.set("a", None).unwrap());
+        assert!(t.set("d", None).unwrap());
+        assert!(m.bytes.is_empty());
+    }
+
+    #[test]
+    fn one_hundred_thousand_entries_cost_a_path_each() {
+        let k = key();
+        let mut m = mem();
+        let n = 100_000u64;
+        for i in 0..n {
+            let mut t = DirTree {
+                units: &mut m,
+                key: &k,
+                unit: MIN_UNIT,
+            };
+            let before = t.units.writes;
+            t.set(&format!("file-{i:07}"), Some((i + 2, Kind::File)))
+                .unwrap();
+            // A leaf and unit 0, and at a split one or two more per level.
+            assert!(t.units.writes - before <= 6, "{}", t.units.writes - before);
+        }
+        let mut t = DirTree {
+            units: &mut m,
+            key: &k,
+            unit: MIN_UNIT,
+        };
+        let h = t.header().unwrap();
+        assert_eq!(h.entries, n);
+        assert_eq!(h.depth, 2, "{h:?}");
+        for i in (0..n).step_by(997) {
+            assert_eq!(
+                t.get(&format!("file-{i:07}")).unwrap(),
+                Some((i + 2, Kind::File))
+            );
+        }
+        let listed = all(&mut m, &k, 1000);
+        assert_eq!(listed.len() as u64, n);
+        assert!(listed.windows(2).all(|w| w[0].0 < w[1].0));
+    }
+
+    #[test]
+    fn a_damaged_unit_is_named_not_a_panic() {
+        let k = key();
+        let mut m = mem();
+        for i in 0..2000u64 {
+            DirTree {
+                units: &mut m,
+                key: &k,
+                unit: MIN_UNIT,
+            }
+            .set(&format!("n{i}"), Some((i + 2, Kind::File)))
+            .unwrap();
+        }
+        for (at, v) in [(0, b'X'), (4, 9), (HEADER_LEN, b'Q'), (MIN_UNIT + 1, 0xff)] {
+            let mut bad = Mem {
+                bytes: m.bytes.clone(),
+                unit: MIN_UNIT,
+                writes: 0,
+            };
+            bad.bytes[at] = v;
+            let mut t = DirTree {
+                units: &mut bad,
+                key: &k,
+                unit: MIN_UNIT,
+            };
+            let r = (0..2000)
+                .map(|i| t.get(&format!("n{i}")))
+                .find(|r| r.is_err());
+            assert!(
+                matches!(r, Some(Err(Error::Tampered { .. }))),
+                "byte {at}: {r:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn names_sharing_a_key_keep_their_order_and_ranks() {
+        let es: Vec<Ent> = ["a", "b", "c"]
+            .iter()
+            .map(|n| Ent {
+                key: 9,
+                name: n.to_string(),
+                ino: 2,
+                kind: Kind::File,
+            })
+            .chain(std::iter::once(Ent {
+                key: 10,
+                name: "z".into(),
+                ino: 3,
+                kind: Kind::File,
+            }))
+            .collect();
+        let c: Vec<u64> = ranked(es).map(|(c, _)| c).collect();
+        assert_eq!(c, vec![39, 40, 41, 43]);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// Against a map: any sequence of sets and removes, then a listing in pages of any
+        /// size, gives the map's entries, each once, in cookie order; and a listing that
+        /// runs while the directory changes returns every name present throughout.
+        #[test]
+        fn behaves_as_a_map(ops in proptest::collection::vec((0u16..3000, any::<bool>(), 0u8..3), 1..2500), step in 1usize..300) {
+            let k = key();
+            let mut m = mem();
+            let mut model = BTreeMap::new();
+            for (n, add, kind) in &ops {
+                let name = format!("{n}-{}", "x".repeat(*n as usize % 200));
+                let kind = [Kind::File, Kind::Dir, Kind::Symlink][*kind as usize];
+                let mut t = DirTree { units: &mut m, key: &k, unit: MIN_UNIT };
+                let target = add.then_some((*n as u64 + 2, kind));
+                let was = t.set(&name, target).unwrap();
+                let before = match target {
+                    Some(t) => model.insert(name, t),
+                    None => model.remove(&name),
+                };
+                prop_assert_eq!(was, before.is_some());
+            }
+            let listed = all(&mut m, &k, step);
+            prop_assert!(listed.windows(2).all(|w| w[0].0 < w[1].0));
+            let got: BTreeMap<String, (u64, Kind)> =
+                listed.into_iter().map(|(_, e)| (e.name, (e.ino, e.kind))).collect();
+            prop_assert_eq!(&got, &model);
+            let mut t = DirTree { units: &mut m, key: &k, unit: MIN_UNIT };
+            let h = t.header().unwrap();
+            prop_assert_eq!(h.entries, model.len() as u64);
+            prop_assert_eq!(h.subdirs, model.values().filter(|(_, k)| *k == Kind::Dir).count() as u64);
+            if model.is_empty() {
+                prop_assert!(m.bytes.is_empty());
+            }
+        }
+
+        #[test]
+        fn a_listing_survives_changes(seed in 0u64..1000, step in 1usize..50) {
+            let k = key();
+            let mut m = mem();
+            let stay: Vec<String> = (0..600).map(|i| format!("stay{i}")).collect();
+            for (i, n) in stay.iter().enumerate() {
+                DirTree { units: &mut m, key: &k, unit: MIN_UNIT }.set(n, Some((i as u64 + 2, Kind::File))).unwrap();
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            let mut after = 0;
+            let mut round = seed;
+            loop {
+                let page = DirTree { units: &mut m, key: &k, unit: MIN_UNIT }.page(after, step).unwrap();
+                for (c, e) in &page {
+                    prop_assert!(*c > after);
+                    prop_assert!(seen.insert(e.name.clone()), "{} twice", e.name);
+                }
+                if page.len() < step {
+                    break;
+                }
+                after = page.last().unwrap().0;
+                // Between pages: churn that adds and removes other names (splits too).
+                for j in 0..40 {
+                    round = round.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    let n = format!("churn{}", (round >> 33) % 400);
+                    let add = j % 3 != 0;
+                    DirTree { units: &mut m, key: &k, unit: MIN_UNIT }.set(&n, add.then_some((1000, Kind::File))).unwrap();
+                }
+            }
+            for n in &stay {
+                prop_assert!(seen.contains(n), "{} skipped", n);
+            }
+        }
+    }
+}
