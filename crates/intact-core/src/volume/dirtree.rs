@@ -620,6 +620,49 @@ mod tests {
         assert!(m.bytes.is_empty());
     }
 
+    /// Frozen vector (docs/file-format.md §5.2): the order key of "a" under the master key
+    /// of 32 bytes 0x07, and a directory of one entry composed field by field.
+    #[test]
+    fn format_vector_of_a_one_entry_directory() {
+        let k = key();
+        let ka = name_key(&k, "a");
+        assert_eq!(ka, FROZEN_KEY_A, "{ka:#x}");
+        // By its definition: keyed BLAKE3, the first 8 bytes little-endian, shifted by 4.
+        let h = blake3::keyed_hash(k.expose_secret(), b"a");
+        assert_eq!(
+            u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap()) >> 4,
+            ka
+        );
+        let mut m = mem();
+        DirTree {
+            units: &mut m,
+            key: &k,
+            unit: MIN_UNIT,
+        }
+        .set("a", Some((5, Kind::File)))
+        .unwrap();
+        let mut want = Vec::new();
+        want.extend_from_slice(b"IDT1"); // magic
+        want.push(0); // depth: the root is a leaf
+        want.extend_from_slice(&[0; 3]);
+        want.extend_from_slice(&1u64.to_le_bytes()); // entries
+        want.extend_from_slice(&0u64.to_le_bytes()); // subdirectories
+        want.extend_from_slice(&1u32.to_le_bytes()); // units
+        want.extend_from_slice(&[0; 4]);
+        want.push(b'L'); // leaf
+        want.extend_from_slice(&1u16.to_le_bytes()); // one entry
+        want.extend_from_slice(&FROZEN_KEY_A.to_le_bytes());
+        want.push(Kind::File as u8);
+        want.extend_from_slice(&5u64.to_le_bytes()); // inode
+        want.push(1); // name length
+        want.push(b'a');
+        assert_eq!(m.bytes, want);
+        // Its first cookie.
+        assert_eq!(cookie(ka, 0), (FROZEN_KEY_A << 2) + 3);
+    }
+
+    const FROZEN_KEY_A: u64 = 0x0157_3172_366a_08c6;
+
     #[test]
     fn one_hundred_thousand_entries_cost_a_path_each() {
         let k = key();
