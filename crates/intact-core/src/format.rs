@@ -620,7 +620,7 @@ pub const INLINE_LEAF: &str = "inline-leaf";
 
 /// Feature flag: directories keep their entries in a B+-tree of units ordered by a keyed
 /// hash of the names (docs/file-format.md §5.2), so that a change reads and writes O(log n)
-/// units. A volume without it keeps each directory as one sorted list (§5.1), rewritten
+/// units. A volume without it keeps each directory as one sorted list (§5), rewritten
 /// whole at every checkpoint that changes it.
 pub const DIR_TREE: &str = "dir-tree";
 

@@ -29,6 +29,10 @@ pub enum BenchCmd {
     /// integrity bandwidth, storage for integrity, trusted bytes per file, time by phase
     /// (Oprea–Reiter 2006 §6 / 2007 Fig. 7; Yun–Shi–Kim §5). Use a release build.
     Schemes(SchemesArgs),
+    /// One directory grown to 10^6 entries through the engine: create, lookup and unlink
+    /// per operation, and bytes written per create, at every power of ten, with their
+    /// ratios to 10^3 (issue 18). Use a release build.
+    Dir(crate::bench_dir::DirArgs),
 }
 
 /// Arguments of `intact bench schemes`.
@@ -316,10 +320,10 @@ fn ratio(a: u64, b: u64) -> f64 {
 }
 
 /// A temporary directory removed when dropped.
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(pub(crate) PathBuf);
 
 impl TempDir {
-    fn new(parent: &Path, tag: &str) -> Result<TempDir> {
+    pub(crate) fn new(parent: &Path, tag: &str) -> Result<TempDir> {
         let mut r = [0u8; 8];
         intact_core::crypto::fill_random(&mut r);
         let p = parent.join(format!(
@@ -343,7 +347,7 @@ fn vpath(k: usize) -> (String, String) {
     (dir.clone(), format!("{dir}/f{k:06}"))
 }
 
-const PW: &[u8] = b"intact bench (a throwaway volume)";
+pub(crate) const PW: &[u8] = b"intact bench (a throwaway volume)";
 const CHUNK: usize = 1 << 20;
 
 /// Syncs and drops the page cache (root only); whether it did.

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 
 mod alarm;
 mod bench;
+mod bench_dir;
 mod disk;
 mod disk_bench;
 mod mount;
@@ -52,7 +53,7 @@ struct Cli {
     #[arg(long, global = true)]
     json: bool,
     /// Bytes of verified Merkle nodes to cache (0 disables) [default: 1 KiB as in the
-    /// paper's evaluation; 16 MiB for `mount`].
+    /// paper's evaluation; 16 MiB for `mount` and `bench dir`].
     #[arg(long, global = true)]
     cache_bytes: Option<usize>,
     /// Inode records kept in memory before the idle ones are dropped (and read again,
@@ -1194,6 +1195,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench {
             what: bench::BenchCmd::Schemes(a),
         } => bench::schemes(a, cli.cache_bytes.unwrap_or(1024), cli.json)?,
+        Cmd::Bench {
+            what: bench::BenchCmd::Dir(a),
+        } => bench_dir::dir(a, cli.cache_bytes.unwrap_or(16 << 20), cli.json)?,
         Cmd::AcceptStore { yes } => alarm::accept_store(&cli, *yes)?,
         Cmd::Scrub {
             rate,

@@ -657,6 +657,10 @@ mod tests {
         want.push(1); // name length
         want.push(b'a');
         assert_eq!(m.bytes, want);
+        // As printed in docs/file-format.md §5.2.
+        let doc = "49445431 00 000000 0100000000000000 0000000000000000 01000000 00000000 \
+                   4c 0100 c6086a3672315701 01 0500000000000000 01 61";
+        assert_eq!(hex::encode(&m.bytes), doc.replace([' ', '\n'], ""));
         // Its first cookie.
         assert_eq!(cookie(ka, 0), (FROZEN_KEY_A << 2) + 3);
     }

@@ -13,6 +13,9 @@ pub(super) struct OpenFile {
     pub(super) record_dirty: bool,
     pub(super) dir: Option<BTreeMap<String, (u64, Kind)>>,
     pub(super) dir_dirty: bool,
+    /// A whole-list directory's entries in cookie order, with their cookies (built by the
+    /// first page read after a change, so a listing in pages sorts once).
+    pub(super) dir_order: Option<std::sync::Arc<Vec<(u64, DirEntry)>>>,
     /// The decoded attribute set of a hidden [`Kind::Xattr`] inode (loaded on first use,
     /// written back whole at the seal when `xattrs_dirty`): a get, set or remove costs one
     /// map operation.
@@ -180,6 +183,7 @@ impl OpenFile {
             record_dirty: false,
             dir: None,
             dir_dirty: false,
+            dir_order: None,
             xattrs: None,
             xattrs_dirty: false,
             subdirs: None,

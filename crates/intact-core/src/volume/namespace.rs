@@ -176,6 +176,7 @@ impl Inner {
                 Some(t) => entries.insert(name.to_string(), t),
                 None => entries.remove(name),
             };
+            self.files.get_mut(&ino).expect("loaded").dir_order = None;
         }
         Ok(())
     }
@@ -212,24 +213,33 @@ impl Inner {
             let page = self.with_tree(ino, path, |t| t.page(after, max))?;
             return Ok(page.into_iter().map(listed).collect());
         }
-        // The whole list, ordered as a tree would order it.
-        let key = self.keys.names.clone();
-        let mut es: Vec<dirtree::Ent> = self
-            .loaded_dir(ino, path)?
-            .iter()
-            .map(|(n, &(ino, kind))| dirtree::Ent {
-                key: dirtree::name_key(&key, n),
-                name: n.clone(),
-                ino,
-                kind,
-            })
-            .collect();
-        es.sort_by(|a, b| (a.key, &a.name).cmp(&(b.key, &b.name)));
-        Ok(dirtree::ranked(es)
-            .filter(|(c, _)| *c > after)
-            .take(max)
-            .map(listed)
-            .collect())
+        // The whole list, ordered as a tree would order it (sorted once after a change).
+        self.loaded_dir(ino, path)?;
+        let names = &self.keys.names;
+        let of = self.files.get_mut(&ino).expect("loaded");
+        let order = match &of.dir_order {
+            Some(o) => o.clone(),
+            None => {
+                let mut es: Vec<dirtree::Ent> = of
+                    .dir
+                    .as_ref()
+                    .expect("loaded")
+                    .iter()
+                    .map(|(n, &(ino, kind))| dirtree::Ent {
+                        key: dirtree::name_key(names, n),
+                        name: n.clone(),
+                        ino,
+                        kind,
+                    })
+                    .collect();
+                es.sort_by(|a, b| (a.key, &a.name).cmp(&(b.key, &b.name)));
+                let o = std::sync::Arc::new(dirtree::ranked(es).map(listed).collect::<Vec<_>>());
+                of.dir_order = Some(o.clone());
+                o
+            }
+        };
+        let from = order.partition_point(|(c, _)| *c <= after);
+        Ok(order[from..].iter().take(max).cloned().collect())
     }
 
     /// Every entry of directory `ino`, page by page (in cookie order).
