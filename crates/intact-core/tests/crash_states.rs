@@ -669,23 +669,31 @@ fn brief(c: &FsCall) -> String {
 }
 
 /// The recording sees the store's whole protocol, and the order the engine's crash safety
-/// rests on: every write a sync made before the anchor's rename is durable before it
-/// (fsync of its file, syncfs), and so is every name it created (fsync of its directory);
-/// the anchor goes through a temporary file, its fsync, the rename and the state
-/// directory's fsync.
+/// rests on: every write a sync made before the anchor is stored is durable before it
+/// (fsync of its file, syncfs), and so is every name it created (fsync of its directory).
+/// The first anchor goes through a temporary file, its fsync, the rename and the state
+/// directory's fsync; later ones are written in place into a slot of the anchor file,
+/// then fsynced (docs/file-format.md §1.2).
 #[test]
-fn the_anchor_is_renamed_after_what_it_seals_is_durable() {
+fn the_anchor_is_stored_after_what_it_seals_is_durable() {
     let rec = record(&["write", "rename"], SchemeId::MtEintGcm);
     let calls = &rec.calls;
     let parent = |p: &Path| p.parent().map(Path::to_path_buf).unwrap_or_default();
-    let renames: Vec<usize> = (0..calls.len())
-        .filter(|&i| matches!(&calls[i], FsCall::Rename { to, .. } if to.ends_with("anchor")))
+    let stores: Vec<usize> = (0..calls.len())
+        .filter(|&i| match &calls[i] {
+            FsCall::Rename { to, .. } => to.ends_with("anchor"),
+            FsCall::Write { path, .. } => path.ends_with("anchor"),
+            _ => false,
+        })
         .collect();
-    assert!(renames.len() >= 2, "two syncs seal two anchors: {calls:#?}");
-    for &r in &renames {
-        let FsCall::Rename { from, to } = &calls[r] else {
-            unreachable!()
-        };
+    assert!(stores.len() >= 2, "two syncs seal two anchors: {calls:#?}");
+    assert!(
+        stores
+            .iter()
+            .any(|&i| matches!(&calls[i], FsCall::Write { .. })),
+        "later anchors are written in place"
+    );
+    for &r in &stores {
         let synced = |i: usize, covers: &dyn Fn(&FsCall) -> bool| {
             calls[i + 1..r]
                 .iter()
@@ -693,6 +701,8 @@ fn the_anchor_is_renamed_after_what_it_seals_is_durable() {
         };
         for (i, c) in calls[..r].iter().enumerate() {
             match c {
+                // Earlier anchors (each fsynced, checked at its own store).
+                FsCall::Write { path, .. } if path.ends_with("anchor") => {}
                 // The untrusted copy of the anchor, read only to rebuild a lost state
                 // directory (`intact recover-anchor`): nothing relies on it being current.
                 FsCall::Write { path, .. } if path.ends_with("anchor.copy") => {}
@@ -721,15 +731,31 @@ fn the_anchor_is_renamed_after_what_it_seals_is_durable() {
                 _ => {}
             }
         }
-        assert!(
-            matches!(&calls[r - 1], FsCall::Fsync(p) if p == from),
-            "the anchor's temporary file is fsynced just before the rename"
-        );
-        assert!(
-            calls[r + 1..]
-                .iter()
-                .any(|c| matches!(c, FsCall::FsyncDir(d) if *d == parent(to))),
-            "the state directory is fsynced after the rename"
-        );
+        match &calls[r] {
+            FsCall::Rename { from, to } => {
+                assert!(
+                    matches!(&calls[r - 1], FsCall::Fsync(p) if p == from),
+                    "the anchor's temporary file is fsynced just before the rename"
+                );
+                assert!(
+                    calls[r + 1..]
+                        .iter()
+                        .any(|c| matches!(c, FsCall::FsyncDir(d) if *d == parent(to))),
+                    "the state directory is fsynced after the rename"
+                );
+            }
+            FsCall::Write { path, off, data } => {
+                assert!(
+                    matches!(&calls[r + 1], FsCall::Fsync(p) if p == path),
+                    "a slot written in place is fsynced at once"
+                );
+                assert!(
+                    (*off == 0 || *off == 512) && data.len() == 512,
+                    "one whole slot: {off}, {} bytes",
+                    data.len()
+                );
+            }
+            _ => unreachable!(),
+        }
     }
 }

@@ -158,25 +158,10 @@ impl LocalStateDir {
         })
         .map_err(|e| Error::io(self.dir.display().to_string(), e))
     }
-}
 
-impl TrustedStore for LocalStateDir {
-    fn modified(&self) -> Option<std::time::SystemTime> {
-        fs::metadata(self.anchor_path())
-            .and_then(|m| m.modified())
-            .ok()
-    }
-
-    fn load(&self) -> Result<Option<Vec<u8>>> {
-        let path = self.anchor_path();
-        match fs::read(&path) {
-            Ok(b) => Ok(Some(b)),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io(path.display().to_string(), e)),
-        }
-    }
-
-    fn store(&self, bytes: &[u8]) -> Result<()> {
+    /// Replaces the anchor file with `bytes` (temporary file, fsync, rename, fsync of the
+    /// directory).
+    fn replace_anchor(&self, bytes: &[u8]) -> Result<()> {
         self.ensure_dir()?;
         let seq = TMP_SEQ.fetch_add(1, Ordering::Relaxed);
         let tmp = self
@@ -192,6 +177,120 @@ impl TrustedStore for LocalStateDir {
             return Err(Error::io(self.anchor_path().display().to_string(), e));
         }
         self.sync_dir()
+    }
+
+    /// Writes slot `idx` of the anchor file in place and makes it durable.
+    fn write_slot(&self, path: &Path, idx: usize, slot: &[u8]) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let log = self.log.as_deref();
+        let f = OpenOptions::new().write(true).open(path)?;
+        let off = (idx * SLOT) as u64;
+        logged(
+            log,
+            || f.write_all_at(slot, off),
+            |r| FsCall::Write {
+                path: r(path),
+                off,
+                data: slot.to_vec(),
+            },
+        )?;
+        logged(log, || f.sync_data(), |r| FsCall::Fsync(r(path)))
+    }
+}
+
+/// The anchor file's two slots (docs/file-format.md §1.2): each `SLOT` bytes, `ISLT`, a
+/// sequence number u64, the payload's length u16, the payload, zeros, and BLAKE3 of the
+/// slot's first `SLOT - 32` bytes in its last 32. The valid slot with the higher sequence
+/// number holds the anchor.
+pub const SLOT: usize = 512;
+/// The longest anchor a slot holds.
+pub const SLOT_PAYLOAD: usize = SLOT - 14 - 32;
+const SLOT_MAGIC: &[u8; 4] = b"ISLT";
+
+fn encode_slot(seq: u64, payload: &[u8]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(SLOT);
+    b.extend_from_slice(SLOT_MAGIC);
+    b.extend_from_slice(&seq.to_le_bytes());
+    b.extend_from_slice(&(payload.len() as u16).to_le_bytes());
+    b.extend_from_slice(payload);
+    b.resize(SLOT - 32, 0);
+    let h = blake3::hash(&b);
+    b.extend_from_slice(h.as_bytes());
+    b
+}
+
+/// The sequence number and payload of a slot whose checksum holds.
+fn decode_slot(b: &[u8]) -> Option<(u64, &[u8])> {
+    if b.len() != SLOT || &b[..4] != SLOT_MAGIC {
+        return None;
+    }
+    if blake3::hash(&b[..SLOT - 32]).as_bytes() != &b[SLOT - 32..] {
+        return None;
+    }
+    let seq = u64::from_le_bytes(b[4..12].try_into().ok()?);
+    let len = u16::from_le_bytes(b[12..14].try_into().ok()?) as usize;
+    (len <= SLOT_PAYLOAD).then(|| (seq, &b[14..14 + len]))
+}
+
+/// A file of two slots (an older anchor file holds the anchor's bytes alone, which start
+/// with `INTANCH`).
+fn is_slotted(b: &[u8]) -> bool {
+    b.len() == 2 * SLOT && (&b[..4] == SLOT_MAGIC || &b[SLOT..SLOT + 4] == SLOT_MAGIC)
+}
+
+/// The valid slot with the higher sequence number: its index, sequence and payload.
+fn newest_slot(b: &[u8]) -> Option<(usize, u64, &[u8])> {
+    (0..2)
+        .filter_map(|i| decode_slot(&b[i * SLOT..(i + 1) * SLOT]).map(|(s, p)| (i, s, p)))
+        .max_by_key(|(_, s, _)| *s)
+}
+
+impl TrustedStore for LocalStateDir {
+    fn modified(&self) -> Option<std::time::SystemTime> {
+        fs::metadata(self.anchor_path())
+            .and_then(|m| m.modified())
+            .ok()
+    }
+
+    fn load(&self) -> Result<Option<Vec<u8>>> {
+        let path = self.anchor_path();
+        match fs::read(&path) {
+            Ok(b) if is_slotted(&b) => match newest_slot(&b) {
+                Some((_, _, payload)) => Ok(Some(payload.to_vec())),
+                // Both slots damaged: not a state a crash leaves (the slot being written
+                // is never the only valid one); the bytes go up as they are, and the
+                // engine's anchor check names them.
+                None => Ok(Some(b)),
+            },
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(path.display().to_string(), e)),
+        }
+    }
+
+    /// An anchor of up to [`SLOT_PAYLOAD`] bytes goes in place into the older of the
+    /// anchor file's two slots, followed by one `fdatasync` (docs/file-format.md §1.2):
+    /// the newer slot stays valid until the write is durable, so a crash leaves the old
+    /// anchor or the new one. A first store, a file of another form and a longer anchor
+    /// replace the whole file (temporary file, fsync, rename, fsync of the directory).
+    fn store(&self, bytes: &[u8]) -> Result<()> {
+        if bytes.len() <= SLOT_PAYLOAD {
+            let path = self.anchor_path();
+            if let Ok(cur) = fs::read(&path) {
+                if is_slotted(&cur) {
+                    if let Some((idx, seq, _)) = newest_slot(&cur) {
+                        let slot = encode_slot(seq + 1, bytes);
+                        return self
+                            .write_slot(&path, 1 - idx, &slot)
+                            .map_err(|e| Error::io(path.display().to_string(), e));
+                    }
+                }
+            }
+            let mut file = encode_slot(1, bytes);
+            file.resize(2 * SLOT, 0);
+            return self.replace_anchor(&file);
+        }
+        self.replace_anchor(bytes)
     }
 
     fn lock(&self, exclusive: bool) -> Result<TrustedLock> {
@@ -423,6 +522,72 @@ mod tests {
         // A second handle on the same directory sees the anchor.
         let s2 = LocalStateDir::new(d.path().join("state"), "00ff").unwrap();
         assert_eq!(s2.load().unwrap().unwrap(), b"x");
+    }
+
+    /// The anchor file's two slots (docs/file-format.md §1.2): a first store writes the
+    /// whole file, later ones alternate slots in place and the file keeps its size; a slot
+    /// torn or damaged falls back to the other (the anchor before it); an anchor file of
+    /// the older form (the anchor's bytes alone) is read as it is and turned into slots at
+    /// the next store; an anchor too long for a slot replaces the whole file.
+    #[test]
+    fn the_anchor_file_alternates_two_slots_and_survives_a_torn_one() {
+        let (_d, s) = local();
+        let path = s.anchor_path();
+        s.store(b"first").unwrap();
+        let f = fs::read(&path).unwrap();
+        assert_eq!(f.len(), 2 * SLOT);
+        assert_eq!(&f[..4], b"ISLT");
+        assert_eq!(&f[4..12], &1u64.to_le_bytes());
+        assert_eq!(&f[12..14], &5u16.to_le_bytes());
+        assert_eq!(&f[14..19], b"first");
+        assert_eq!(&f[480..512], blake3::hash(&f[..480]).as_bytes());
+        assert!(f[SLOT..].iter().all(|&b| b == 0));
+        let ino = || {
+            use std::os::unix::fs::MetadataExt;
+            fs::metadata(&path).unwrap().ino()
+        };
+        let before = ino();
+        s.store(b"second").unwrap();
+        s.store(b"third").unwrap();
+        assert_eq!(ino(), before, "written in place, not replaced");
+        let f = fs::read(&path).unwrap();
+        assert_eq!(f.len(), 2 * SLOT);
+        assert_eq!(decode_slot(&f[..SLOT]), Some((3, &b"third"[..])));
+        assert_eq!(decode_slot(&f[SLOT..]), Some((2, &b"second"[..])));
+        assert_eq!(s.load().unwrap().unwrap(), b"third");
+        // A torn write of the newest slot (only its first sector's half reached the disk):
+        // the other slot holds.
+        let mut torn = f.clone();
+        torn[200..SLOT].fill(0);
+        fs::write(&path, &torn).unwrap();
+        assert_eq!(s.load().unwrap().unwrap(), b"second");
+        // The next store goes over the damaged slot, never over the good one.
+        s.store(b"fourth").unwrap();
+        let f = fs::read(&path).unwrap();
+        assert_eq!(decode_slot(&f[..SLOT]), Some((3, &b"fourth"[..])));
+        assert_eq!(decode_slot(&f[SLOT..]), Some((2, &b"second"[..])));
+        // A flipped byte anywhere in a slot voids it.
+        for at in [0, 5, 13, 20, 300, 479, 500] {
+            let mut bad = f.clone();
+            bad[at] ^= 1;
+            fs::write(&path, &bad).unwrap();
+            assert_eq!(s.load().unwrap().unwrap(), b"second", "byte {at}");
+        }
+        // An older anchor file: read as it is, slotted at the next store.
+        fs::write(&path, b"INTANCH2 older form").unwrap();
+        assert_eq!(s.load().unwrap().unwrap(), b"INTANCH2 older form");
+        s.store(b"fifth").unwrap();
+        assert_eq!(fs::read(&path).unwrap().len(), 2 * SLOT);
+        assert_eq!(s.load().unwrap().unwrap(), b"fifth");
+        // Too long for a slot: the whole file, as it is.
+        let long = vec![7u8; SLOT_PAYLOAD + 1];
+        s.store(&long).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), long);
+        assert_eq!(s.load().unwrap().unwrap(), long);
+        let fits = vec![9u8; SLOT_PAYLOAD];
+        s.store(&fits).unwrap();
+        s.store(&fits[..400]).unwrap();
+        assert_eq!(s.load().unwrap().unwrap(), &fits[..400]);
     }
 
     #[test]

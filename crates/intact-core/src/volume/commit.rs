@@ -568,7 +568,9 @@ impl Volume {
             return Ok(());
         }
         let over = |k: usize| {
-            g.tx.overlay_bytes() >= k * OVERLAY_LIMIT || g.dirty_bytes >= k * TOTAL_DIRTY_LIMIT
+            g.tx.overlay_bytes() >= k * OVERLAY_LIMIT
+                || g.dirty_bytes >= k * TOTAL_DIRTY_LIMIT
+                || g.records_over(k)
         };
         let heavy = || {
             ino.is_none_or(|ino| {

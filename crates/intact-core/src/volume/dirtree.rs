@@ -120,40 +120,99 @@ impl Node {
             }
         }
     }
-    fn decode(r: &mut crate::tx::Reader<'_>) -> Option<Node> {
-        let tag = r.take(1)?[0];
-        let n = r.u16()? as usize;
-        match tag {
-            TAG_LEAF => {
-                let mut es = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let key = r.u64()?;
-                    let kind = Kind::of_entry(r.take(1)?[0])?;
-                    let ino = r.u64()?;
-                    let nl = r.take(1)?[0] as usize;
-                    let name = std::str::from_utf8(r.take(nl)?).ok()?.to_string();
-                    es.push(Ent {
-                        key,
-                        name,
-                        ino,
-                        kind,
-                    });
-                }
-                Some(Node::Leaf(es))
+}
+
+/// A node as read from its unit: an inner node decoded, a leaf checked in place (a lookup
+/// compares names in the unit's bytes, with no allocation per entry).
+enum Read {
+    Leaf(RawLeaf),
+    Inner { keys: Vec<u64>, kids: Vec<u32> },
+}
+
+/// A leaf's entries in its unit's bytes, checked to parse (kinds, lengths; a name's UTF-8
+/// is checked when it is taken out, [`RawLeaf::owned`]).
+struct RawLeaf {
+    b: Vec<u8>,
+    start: usize,
+    n: usize,
+}
+
+/// One entry of a [`RawLeaf`].
+struct RawEnt<'a> {
+    key: u64,
+    kind: Kind,
+    ino: u64,
+    name: &'a [u8],
+}
+
+impl RawLeaf {
+    fn entries(&self) -> impl Iterator<Item = RawEnt<'_>> {
+        let b = &self.b;
+        let mut at = self.start;
+        (0..self.n).map(move |_| {
+            let key = u64::from_le_bytes(b[at..at + 8].try_into().expect("checked"));
+            let kind = Kind::of_entry(b[at + 8]).expect("checked");
+            let ino = u64::from_le_bytes(b[at + 9..at + 17].try_into().expect("checked"));
+            let nl = b[at + 17] as usize;
+            let name = &b[at + 18..at + 18 + nl];
+            at += 18 + nl;
+            RawEnt {
+                key,
+                kind,
+                ino,
+                name,
             }
-            TAG_INNER if n >= 1 => {
-                let mut kids = Vec::with_capacity(n + 1);
-                for _ in 0..=n {
-                    kids.push(u32::from_le_bytes(r.take(4)?.try_into().ok()?));
-                }
-                let mut keys = Vec::with_capacity(n);
-                for _ in 0..n {
-                    keys.push(r.u64()?);
-                }
-                Some(Node::Inner { keys, kids })
+        })
+    }
+
+    /// The entries, owned (`None`: a name is not UTF-8).
+    fn owned(&self) -> Option<Vec<Ent>> {
+        self.entries().map(|e| e.owned()).collect()
+    }
+}
+
+impl RawEnt<'_> {
+    fn owned(&self) -> Option<Ent> {
+        Some(Ent {
+            key: self.key,
+            name: std::str::from_utf8(self.name).ok()?.to_string(),
+            ino: self.ino,
+            kind: self.kind,
+        })
+    }
+}
+
+/// Decodes the node at `at` of unit bytes `b`, which must end in zero bytes.
+fn decode_node(b: Vec<u8>, at: usize) -> Option<Read> {
+    let mut r = crate::tx::Reader { b: &b, pos: at };
+    let tag = r.take(1)?[0];
+    let n = r.u16()? as usize;
+    match tag {
+        TAG_LEAF => {
+            let start = r.pos;
+            for _ in 0..n {
+                r.u64()?;
+                Kind::of_entry(r.take(1)?[0])?;
+                r.u64()?;
+                let nl = r.take(1)?[0] as usize;
+                r.take(nl)?;
             }
-            _ => None,
+            padding_ok(&b[r.pos..]).then_some(())?;
+            Some(Read::Leaf(RawLeaf { b, start, n }))
         }
+        TAG_INNER if n >= 1 => {
+            let mut kids = Vec::with_capacity(n + 1);
+            for _ in 0..=n {
+                kids.push(r.u32()?);
+            }
+            let mut keys = Vec::with_capacity(n);
+            for _ in 0..n {
+                keys.push(r.u64()?);
+            }
+            padding_ok(&b[r.pos..]).then_some(())?;
+            Some(Read::Inner { keys, kids })
+        }
+        _ => None,
     }
 }
 
@@ -181,7 +240,7 @@ pub(super) struct DirTree<'a, U: Units> {
 struct Path {
     inner: Vec<(u32, Node, usize)>,
     leaf_unit: u32,
-    leaf: Vec<Ent>,
+    leaf: RawLeaf,
     upper: Option<u64>,
 }
 
@@ -195,10 +254,11 @@ impl<U: Units> DirTree<'_, U> {
     }
 
     /// Unit 0: the header and the root (an empty directory: no units, an empty leaf).
-    fn root(&mut self) -> Result<(Header, Node)> {
+    fn root(&mut self) -> Result<(Header, Read)> {
         let b = self.units.read(0)?;
         if b.is_empty() {
-            return Ok((Header::default(), Node::Leaf(Vec::new())));
+            let empty = RawLeaf { b, start: 0, n: 0 };
+            return Ok((Header::default(), Read::Leaf(empty)));
         }
         let bad = || self.units.malformed("malformed directory header");
         let mut r = crate::tx::Reader { b: &b, pos: 0 };
@@ -220,30 +280,27 @@ impl<U: Units> DirTree<'_, U> {
             })
         })();
         let h = fixed.ok_or_else(bad)?;
-        let node = Node::decode(&mut r).ok_or_else(bad)?;
-        if h.units == 0 || subdirs_over(&h) || !padding_ok(&b[r.pos..]) {
+        let node = decode_node(b, HEADER_LEN).ok_or_else(bad)?;
+        if h.units == 0 || subdirs_over(&h) {
             return Err(bad());
         }
-        if (h.depth == 0) != matches!(node, Node::Leaf(_)) {
+        if (h.depth == 0) != matches!(node, Read::Leaf(_)) {
             return Err(bad());
         }
         Ok((h, node))
     }
 
-    fn node(&mut self, h: &Header, k: u32) -> Result<Node> {
+    fn node(&mut self, h: &Header, k: u32) -> Result<Read> {
         if k == 0 || k >= h.units {
             return Err(self
                 .units
                 .malformed(&format!("directory node names unit {k} of {}", h.units)));
         }
         let b = self.units.read(k)?;
-        let mut r = crate::tx::Reader { b: &b, pos: 0 };
-        match Node::decode(&mut r) {
-            Some(n) if padding_ok(&b[r.pos..]) => Ok(n),
-            _ => Err(self
-                .units
-                .malformed(&format!("malformed directory unit {k}"))),
-        }
+        decode_node(b, 0).ok_or_else(|| {
+            self.units
+                .malformed(&format!("malformed directory unit {k}"))
+        })
     }
 
     fn put(&mut self, h: &Header, k: u32, node: &Node) -> Result<()> {
@@ -271,7 +328,7 @@ impl<U: Units> DirTree<'_, U> {
 
     /// Descends to the leaf that holds `key`, checking each node against the bounds its
     /// parent gives it.
-    fn descend(&mut self, h: &Header, root: Node, key: u64) -> Result<Path> {
+    fn descend(&mut self, h: &Header, root: Read, key: u64) -> Result<Path> {
         let mut inner = Vec::new();
         let (mut lo, mut hi) = (0u64, None::<u64>);
         let mut unit = 0u32;
@@ -279,7 +336,7 @@ impl<U: Units> DirTree<'_, U> {
         for level in 0..=h.depth {
             let in_bounds = |k: u64| k >= lo && hi.is_none_or(|h| k < h);
             match node {
-                Node::Inner { keys, kids } if level < h.depth => {
+                Read::Inner { keys, kids } if level < h.depth => {
                     if !keys.is_sorted_by(|a, b| a < b) || !keys.iter().all(|&k| in_bounds(k)) {
                         return Err(self.units.malformed("directory keys out of order"));
                     }
@@ -295,10 +352,12 @@ impl<U: Units> DirTree<'_, U> {
                     node = self.node(h, next)?;
                     unit = next;
                 }
-                Node::Leaf(es) if level == h.depth => {
-                    let sorted =
-                        es.is_sorted_by(|a, b| (a.key, a.name.as_str()) < (b.key, b.name.as_str()));
-                    if !sorted || !es.iter().all(|e| in_bounds(e.key)) {
+                Read::Leaf(es) if level == h.depth => {
+                    let sorted = es
+                        .entries()
+                        .map(|e| (e.key, e.name))
+                        .is_sorted_by(|a, b| a < b);
+                    if !sorted || !es.entries().all(|e| in_bounds(e.key)) {
                         return Err(self
                             .units
                             .malformed(&format!("directory unit {unit} out of order")));
@@ -320,6 +379,11 @@ impl<U: Units> DirTree<'_, U> {
         unreachable!("the loop returns at the leaf level")
     }
 
+    fn not_utf8(&self, unit: u32) -> Error {
+        self.units
+            .malformed(&format!("a name in directory unit {unit} is not UTF-8"))
+    }
+
     /// The counts of unit 0.
     pub(super) fn header(&mut self) -> Result<Header> {
         Ok(self.root()?.0)
@@ -330,28 +394,33 @@ impl<U: Units> DirTree<'_, U> {
         let (h, root) = self.root()?;
         let key = name_key(self.key, name);
         let p = self.descend(&h, root, key)?;
-        Ok(p.leaf
-            .iter()
-            .find(|e| e.key == key && e.name == name)
-            .map(|e| (e.ino, e.kind)))
+        let found = p
+            .leaf
+            .entries()
+            .find(|e| e.key == key && e.name == name.as_bytes())
+            .map(|e| (e.ino, e.kind));
+        Ok(found)
     }
 
     /// Sets (`Some`) or removes (`None`) the entry `name`; returns whether it was there.
     pub(super) fn set(&mut self, name: &str, target: Option<(u64, Kind)>) -> Result<bool> {
         let (mut h, root) = self.root()?;
         let key = name_key(self.key, name);
-        let mut p = self.descend(&h, root, key)?;
-        let at = p
-            .leaf
-            .binary_search_by(|e| (e.key, e.name.as_str()).cmp(&(key, name)));
+        let p = self.descend(&h, root, key)?;
+        let mut leaf = p.leaf.owned().ok_or_else(|| self.not_utf8(p.leaf_unit))?;
+        let at = leaf.binary_search_by(|e| (e.key, e.name.as_str()).cmp(&(key, name)));
         let dir = |k: Kind| u64::from(k == Kind::Dir);
         let was = at.is_ok();
+        let miscounted = || {
+            self.units
+                .malformed("directory counts disagree with its entries")
+        };
         match (at, target) {
             (Err(_), None) => return Ok(false),
             (Ok(i), None) => {
-                let e = p.leaf.remove(i);
-                h.entries -= 1;
-                h.subdirs -= dir(e.kind);
+                let e = leaf.remove(i);
+                h.entries = h.entries.checked_sub(1).ok_or_else(miscounted)?;
+                h.subdirs = h.subdirs.checked_sub(dir(e.kind)).ok_or_else(miscounted)?;
                 if h.entries == 0 {
                     // Empty again: no units at all.
                     self.units.set_len(0)?;
@@ -359,17 +428,19 @@ impl<U: Units> DirTree<'_, U> {
                 }
             }
             (Ok(i), Some((ino, kind))) => {
-                let e = &mut p.leaf[i];
-                h.subdirs = h.subdirs - dir(e.kind) + dir(kind);
+                let e = &mut leaf[i];
+                h.subdirs = (h.subdirs + dir(kind))
+                    .checked_sub(dir(e.kind))
+                    .ok_or_else(miscounted)?;
                 e.ino = ino;
                 e.kind = kind;
             }
             (Err(i), Some((ino, kind))) => {
-                let group = p.leaf.iter().filter(|e| e.key == key).count();
+                let group = leaf.iter().filter(|e| e.key == key).count();
                 if group >= GROUP_MAX {
                     return Err(Error::fs(name, FsErrorKind::NoSpace));
                 }
-                p.leaf.insert(
+                leaf.insert(
                     i,
                     Ent {
                         key,
@@ -385,15 +456,20 @@ impl<U: Units> DirTree<'_, U> {
                 }
             }
         }
-        self.store(h, p)?;
+        self.store(h, p.inner, p.leaf_unit, leaf)?;
         Ok(was)
     }
 
     /// Writes the changed leaf, splitting up the path while a node overflows.
-    fn store(&mut self, mut h: Header, p: Path) -> Result<()> {
-        let mut unit = p.leaf_unit;
-        let mut node = Node::Leaf(p.leaf);
-        let mut path = p.inner;
+    fn store(
+        &mut self,
+        mut h: Header,
+        mut path: Vec<(u32, Node, usize)>,
+        leaf_unit: u32,
+        leaf: Vec<Ent>,
+    ) -> Result<()> {
+        let mut unit = leaf_unit;
+        let mut node = Node::Leaf(leaf);
         loop {
             if node.len() <= self.cap(unit) {
                 if unit != 0 {
@@ -491,8 +567,13 @@ impl<U: Units> DirTree<'_, U> {
                 None => self.root()?.1,
             };
             let p = self.descend(&h, r, key)?;
-            for (c, e) in ranked(p.leaf) {
+            let (mut prev, mut rank) = (None, 0);
+            for e in p.leaf.entries() {
+                rank = if prev == Some(e.key) { rank + 1 } else { 0 };
+                prev = Some(e.key);
+                let c = cookie(e.key, rank.min(GROUP_MAX - 1));
                 if c > after {
+                    let e = e.owned().ok_or_else(|| self.not_utf8(p.leaf_unit))?;
                     out.push((c, e));
                     if out.len() == max {
                         return Ok(out);

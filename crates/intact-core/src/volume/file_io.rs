@@ -633,7 +633,8 @@ impl Inner {
                 return Err(e);
             }
         }
-        self.maybe_commit()
+        self.maybe_commit();
+        Ok(())
     }
     /// Writes a symlink's target, staged: logged with the request that creates the link,
     /// so that a crash never leaves a link without its target (direct writes of a request
@@ -672,7 +673,8 @@ impl Inner {
             }
             return Err(e);
         }
-        self.maybe_commit()
+        self.maybe_commit();
+        Ok(())
     }
     /// Past the dirty limits, asks for a commit (begun by the front end's request once it
     /// leaves the lock: [`Volume::after_write`]).
@@ -704,14 +706,20 @@ impl Inner {
         of.record_dirty = true;
         Ok(true)
     }
-    pub(super) fn maybe_commit(&mut self) -> Result<()> {
+    pub(super) fn maybe_commit(&mut self) {
         let log = self.wal.as_ref().map_or(0, |w| w.bytes);
         if self.tx.overlay_bytes() >= OVERLAY_LIMIT
             || self.dirty_bytes >= TOTAL_DIRTY_LIMIT
             || log >= LOG_LIMIT
+            || self.records_over(1)
         {
             self.commit_wanted = true;
         }
-        Ok(())
+    }
+
+    /// More than `k` times [`DIRTY_RECORDS`] records past the budget (after the request's
+    /// pass over the idle ones).
+    pub(super) fn records_over(&self, k: usize) -> bool {
+        self.files.len() >= self.records + k * DIRTY_RECORDS
     }
 }

@@ -457,6 +457,7 @@ impl Inner {
     /// Ends a request whose result is `r`: its changes are logged ([`Inner::log_point`]),
     /// also when it failed halfway (what it changed is in memory, and would be sealed).
     pub(super) fn ended<T>(&mut self, r: Result<T>) -> Result<T> {
+        self.last_logged = false;
         let logged = self.log_point();
         self.evict_idle();
         match (r, logged) {
@@ -557,6 +558,7 @@ impl Inner {
             return Ok(());
         }
         let end = self.log_append(&items)?;
+        self.last_logged = true;
         let n = self.commits_begun + 1;
         for it in &items {
             match it {

@@ -92,6 +92,11 @@ const KEEP_NAMES: usize = 1 << 20;
 /// Dirty plaintext held across all files before the engine seals on its own. The part of a
 /// seal that holds the engine lock (encrypting what is dirty) grows with it.
 const TOTAL_DIRTY_LIMIT: usize = 32 << 20;
+/// Records past the budget ([`Options::records`]) that cannot be dropped (changed and not
+/// yet checkpointed) before the engine checkpoints on its own: a create, an unlink or a
+/// rename adds no dirty bytes, so without this a run of them (`touch` of 10^6 names)
+/// would keep every new record in memory until a data write or an unmount.
+const DIRTY_RECORDS: usize = 8192;
 /// Bytes a file writes after a checkpoint began before it counts as a heavy writer: past
 /// twice the dirty limits, only heavy writers are slowed ([`Volume::after_write`]).
 const THROTTLE_SHARE: usize = 4 << 20;
@@ -449,6 +454,9 @@ struct Inner {
     /// The dirty limits were reached: the front end's request that reached them starts a
     /// commit once it has left the engine's lock (see [`Volume::after_write`]).
     commit_wanted: bool,
+    /// The last request appended to the log (it changed something): it checks the dirty
+    /// limits on its way out ([`Volume::changed`]).
+    last_logged: bool,
     /// [`Options::xattr_bytes_max`].
     xattr_bytes_max: usize,
     poisoned: Option<String>,
@@ -717,6 +725,7 @@ impl Volume {
             checkpointed_at: std::time::Instant::now(),
             drain: gate::Drain::default(),
             commit_wanted: false,
+            last_logged: false,
             xattr_bytes_max: opts.xattr_bytes_max,
             poisoned: None,
             unsealed: Default::default(),
@@ -915,6 +924,22 @@ impl Volume {
         self.shared.lock().tx.known()
     }
 
+    /// Ends a request that may change the namespace (a create, an unlink, a rename): logs
+    /// it ([`Inner::ended`]) and, if it changed something, checks the dirty limits, which
+    /// may start a checkpoint ([`Volume::after_write`]).
+    fn changed<T>(&self, mut g: MutexGuard<'_, Inner>, r: Result<T>) -> Result<T> {
+        let r = g.ended(r);
+        if !g.last_logged {
+            return self.note(r);
+        }
+        g.maybe_commit();
+        let after = self.after_write(g, None, 0);
+        self.note(match (r, after) {
+            (Ok(v), Ok(())) => Ok(v),
+            (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+        })
+    }
+
     /// Attributes of a path.
     pub fn stat(&self, path: &str) -> Result<Stat> {
         let mut g = self.lock()?;
@@ -934,14 +959,14 @@ impl Volume {
                 g.files.get_mut(&ino).expect("created").inode.auto = true;
             }
         });
-        self.note(g.ended(r))
+        self.changed(g, r)
     }
 
     /// Creates a directory.
     pub fn mkdir(&self, path: &str) -> Result<u64> {
         let mut g = self.lock()?;
         let r = g.create_path(path, Kind::Dir, SchemeId::MtEintGcm);
-        self.note(g.ended(r))
+        self.changed(g, r)
     }
 
     /// Creates a symlink at `path` pointing to `target`.
@@ -952,7 +977,7 @@ impl Volume {
             g.write_target(ino, target.as_bytes())?;
             Ok(ino)
         })();
-        self.note(g.ended(r))
+        self.changed(g, r)
     }
 
     /// The target of a symlink.
@@ -1035,14 +1060,14 @@ impl Volume {
     pub fn unlink(&self, path: &str) -> Result<()> {
         let mut g = self.lock()?;
         let r = g.remove_path(path, false);
-        self.note(g.ended(r))
+        self.changed(g, r)
     }
 
     /// Removes an empty directory.
     pub fn rmdir(&self, path: &str) -> Result<()> {
         let mut g = self.lock()?;
         let r = g.remove_path(path, true);
-        self.note(g.ended(r))
+        self.changed(g, r)
     }
 
     /// Renames `from` to `to`, replacing a file (or empty directory) at `to`.
@@ -1056,7 +1081,7 @@ impl Volume {
             g.rename_at(fpino, fname, tpino, tname, RenameMode::Replace)
                 .map_err(|e| e.in_path(to))
         })();
-        self.note(g.ended(r))
+        self.changed(g, r)
     }
 
     /// Whether writes that add data are refused because the store is full (after a commit
@@ -1149,6 +1174,10 @@ impl Volume {
         drop(turn);
         let after = match written {
             Some(len) => self.after_write(g, Some(ino), len),
+            None if g.last_logged => {
+                g.maybe_commit();
+                self.after_write(g, Some(ino), 0)
+            }
             None => Ok(()),
         };
         let r = match (r, after) {
