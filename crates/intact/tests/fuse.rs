@@ -218,7 +218,13 @@ impl Vol {
     /// The anchor's epoch, read from the trusted state directory (bytes 24..32).
     fn epoch(&self) -> u64 {
         let dir = fs::read_dir(self.state()).unwrap().next().unwrap().unwrap();
-        let a = fs::read(dir.path().join("anchor")).unwrap();
+        let file = fs::read(dir.path().join("anchor")).unwrap();
+        // The newest of the anchor file's two slots (docs/file-format.md §1.2): `ISLT`,
+        // its sequence number, the anchor's length, the anchor.
+        assert_eq!(file.len(), 1024);
+        let seq =
+            |k: usize| u64::from_le_bytes(file[k * 512 + 4..k * 512 + 12].try_into().unwrap());
+        let a = &file[if seq(0) > seq(1) { 14 } else { 512 + 14 }..];
         u64::from_le_bytes(a[24..32].try_into().unwrap())
     }
 
