@@ -573,6 +573,13 @@ mod tests {
             fs::write(&path, &bad).unwrap();
             assert_eq!(s.load().unwrap().unwrap(), b"second", "byte {at}");
         }
+        // Another magic with a checksum that holds is not a slot either.
+        let mut other = encode_slot(9, b"x");
+        other[..4].copy_from_slice(b"XSLT");
+        let h = *blake3::hash(&other[..SLOT - 32]).as_bytes();
+        other[SLOT - 32..].copy_from_slice(&h);
+        assert_eq!(decode_slot(&other), None);
+        assert_eq!(decode_slot(&encode_slot(9, b"x")), Some((9, &b"x"[..])));
         // An older anchor file: read as it is, slotted at the next store.
         fs::write(&path, b"INTANCH2 older form").unwrap();
         assert_eq!(s.load().unwrap().unwrap(), b"INTANCH2 older form");
@@ -586,6 +593,10 @@ mod tests {
         assert_eq!(s.load().unwrap().unwrap(), long);
         let fits = vec![9u8; SLOT_PAYLOAD];
         s.store(&fits).unwrap();
+        assert_eq!(fs::read(&path).unwrap().len(), 2 * SLOT);
+        assert_eq!(s.load().unwrap().unwrap(), fits);
+        s.store(&fits).unwrap();
+        assert_eq!(s.load().unwrap().unwrap(), fits, "written into a slot");
         s.store(&fits[..400]).unwrap();
         assert_eq!(s.load().unwrap().unwrap(), &fits[..400]);
     }

@@ -819,6 +819,50 @@ mod tests {
         }
     }
 
+    /// A node's length is what it encodes to (splits are decided on it), and leaves fill:
+    /// 20,000 names take at most twice the units their bytes need.
+    #[test]
+    fn node_lengths_are_their_encodings_and_leaves_fill() {
+        let es: Vec<Ent> = (0..5u64)
+            .map(|i| Ent {
+                key: i,
+                name: "n".repeat(i as usize + 1),
+                ino: i,
+                kind: Kind::File,
+            })
+            .collect();
+        for node in [
+            Node::Leaf(es),
+            Node::Leaf(Vec::new()),
+            Node::Inner {
+                keys: vec![4, 9, 12],
+                kids: vec![1, 2, 3, 4],
+            },
+        ] {
+            let mut b = Vec::new();
+            node.encode(&mut b);
+            assert_eq!(node.len(), b.len(), "{node:?}");
+        }
+        let k = key();
+        let mut m = mem();
+        let n = 20_000u64;
+        for i in 0..n {
+            DirTree {
+                units: &mut m,
+                key: &k,
+                unit: MIN_UNIT,
+            }
+            .set(&format!("file-{i:07}"), Some((i + 2, Kind::File)))
+            .unwrap();
+        }
+        let need = (n as usize * (18 + 12)).div_ceil(MIN_UNIT);
+        let units = m.bytes.len() / MIN_UNIT;
+        assert!(
+            units <= 2 * need,
+            "{units} units for {need} units of entries"
+        );
+    }
+
     #[test]
     fn names_sharing_a_key_keep_their_order_and_ranks() {
         let es: Vec<Ent> = ["a", "b", "c"]

@@ -87,8 +87,10 @@ const AUTO_MAX_SIZE: u64 = 256 << 20;
 /// Open-file states kept after a seal, and past which idle ones are dropped at the end of
 /// a request ([`Inner::evict_idle`]).
 pub const KEEP_OPEN: usize = 1024;
-/// Known (parent, name) pairs kept after a seal, for naming files in errors.
-const KEEP_NAMES: usize = 1 << 20;
+/// Known (parent, name) pairs kept after a seal, for naming files in errors (about 100
+/// bytes each: 65,536 is 6.5 MB; past it, a seal keeps only the paths of open files, and
+/// lookups add back what is in use).
+const KEEP_NAMES: usize = 1 << 16;
 /// Dirty plaintext held across all files before the engine seals on its own. The part of a
 /// seal that holds the engine lock (encrypting what is dirty) grows with it.
 const TOTAL_DIRTY_LIMIT: usize = 32 << 20;
