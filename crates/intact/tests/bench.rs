@@ -214,3 +214,57 @@ fn bench_rejects_bad_arguments() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a directory"));
 }
+
+/// `intact bench dir` (docs/performance.md, "One directory of 10^6 entries"): one row per
+/// power of ten, each with its ranges and the bytes written per create counted by the
+/// store, no temporary volume left behind; bad arguments are refused.
+#[test]
+fn bench_dir_prints_a_row_per_power_of_ten() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args([
+            "--json",
+            "bench",
+            "dir",
+            "--entries",
+            "10000",
+            "--ops",
+            "20",
+        ])
+        .args(["--samples", "2", "--workdir"])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for (r, n) in rows.iter().zip([1000, 10000]) {
+        assert_eq!(r["entries"], n);
+        for k in ["create_us", "lookup_us", "unlink_us", "create_bytes"] {
+            let (lo, hi) = (r[k]["min"].as_f64().unwrap(), r[k]["max"].as_f64().unwrap());
+            assert!(lo > 0.0 && lo <= hi, "{k}: {r}");
+        }
+        // A create writes its record and its leaf at least, far less than a unit each.
+        assert!(
+            r["create_bytes"]["max"].as_f64().unwrap() < 64.0 * 1024.0,
+            "{r}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "left behind"
+    );
+    let bad = Command::new(BIN)
+        .args(["bench", "dir", "--entries", "10", "--workdir"])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("at least 1000"));
+}
