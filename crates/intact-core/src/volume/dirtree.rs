@@ -124,6 +124,7 @@ impl Node {
 
 /// A node as read from its unit: an inner node decoded, a leaf checked in place (a lookup
 /// compares names in the unit's bytes, with no allocation per entry).
+#[derive(Clone)]
 enum Read {
     Leaf(RawLeaf),
     Inner { keys: Vec<u64>, kids: Vec<u32> },
@@ -131,6 +132,7 @@ enum Read {
 
 /// A leaf's entries in its unit's bytes, checked to parse (kinds, lengths; a name's UTF-8
 /// is checked when it is taken out, [`RawLeaf::owned`]).
+#[derive(Clone)]
 struct RawLeaf {
     b: Vec<u8>,
     start: usize,
@@ -560,18 +562,11 @@ impl<U: Units> DirTree<'_, U> {
         let (h, root) = self.root()?;
         let mut out = Vec::new();
         let mut key = after.saturating_sub(FIRST_COOKIE) >> 2;
-        let mut root = Some(root);
         loop {
-            let r = match root.take() {
-                Some(r) => r,
-                None => self.root()?.1,
-            };
-            let p = self.descend(&h, r, key)?;
-            let (mut prev, mut rank) = (None, 0);
-            for e in p.leaf.entries() {
-                rank = if prev == Some(e.key) { rank + 1 } else { 0 };
-                prev = Some(e.key);
-                let c = cookie(e.key, rank.min(GROUP_MAX - 1));
+            // Unit 0 is read once a page; each next leaf descends from its copy.
+            let p = self.descend(&h, root.clone(), key)?;
+            let cookies = cookies(p.leaf.entries().map(|e| e.key));
+            for (c, e) in cookies.zip(p.leaf.entries()) {
                 if c > after {
                     let e = e.owned().ok_or_else(|| self.not_utf8(p.leaf_unit))?;
                     out.push((c, e));
@@ -590,12 +585,17 @@ impl<U: Units> DirTree<'_, U> {
 
 /// A leaf's entries with their cookies.
 pub(super) fn ranked(es: Vec<Ent>) -> impl Iterator<Item = (u64, Ent)> {
-    let mut prev = None;
-    let mut rank = 0;
-    es.into_iter().map(move |e| {
-        rank = if prev == Some(e.key) { rank + 1 } else { 0 };
-        prev = Some(e.key);
-        (cookie(e.key, rank.min(GROUP_MAX - 1)), e)
+    let keys: Vec<u64> = es.iter().map(|e| e.key).collect();
+    cookies(keys.into_iter()).zip(es)
+}
+
+/// The cookies of a leaf's keys, in order: each key with its rank among equal ones.
+fn cookies(keys: impl Iterator<Item = u64>) -> impl Iterator<Item = u64> {
+    let (mut prev, mut rank) = (None, 0);
+    keys.map(move |k| {
+        rank = if prev == Some(k) { rank + 1 } else { 0 };
+        prev = Some(k);
+        cookie(k, rank.min(GROUP_MAX - 1))
     })
 }
 
