@@ -9,32 +9,18 @@ mod common;
 
 use common::*;
 use intact_core::crypto::KdfParams;
-use intact_core::format::SchemeId;
-use intact_core::store::{CountingStore, MemStore, MemTrusted, TrustedStore, UntrustedStore};
-use intact_core::{CreateOptions, Options, Volume};
+use intact_core::store::{CountingStore, MemStore, MemTrusted, UntrustedStore};
+use intact_core::{CreateOptions, Volume};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 fn new_volume(store: Arc<dyn UntrustedStore>, trusted: &MemTrusted, dir_tree: bool) -> Volume {
-    let t = trusted.clone();
-    Volume::create(
-        store,
-        move |_| Ok(Box::new(t) as Box<dyn TrustedStore>),
-        PW,
-        &CreateOptions {
-            block_size: 4096,
-            scheme: SchemeId::MtEintGcm,
-            auto: false,
-            kdf: KdfParams::TEST,
-            inline_leaf: true,
-            dir_tree,
-        },
-        &Options {
-            records: records(),
-            ..Options::default()
-        },
-    )
-    .unwrap()
+    let copts = CreateOptions {
+        kdf: KdfParams::TEST,
+        dir_tree,
+        ..CreateOptions::default()
+    };
+    create_with(store, trusted, &copts)
 }
 
 fn name(i: usize) -> String {

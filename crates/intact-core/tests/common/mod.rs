@@ -30,19 +30,29 @@ pub fn create<T: TrustedStore + Clone + 'static>(
     scheme: SchemeId,
     bs: u32,
 ) -> Volume {
+    let copts = CreateOptions {
+        block_size: bs,
+        scheme,
+        auto: false,
+        kdf: KdfParams::TEST,
+        inline_leaf: true,
+        dir_tree: true,
+    };
+    create_with(store, trusted, &copts)
+}
+
+/// [`create`] with the volume's options given whole.
+pub fn create_with<T: TrustedStore + Clone + 'static>(
+    store: Arc<dyn UntrustedStore>,
+    trusted: &T,
+    copts: &CreateOptions,
+) -> Volume {
     let t = trusted.clone();
     Volume::create(
         store,
         move |_| Ok(Box::new(t) as Box<dyn TrustedStore>),
         PW,
-        &CreateOptions {
-            block_size: bs,
-            scheme,
-            auto: false,
-            kdf: KdfParams::TEST,
-            inline_leaf: true,
-            dir_tree: true,
-        },
+        copts,
         &Options {
             cache_bytes: 1024,
             read_only: false,
