@@ -4,7 +4,7 @@
 //! and their data) and their recovery, and many threads at once.
 
 use intact_core::crypto::KdfParams;
-use intact_core::disk::engine::{paths, Disk, DiskCreate, DiskOptions, Mode, BLOCK};
+use intact_core::disk::engine::{paths, Disk, DiskCreate, DiskOptions, Mode, TreeKind, BLOCK};
 use intact_core::disk::pac::PacConfig;
 use intact_core::store::{LocalStateDir, TrustedStore};
 use intact_core::Error;
@@ -18,10 +18,24 @@ struct Fixture {
     path: PathBuf,
     state: PathBuf,
     id: String,
+    splay: f64,
 }
 
+/// The arity that stands for the DMT in [`Fixture::new`].
+const DMT: u64 = 0;
+
 impl Fixture {
+    /// A disk of `blocks` blocks under the n-ary tree of `arity`, or the DMT for arity
+    /// [`DMT`] (opened splaying half its writes, so that the tests see many rotations).
     fn new(blocks: u64, arity: u64, mode: Mode) -> Fixture {
+        let tree = if arity == DMT {
+            TreeKind {
+                arity: 2,
+                dmt: true,
+            }
+        } else {
+            TreeKind { arity, dmt: false }
+        };
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("disk.img");
         let state = dir.path().join("state");
@@ -30,7 +44,7 @@ impl Fixture {
             &path,
             &DiskCreate {
                 size: blocks * BLOCK as u64,
-                arity,
+                tree,
                 mode,
                 kdf: KdfParams::TEST,
             },
@@ -43,6 +57,7 @@ impl Fixture {
             path,
             state,
             id: cfg.disk_id,
+            splay: if tree.dmt { 0.5 } else { 0.01 },
         }
     }
 
@@ -51,7 +66,11 @@ impl Fixture {
     }
 
     fn open_with(&self, opts: &DiskOptions) -> intact_core::Result<Disk> {
-        Disk::open(&self.path, PW, self.trusted(), opts)
+        let opts = DiskOptions {
+            splay: self.splay,
+            ..opts.clone()
+        };
+        Disk::open(&self.path, PW, self.trusted(), &opts)
     }
 
     fn open(&self, mode: Mode) -> Disk {
@@ -118,6 +137,9 @@ fn every_mode_reads_what_was_written_at_any_offset() {
         (Mode::Batch, 8),
         (Mode::Aead, 8),
         (Mode::None, 8),
+        (Mode::Pac, DMT),
+        (Mode::Sync, DMT),
+        (Mode::Batch, DMT),
     ] {
         let blocks = 40;
         let f = Fixture::new(blocks, arity, mode);
@@ -207,8 +229,8 @@ fn expect_tampered(r: intact_core::Result<()>, block: Option<u64>, what: &str) {
 /// Each is found on the next read of an affected block; other blocks still read.
 #[test]
 fn tampering_while_stopped_is_found_on_the_next_read() {
-    for mode in [Mode::Pac, Mode::Sync] {
-        let f = Fixture::new(64, 4, mode);
+    for (mode, arity) in [(Mode::Pac, 4), (Mode::Sync, 4), (Mode::Pac, DMT)] {
+        let f = Fixture::new(64, arity, mode);
         let d = f.open(mode);
         for b in 0..64u64 {
             d.write(b * BLOCK as u64, &fill(b, BLOCK)).unwrap();
@@ -274,10 +296,14 @@ fn tampering_while_stopped_is_found_on_the_next_read() {
             (
                 "a tree node changed",
                 Box::new(|| {
+                    // The first node stored: block 0's leaf (the n-ary tree's first group;
+                    // the DMT's first region, after the unused lower levels of the tree
+                    // above its regions).
                     let t = &new[2].1;
-                    let mut g = t[..32].to_vec();
+                    let at = t.chunks(32).position(|c| c != [0; 32]).unwrap() * 32;
+                    let mut g = t[at..at + 32].to_vec();
                     g[0] ^= 1;
-                    patch(&p.tree, 0, &g);
+                    patch(&p.tree, at as u64, &g);
                 }),
                 0,
             ),
@@ -385,12 +411,16 @@ fn opening_refuses_a_wrong_password_a_second_writer_and_a_missing_anchor() {
 /// written after it.
 struct CrashModel {
     allowed: Vec<Vec<Vec<u8>>>,
+    /// The disk block of each entry.
+    at: Vec<usize>,
 }
 
 impl CrashModel {
-    fn new(blocks: usize) -> CrashModel {
+    /// `n` entries, at blocks 0, `stride`, 2 × `stride`, …
+    fn every(n: usize, stride: usize) -> CrashModel {
         CrashModel {
-            allowed: vec![vec![vec![0u8; BLOCK]]; blocks],
+            allowed: vec![vec![vec![0u8; BLOCK]]; n],
+            at: (0..n).map(|i| i * stride).collect(),
         }
     }
     fn write(&mut self, b: usize, v: Vec<u8>) {
@@ -404,7 +434,7 @@ impl CrashModel {
     }
     fn check(&self, d: &Disk, what: &str) {
         let mut buf = vec![0u8; BLOCK];
-        for (b, a) in self.allowed.iter().enumerate() {
+        for (a, &b) in self.allowed.iter().zip(&self.at) {
             d.read((b * BLOCK) as u64, &mut buf)
                 .unwrap_or_else(|e| panic!("{what}: block {b}: {e}"));
             assert!(
@@ -416,7 +446,7 @@ impl CrashModel {
     /// After a check: the state read is the new flushed one.
     fn settle(&mut self, d: &Disk) {
         let mut buf = vec![0u8; BLOCK];
-        for (b, a) in self.allowed.iter_mut().enumerate() {
+        for (a, &b) in self.allowed.iter_mut().zip(&self.at) {
             d.read((b * BLOCK) as u64, &mut buf).unwrap();
             *a = vec![buf.clone()];
         }
@@ -428,17 +458,23 @@ impl CrashModel {
 /// data: every reopen recovers without an alarm to the last flush or later.
 #[test]
 fn a_crash_at_any_point_recovers_to_the_last_flush_or_later_without_an_alarm() {
-    for (mode, arity) in [
-        (Mode::Pac, 4),
-        (Mode::Sync, 2),
-        (Mode::Batch, 4),
-        (Mode::Aead, 4),
+    // (mode, tree, blocks, stride): 48 blocks `stride` apart are written; the DMT's last
+    // rows spread them over three regions (4096 blocks each), whose shapes splay apart.
+    for (mode, arity, blocks, stride) in [
+        (Mode::Pac, 4, 48, 1),
+        (Mode::Sync, 2, 48, 1),
+        (Mode::Batch, 4, 48, 1),
+        (Mode::Aead, 4, 48, 1),
+        (Mode::Pac, DMT, 48, 1),
+        (Mode::Sync, DMT, 48, 1),
+        (Mode::Pac, DMT, 2 * 4096 + 512, 181),
+        (Mode::Sync, DMT, 2 * 4096 + 512, 181),
     ] {
-        let blocks = 48usize;
         let f = Fixture::new(blocks as u64, arity, mode);
-        let mut model = CrashModel::new(blocks);
-        let mut r = rng(7 + arity);
+        let mut model = CrashModel::every(48, stride);
+        let mut r = rng(7 + arity + blocks as u64);
         let mut epoch = 0;
+        let mut splays = 0;
         for round in 0..12 {
             let d = f.open(mode);
             // Every anchor stored advances the epoch: after a crash, the recovery's seal and
@@ -448,30 +484,32 @@ fn a_crash_at_any_point_recovers_to_the_last_flush_or_later_without_an_alarm() {
             } else {
                 epoch + 2
             };
-            assert_eq!(d.anchor().epoch, want, "{mode:?} round {round}");
-            model.check(&d, &format!("{mode:?} round {round}"));
+            assert_eq!(d.anchor().epoch, want, "{mode:?}/{arity} round {round}");
+            model.check(&d, &format!("{mode:?}/{arity} round {round}"));
             model.settle(&d);
             for i in 0..(r() % 40) {
-                let b = (r() % blocks as u64) as usize;
+                let m = (r() % 48) as usize;
+                let b = model.at[m];
                 match r() % 8 {
                     0 => d.flush().map(|_| model.flush()).unwrap(),
                     1 => {
                         d.trim((b * BLOCK) as u64, BLOCK as u64).unwrap();
-                        model.write(b, vec![0u8; BLOCK]);
+                        model.write(m, vec![0u8; BLOCK]);
                     }
                     2 => {
                         // A torn write: the slot landed, the data did not (the process
                         // died between them). The data file gets its old bytes back.
-                        let before = std::fs::read(&f.path).unwrap();
-                        let v = fill(round * 1000 + i, BLOCK);
-                        d.write((b * BLOCK) as u64, &v).unwrap();
                         use std::os::unix::fs::FileExt;
-                        std::fs::OpenOptions::new()
+                        let file = std::fs::OpenOptions::new()
+                            .read(true)
                             .write(true)
                             .open(&f.path)
-                            .unwrap()
-                            .write_all_at(&before[b * BLOCK..(b + 1) * BLOCK], (b * BLOCK) as u64)
                             .unwrap();
+                        let mut before = vec![0u8; BLOCK];
+                        file.read_exact_at(&mut before, (b * BLOCK) as u64).unwrap();
+                        let v = fill(round * 1000 + i, BLOCK);
+                        d.write((b * BLOCK) as u64, &v).unwrap();
+                        file.write_all_at(&before, (b * BLOCK) as u64).unwrap();
                         // Then the crash, right away (the block reads as the torn state
                         // until recovery).
                         break;
@@ -479,16 +517,22 @@ fn a_crash_at_any_point_recovers_to_the_last_flush_or_later_without_an_alarm() {
                     _ => {
                         let v = fill(round * 1000 + i, BLOCK);
                         d.write((b * BLOCK) as u64, &v).unwrap();
-                        model.write(b, v);
+                        model.write(m, v);
                     }
                 }
             }
             epoch = d.anchor().epoch;
+            splays += d.stats().splays;
             drop(d); // no close: a crash
         }
+        assert_eq!(
+            splays > 0,
+            arity == DMT,
+            "{mode:?}/{arity}: {splays} splays"
+        );
         let d = f.open(mode);
         assert_eq!(d.anchor().epoch, epoch + 2);
-        model.check(&d, &format!("{mode:?} last"));
+        model.check(&d, &format!("{mode:?}/{arity} last"));
         assert_eq!(d.stats().failures, 0);
         assert!(d.fsck(5).unwrap().is_empty());
         d.close().unwrap();

@@ -25,8 +25,9 @@ pub enum DiskCmd {
         /// Size: bytes, or with K, M, G or T (powers of 1024); a multiple of 4096.
         #[arg(long, value_parser = parse_size)]
         size: u64,
-        /// The hash tree: binary, or nary:N (N from 2 to 128).
-        #[arg(long, default_value = "nary:64")]
+        /// The hash tree: dmt (the splaying tree of the PAC paper, binary, hot blocks near
+        /// the root), binary, or nary:N (N from 2 to 128).
+        #[arg(long, default_value = "dmt")]
         tree: String,
         /// pac (verify reads in line, update the tree in the background, seal at flush),
         /// sync (update in line), aead (no freshness), none (no protection: a baseline).
@@ -73,6 +74,13 @@ pub enum DiskCmd {
         /// Requests of one connection served at once.
         #[arg(long, default_value_t = 4)]
         workers: usize,
+        /// The node cache: bytes (64M, 1G) or a share of the tree's metadata (1%, 0.1%);
+        /// default --cache-bytes, else 16M.
+        #[arg(long)]
+        cache: Option<String>,
+        /// The DMT: the probability that a write splays its block towards the root.
+        #[arg(long, default_value_t = 0.01)]
+        splay: f64,
         /// A unix socket for `intact disk ctl` (change the PAC rate or queue while serving,
         /// read the counts).
         #[arg(long)]
@@ -125,6 +133,23 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
     n.checked_mul(mult).ok_or_else(|| format!("{s}: too large"))
 }
 
+/// `--cache`: a size (64M) or a share of the disk's tree metadata (1%, 0.1%).
+fn cache_size(s: &str, c: &intact_core::disk::engine::DiskConfig) -> Result<usize> {
+    let bytes = match s.strip_suffix('%') {
+        Some(p) => {
+            let p: f64 = p
+                .trim()
+                .parse()
+                .ok()
+                .filter(|p: &f64| (0.0..=100.0).contains(p))
+                .with_context(|| format!("--cache {s}: want a share from 0% to 100%"))?;
+            (intact_core::disk::engine::tree_bytes(c) as f64 * p / 100.0) as u64
+        }
+        None => parse_size(s).map_err(anyhow::Error::msg)?,
+    };
+    usize::try_from(bytes).context("--cache: too large")
+}
+
 fn trusted_for(cli: &Cli, id: &str) -> intact_core::Result<Box<dyn TrustedStore>> {
     Ok(Box::new(LocalStateDir::new(state_dir(cli), id)?))
 }
@@ -146,7 +171,7 @@ pub fn run(cli: &Cli, cmd: &DiskCmd) -> Result<std::process::ExitCode> {
             kdf_memory,
             kdf_passes,
         } => {
-            let arity = intact_core::disk::engine::parse_tree(tree)?;
+            let tree_kind = intact_core::disk::engine::parse_tree(tree)?;
             let mode = Mode::parse(mode)?;
             let pw = password(cli, true)?;
             let kdf = KdfParams {
@@ -158,7 +183,7 @@ pub fn run(cli: &Cli, cmd: &DiskCmd) -> Result<std::process::ExitCode> {
                 path,
                 &DiskCreate {
                     size: *size,
-                    arity,
+                    tree: tree_kind,
                     mode,
                     kdf,
                 },
@@ -193,10 +218,16 @@ pub fn run(cli: &Cli, cmd: &DiskCmd) -> Result<std::process::ExitCode> {
             workers,
             control,
             batch,
+            cache,
+            splay,
         } => {
+            let cache_bytes = match cache {
+                Some(c) => cache_size(c, &Disk::read_config(path)?)?,
+                None => cli.cache_bytes.unwrap_or(16 << 20),
+            };
             let opts = DiskOptions {
                 mode: mode.as_deref().map(Mode::parse).transpose()?,
-                cache_bytes: cli.cache_bytes.unwrap_or(16 << 20),
+                cache_bytes,
                 pac: PacConfig {
                     capacity: (*queue).max(1),
                     low_watermark: *low_watermark,
@@ -205,6 +236,7 @@ pub fn run(cli: &Cli, cmd: &DiskCmd) -> Result<std::process::ExitCode> {
                 batch: *batch,
                 read_only: false,
                 repair_torn: false,
+                splay: *splay,
             };
             let disk = Arc::new(open(cli, path, &opts)?);
             serve(
@@ -242,6 +274,7 @@ pub fn run(cli: &Cli, cmd: &DiskCmd) -> Result<std::process::ExitCode> {
                 "size": c.size,
                 "block_size": intact_core::disk::engine::BLOCK,
                 "arity": c.arity,
+                "tree": c.tree().name(),
                 "mode": c.mode,
                 "epoch": a.epoch,
                 "root": hex::encode(a.root),
@@ -263,7 +296,8 @@ pub fn run(cli: &Cli, cmd: &DiskCmd) -> Result<std::process::ExitCode> {
                     c.size / 4096
                 );
                 println!(
-                    "tree        arity {}, regions of {rb} blocks ({rn})",
+                    "tree        {} (arity {}), regions of {rb} blocks ({rn})",
+                    c.tree().name(),
                     c.arity
                 );
                 println!("mode        {}", c.mode);

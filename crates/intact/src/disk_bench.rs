@@ -12,7 +12,7 @@ use crate::disk::parse_size;
 use crate::Cli;
 use anyhow::{bail, Context, Result};
 use intact_core::crypto::KdfParams;
-use intact_core::disk::engine::{Disk, DiskCreate, DiskOptions, Mode, BLOCK};
+use intact_core::disk::engine::{tree_bytes, Disk, DiskCreate, DiskOptions, Mode, TreeKind};
 use intact_core::disk::pac::PacConfig;
 use intact_core::store::{LocalStateDir, TrustedStore};
 use std::path::PathBuf;
@@ -38,9 +38,8 @@ pub struct BenchArgs {
     /// Runs per configuration.
     #[arg(long, default_value_t = 3)]
     runs: usize,
-    /// The tree: nary:N (the disk's default is nary:64) or binary (the paper's DMT is a
-    /// binary tree).
-    #[arg(long, default_value = "nary:64")]
+    /// The tree: dmt (the paper's, and the disk's default), binary or nary:N.
+    #[arg(long, default_value = "dmt")]
     tree: String,
     /// Where the throwaway disks go [default: the current directory].
     #[arg(long)]
@@ -92,16 +91,6 @@ impl Config {
     }
 }
 
-/// The bytes of an n-ary tree's nodes over `leaves` leaves.
-fn tree_bytes(leaves: u64, arity: u64) -> u64 {
-    let (mut n, mut bytes) = (leaves, 0);
-    while n > 1 {
-        n = n.div_ceil(arity);
-        bytes += n * arity * 32;
-    }
-    bytes
-}
-
 fn which(tool: &str) -> bool {
     Command::new(tool)
         .arg("--version")
@@ -119,7 +108,7 @@ struct Measured {
 }
 
 /// One run: a fresh disk served on a socket of this process, fio against it.
-fn run_one(args: &BenchArgs, arity: u64, c: &Config) -> Result<Measured> {
+fn run_one(args: &BenchArgs, tree: TreeKind, c: &Config) -> Result<Measured> {
     let base = args.dir.clone().unwrap_or_else(|| PathBuf::from("."));
     let dir = tempfile::Builder::new()
         .prefix("intact-disk-bench")
@@ -137,7 +126,7 @@ fn run_one(args: &BenchArgs, arity: u64, c: &Config) -> Result<Measured> {
         &path,
         &DiskCreate {
             size: c.size,
-            arity,
+            tree,
             mode: create_mode,
             kdf: KdfParams::TEST,
         },
@@ -145,7 +134,7 @@ fn run_one(args: &BenchArgs, arity: u64, c: &Config) -> Result<Measured> {
         move |id| Ok(Box::new(LocalStateDir::new(st, id)?) as Box<dyn TrustedStore>),
     )?;
     let trusted = Box::new(LocalStateDir::new(state, &cfg.disk_id)?);
-    let cache = (tree_bytes(c.size / BLOCK as u64, arity) as f64 * c.cache) as usize;
+    let cache = (tree_bytes(&cfg) as f64 * c.cache) as usize;
     let disk = Arc::new(Disk::open(
         &path,
         b"bench",
@@ -159,8 +148,7 @@ fn run_one(args: &BenchArgs, arity: u64, c: &Config) -> Result<Measured> {
                 rate: c.rate,
             },
             batch: c.batch,
-            read_only: false,
-            repair_torn: false,
+            ..DiskOptions::default()
         },
     )?);
     let sock = dir.path().join("nbd.sock");
@@ -266,7 +254,7 @@ pub fn run(cli: &Cli, args: &BenchArgs) -> Result<()> {
     if !which("fio") {
         bail!("fio is not installed (apt install fio): the bench drives the disk with it");
     }
-    let arity = intact_core::disk::engine::parse_tree(&args.tree)?;
+    let tree = intact_core::disk::engine::parse_tree(&args.tree)?;
     let all = args.figure == "all";
     let want = |f: &str| all || args.figure == f;
     let known = [
@@ -403,7 +391,7 @@ pub fn run(cli: &Cli, args: &BenchArgs) -> Result<()> {
         let mut mbps = Vec::with_capacity(args.runs);
         let mut windows = Vec::new();
         for _ in 0..args.runs {
-            let m = run_one(args, arity, c)?;
+            let m = run_one(args, tree, c)?;
             mbps.push(m.mbps);
             windows.extend(m.window);
         }

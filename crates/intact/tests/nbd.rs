@@ -543,8 +543,15 @@ fn kill_9_under_load_recovers_to_the_last_flush_or_later() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(50);
+    // The DMT (the default tree) splaying a quarter of its writes, so that crashes land
+    // between its shape's slots; and the n-ary tree, half the rounds.
+    kill_9_rounds("dmt", &["--splay", "0.25"], rounds);
+    kill_9_rounds("nary:4", &[], rounds.div_ceil(2));
+}
+
+fn kill_9_rounds(tree: &str, serve: &[&str], rounds: u64) {
     let env = Env::new();
-    env.create("32M", &["--tree", "nary:4"]);
+    env.create("32M", &["--tree", tree]);
     const BLOCKS: u64 = 256; // the versioned region: the first MiB
     let content = |b: u64, v: u64| -> Vec<u8> {
         if v == 0 {
@@ -565,10 +572,12 @@ fn kill_9_under_load_recovers_to_the_last_flush_or_later() {
     };
     for round in 0..rounds {
         let mode = if round % 2 == 0 { "pac" } else { "sync" };
-        let srv = env.serve(&["--mode", mode, "--queue", "64"]);
+        let mut args = vec!["--mode", mode, "--queue", "64"];
+        args.extend_from_slice(serve);
+        let srv = env.serve(&args);
         assert!(
             !srv.log_text().contains("integrity failure:"),
-            "round {round}: {}",
+            "{tree} round {round}: {}",
             srv.log_text()
         );
         // Check the versioned region against the model, then take what was read as the new
@@ -577,7 +586,7 @@ fn kill_9_under_load_recovers_to_the_last_flush_or_later() {
         for b in 0..BLOCKS {
             let mut got = vec![0u8; 4096];
             let e = c.request(0, b * 4096, 4096, &[], &mut got).unwrap();
-            assert_eq!(e, 0, "round {round}: block {b} fails to read");
+            assert_eq!(e, 0, "{tree} round {round}: block {b} fails to read");
             // A kill -9 loses nothing acknowledged (each write's slot and data were handed
             // to the backing file system before its reply); the one request in flight may
             // have landed or not.
@@ -586,7 +595,7 @@ fn kill_9_under_load_recovers_to_the_last_flush_or_later() {
                 .unwrap_or_else(|| {
                     let older = (0..written[b as usize]).find(|&v| content(b, v) == got);
                     panic!(
-                        "round {round}: block {b} lost acknowledged writes: reads v{older:?}, \
+                        "{tree} round {round}: block {b} lost acknowledged writes: reads v{older:?}, \
                          last written v{}, last flushed v{}",
                         written[b as usize], flushed[b as usize]
                     )
@@ -681,6 +690,16 @@ fn the_cli_refuses_bad_input_with_clear_errors() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["size"], 1 << 20);
     assert_eq!(v["closed_cleanly"], true);
+    assert_eq!(v["tree"], "dmt", "the default tree: {out}");
+    // --cache as a share of the tree, and bad shares and splay probabilities, refused.
+    for (flag, value) in [("--cache", "101%"), ("--cache", "x%"), ("--splay", "2")] {
+        let (code, _, err) = env.cli(&["disk", "serve", p, "--socket", "/tmp/x.sock", flag, value]);
+        assert_ne!(code, 0, "{flag} {value}");
+        assert!(
+            err.contains(flag) || err.contains("splay"),
+            "{flag} {value}: {err}"
+        );
+    }
     // A second server on the same disk: refused (exit 14).
     let srv = env.serve(&[]);
     let (code, _, err) = env.cli(&["disk", "serve", p, "--socket", "/tmp/intact-other.sock"]);

@@ -25,6 +25,7 @@
 //! flushed block, or a block from elsewhere, fails. A benign crash is never an alarm.
 
 use super::block::{DiskKeys, Sealed, HOLE_LEAF, SEALED_LEN};
+use super::dmt::{Dmt, DmtState, DmtStore};
 use super::pac::{PacConfig, PacQueue, PacStats};
 use super::tree::{NaryTree, NodeStore, ZERO};
 use crate::crypto::{self, label, Hash, KdfParams, MasterKey, SubKey};
@@ -54,6 +55,8 @@ const REGION_MIN_BLOCKS: u64 = 4096;
 const STRIPES: usize = 1024;
 /// The configuration's format.
 const FORMAT: u32 = 1;
+/// The format of a disk whose tree is the DMT (an older intact refuses it).
+const FORMAT_DMT: u32 = 2;
 
 /// How writes reach the tree (docs/design.md, "The block disk").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,21 +122,41 @@ impl Mode {
     }
 }
 
-/// Parses a tree: `binary` (arity 2) or `nary:N` (N from 2 to 128).
-pub fn parse_tree(s: &str) -> Result<u64> {
-    let arity = match s {
-        "binary" => 2,
+/// A disk's tree: the n-ary tree of `arity`, or the DMT (binary, splaying inside regions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeKind {
+    /// Children per node (2 for the DMT).
+    pub arity: u64,
+    /// The DMT ([`super::dmt`]).
+    pub dmt: bool,
+}
+
+impl TreeKind {
+    /// The name `parse_tree` reads.
+    pub fn name(self) -> String {
+        match (self.dmt, self.arity) {
+            (true, _) => "dmt".into(),
+            (false, 2) => "binary".into(),
+            (false, a) => format!("nary:{a}"),
+        }
+    }
+}
+
+/// Parses a tree: `dmt`, `binary` (arity 2) or `nary:N` (N from 2 to 128).
+pub fn parse_tree(s: &str) -> Result<TreeKind> {
+    let (arity, dmt) = match s {
+        "dmt" => (2, true),
+        "binary" => (2, false),
         _ => match s.strip_prefix("nary:").map(str::parse::<u64>) {
-            Some(Ok(n)) if (2..=128).contains(&n) => n,
+            Some(Ok(n)) if (2..=128).contains(&n) => (n, false),
             _ => {
                 return Err(Error::Invalid(format!(
-                    "tree {s:?}: want binary or nary:N with N from 2 to 128 (the DMT is not \
-                     built yet)"
+                    "tree {s:?}: want dmt, binary or nary:N with N from 2 to 128"
                 )))
             }
         },
     };
-    Ok(arity)
+    Ok(TreeKind { arity, dmt })
 }
 
 /// `PATH.intact`: what the disk is, with its password-wrapped master key. Every field is
@@ -148,6 +171,9 @@ pub struct DiskConfig {
     pub size: u64,
     /// Children per tree node.
     pub arity: u64,
+    /// The tree is the DMT (format 2; arity 2).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dmt: bool,
     /// The mode it was created for (`sync` and `pac` may be switched when serving).
     pub mode: String,
     /// Argon2id parameters.
@@ -161,7 +187,7 @@ pub struct DiskConfig {
 impl DiskConfig {
     /// The bytes bound to the wrapped key.
     pub fn aad(&self) -> Vec<u8> {
-        format!(
+        let mut aad = format!(
             "intact-disk|{}|{}|{}|{}|{}|{}|{}|{}|{}",
             self.format,
             self.disk_id,
@@ -173,7 +199,19 @@ impl DiskConfig {
             self.kdf.p,
             self.salt
         )
-        .into_bytes()
+        .into_bytes();
+        if self.dmt {
+            aad.extend_from_slice(b"|dmt");
+        }
+        aad
+    }
+
+    /// The tree it was created with.
+    pub fn tree(&self) -> TreeKind {
+        TreeKind {
+            arity: self.arity,
+            dmt: self.dmt,
+        }
     }
 
     fn id(&self) -> Result<[u8; 16]> {
@@ -181,6 +219,21 @@ impl DiskConfig {
         v.try_into()
             .map_err(|_| Error::Config("bad disk id length".into()))
     }
+}
+
+/// The bytes of a disk's tree metadata (what a cache "share of the tree" is a share of):
+/// the n-ary tree's groups, or, for the DMT, every region's leaf and internal hashes.
+pub fn tree_bytes(c: &DiskConfig) -> u64 {
+    let leaves = c.size / BLOCK as u64;
+    if c.dmt {
+        return leaves.next_power_of_two().max(2) * 64;
+    }
+    let (mut n, mut bytes) = (leaves, 0);
+    while n > 1 {
+        n = n.div_ceil(c.arity);
+        bytes += n * c.arity * 32;
+    }
+    bytes
 }
 
 /// The files of a disk at `path`.
@@ -309,8 +362,8 @@ impl DiskAnchor {
 pub struct DiskCreate {
     /// Size in bytes (a multiple of 4096).
     pub size: u64,
-    /// Children per tree node.
-    pub arity: u64,
+    /// The tree.
+    pub tree: TreeKind,
     /// Mode.
     pub mode: Mode,
     /// KDF parameters.
@@ -334,6 +387,8 @@ pub struct DiskOptions {
     /// power cut, or changed) a hole instead of refusing to open; every such block is
     /// listed ([`Disk::repaired`]). Rollbacks of flushed blocks are refused all the same.
     pub repair_torn: bool,
+    /// The DMT: the probability that a write splays (the paper's p; 0.01).
+    pub splay: f64,
 }
 
 impl Default for DiskOptions {
@@ -345,6 +400,7 @@ impl Default for DiskOptions {
             batch: 64,
             read_only: false,
             repair_torn: false,
+            splay: 0.01,
         }
     }
 }
@@ -373,6 +429,15 @@ impl FileNodes {
         }
     }
 
+    /// Where the top tree's nodes end (the DMT's regions start there, on a page).
+    fn end(&self) -> u64 {
+        self.base
+            .last()
+            .copied()
+            .unwrap_or(0)
+            .next_multiple_of(4096)
+    }
+
     fn offset(&self, level: u32, index: u64, child: u64) -> u64 {
         self.base[level as usize] + (index * self.arity + child) * 32
     }
@@ -399,6 +464,15 @@ impl NodeStore for FileNodes {
         let buf: Vec<u8> = children.iter().flatten().copied().collect();
         let off = self.offset(level, index, 0);
         self.file.write_all_at(&buf, off).map_err(|e| self.io(e))
+    }
+}
+
+impl DmtStore for FileNodes {
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        read_full(&self.file, buf, off).map_err(|e| self.io(e))
+    }
+    fn write_at(&mut self, off: u64, buf: &[u8]) -> Result<()> {
+        self.file.write_all_at(buf, off).map_err(|e| self.io(e))
     }
 }
 
@@ -437,7 +511,9 @@ fn read_full(f: &File, buf: &mut [u8], off: u64) -> std::io::Result<()> {
 
 /// The tree and its root, shared by the request threads and the PAC updater.
 struct TreeShared {
+    /// The n-ary tree; with the DMT, the binary tree above its regions.
     tree: NaryTree,
+    dmt: Option<Dmt>,
     cache: NodeCache,
     state: Mutex<TreeState>,
 }
@@ -445,20 +521,27 @@ struct TreeShared {
 struct TreeState {
     root: Hash,
     nodes: FileNodes,
+    dmt: DmtState,
 }
 
 use super::guard;
 
 impl TreeShared {
     fn verify(&self, block: u64, leaf: &Hash) -> Result<()> {
-        let st = guard(&self.state);
-        self.tree
-            .verify(&st.nodes, &self.cache, &st.root, block, leaf)
+        let mut st = guard(&self.state);
+        let TreeState { root, nodes, dmt } = &mut *st;
+        match &self.dmt {
+            Some(d) => d.verify(&self.tree, nodes, dmt, &self.cache, root, block, leaf),
+            None => self.tree.verify(nodes, &self.cache, root, block, leaf),
+        }
     }
     fn update(&self, block: u64, leaf: &Hash) -> Result<()> {
         let mut st = guard(&self.state);
-        let TreeState { root, nodes } = &mut *st;
-        *root = self.tree.update(nodes, &self.cache, root, block, leaf)?;
+        let TreeState { root, nodes, dmt } = &mut *st;
+        *root = match &self.dmt {
+            Some(d) => d.update(&self.tree, nodes, dmt, &self.cache, root, block, leaf)?,
+            None => self.tree.update(nodes, &self.cache, root, block, leaf)?,
+        };
         Ok(())
     }
 }
@@ -478,6 +561,14 @@ struct Batch {
 }
 
 impl DiskStats {
+    fn with_dmt(mut self, d: Option<(u64, u64)>) -> DiskStats {
+        if let Some((splays, rotations)) = d {
+            self.splays = splays;
+            self.rotations = rotations;
+        }
+        self
+    }
+
     fn with_window(mut self, b: Option<((u64, u64, u64), u64)>) -> DiskStats {
         if let Some(((n, total, max), checkpoints)) = b {
             self.window_reads = n;
@@ -518,6 +609,10 @@ pub struct DiskStats {
     pub window_max_ns: u64,
     /// `batch` mode: checkpoints run.
     pub checkpoints: u64,
+    /// The DMT: writes that splayed.
+    pub splays: u64,
+    /// The DMT: rotations those splays did.
+    pub rotations: u64,
 }
 
 /// An open disk. Every method may be called from many threads at once.
@@ -607,10 +702,10 @@ impl Disk {
         if opts.size / BLOCK as u64 >= 1 << 40 {
             return Err(Error::Invalid("size: at most 4 PiB".into()));
         }
-        if !(2..=128).contains(&opts.arity) {
+        if !(2..=128).contains(&opts.tree.arity) || (opts.tree.dmt && opts.tree.arity != 2) {
             return Err(Error::Invalid(format!(
-                "arity {}: want 2 to 128",
-                opts.arity
+                "arity {}: want 2 to 128 (2 for the DMT)",
+                opts.tree.arity
             )));
         }
         opts.kdf.validate()?;
@@ -629,10 +724,11 @@ impl Disk {
         crypto::fill_random(&mut salt);
         let master = MasterKey::generate();
         let mut config = DiskConfig {
-            format: FORMAT,
+            format: if opts.tree.dmt { FORMAT_DMT } else { FORMAT },
             disk_id: hex::encode(id),
             size: opts.size,
-            arity: opts.arity,
+            arity: opts.tree.arity,
+            dmt: opts.tree.dmt,
             mode: opts.mode.name().into(),
             kdf: opts.kdf,
             salt: hex::encode(salt),
@@ -726,15 +822,19 @@ impl Disk {
         })?;
         let c: DiskConfig = serde_json::from_slice(&b)
             .map_err(|e| Error::Config(format!("{}: {e}", p.config.display())))?;
-        if c.format != FORMAT {
+        if c.format != if c.dmt { FORMAT_DMT } else { FORMAT } {
             return Err(Error::Config(format!(
-                "{}: format {} (this intact reads {FORMAT})",
+                "{}: format {} (this intact reads {FORMAT}, and {FORMAT_DMT} with the DMT)",
                 p.config.display(),
                 c.format
             )));
         }
         c.id()?;
-        if c.size == 0 || !c.size.is_multiple_of(BLOCK as u64) || !(2..=128).contains(&c.arity) {
+        if c.size == 0
+            || !c.size.is_multiple_of(BLOCK as u64)
+            || !(2..=128).contains(&c.arity)
+            || (c.dmt && c.arity != 2)
+        {
             return Err(Error::Config(format!(
                 "{}: size or arity out of range",
                 p.config.display()
@@ -829,12 +929,28 @@ impl Disk {
         let (region_level, region_blocks, regions) = regions_of(&nary);
         let tree = if mode.has_tree() {
             let nodes = FileNodes::new(open_rw(&p.tree)?, &nary, p.tree.clone());
+            let dmt = if config.dmt {
+                Some(Dmt::new(
+                    id,
+                    &nary,
+                    region_level,
+                    nodes.end(),
+                    keys.node_key().clone(),
+                    opts.splay,
+                )?)
+            } else {
+                None
+            };
+            // The shapes of as many regions as the cache's bytes would hold (8 bytes a node).
+            let shapes = opts.cache_bytes / (region_blocks as usize * 8).max(1);
             Some(Arc::new(TreeShared {
                 tree: nary,
+                dmt,
                 cache: NodeCache::new(opts.cache_bytes),
                 state: Mutex::new(TreeState {
                     root: anchor.root,
                     nodes,
+                    dmt: DmtState::new(shapes.max(4)),
                 }),
             }))
         } else {
@@ -988,7 +1104,13 @@ impl Disk {
             window_total_ns: 0,
             window_max_ns: 0,
             checkpoints: 0,
+            splays: 0,
+            rotations: 0,
         }
+        .with_dmt(self.tree.as_ref().map(|t| {
+            let st = guard(&t.state);
+            (st.dmt.splays, st.dmt.rotations)
+        }))
         .with_window(self.batch.as_ref().map(|b| {
             let b = guard(b);
             (b.window, b.checkpoints)
@@ -1385,6 +1507,8 @@ impl Disk {
             drop(st);
             a.floor = guard(&self.counters).next;
             self.store_anchor(a)?;
+            // Sealed and durable: the DMT's next splays start new shape slots.
+            guard(&t.state).dmt.flushed();
         } else {
             sync_together(&[(&self.data, &self.paths.data), (meta, &self.paths.meta)])?;
             if !open {
@@ -1596,8 +1720,26 @@ impl Disk {
             }
             if let Some(t) = &self.tree {
                 let mut st = guard(&t.state);
-                let sealed_root = region_root(&t.tree, self.region_level, r, &sealed_leaves);
-                if sealed_root != table[r as usize] {
+                let expected = table[r as usize];
+                let rebuilt = match &t.dmt {
+                    Some(d) => {
+                        let TreeState { nodes, dmt, .. } = &mut *st;
+                        d.recover_region(nodes, dmt, r, &sealed_leaves, &current_leaves, &expected)?
+                    }
+                    None => {
+                        if region_root(&t.tree, self.region_level, r, &sealed_leaves) == expected {
+                            Some(t.tree.build(
+                                &mut st.nodes,
+                                self.region_level,
+                                r,
+                                &current_leaves,
+                            )?)
+                        } else {
+                            None
+                        }
+                    }
+                };
+                let Some(rebuilt) = rebuilt else {
                     return Err(self.tampered(
                         Some(first),
                         format!(
@@ -1606,10 +1748,8 @@ impl Disk {
                             first + n - 1
                         ),
                     ));
-                }
-                table[r as usize] =
-                    t.tree
-                        .build(&mut st.nodes, self.region_level, r, &current_leaves)?;
+                };
+                table[r as usize] = rebuilt;
             }
             for &b in &torn {
                 for i in 0..SLOTS {
@@ -1828,10 +1968,15 @@ mod tests {
             assert_eq!(Mode::parse(m.name()).unwrap(), m);
         }
         assert!(Mode::parse("dmt").is_err());
-        assert_eq!(parse_tree("binary").unwrap(), 2);
-        assert_eq!(parse_tree("nary:2").unwrap(), 2);
-        assert_eq!(parse_tree("nary:128").unwrap(), 128);
-        for bad in ["nary:1", "nary:129", "nary:", "dmt", "nary:x"] {
+        let t = |arity, dmt| TreeKind { arity, dmt };
+        assert_eq!(parse_tree("binary").unwrap(), t(2, false));
+        assert_eq!(parse_tree("nary:2").unwrap(), t(2, false));
+        assert_eq!(parse_tree("nary:128").unwrap(), t(128, false));
+        assert_eq!(parse_tree("dmt").unwrap(), t(2, true));
+        for name in ["binary", "nary:7", "dmt"] {
+            assert_eq!(parse_tree(name).unwrap().name(), name);
+        }
+        for bad in ["nary:1", "nary:129", "nary:", "DMT", "dmt:2", "nary:x"] {
             assert!(parse_tree(bad).is_err(), "{bad}");
         }
     }

@@ -4,6 +4,7 @@
 //! pending tree updates ([`pac`]) and the engine over them ([`engine`]).
 
 pub mod block;
+pub mod dmt;
 pub mod engine;
 pub mod pac;
 pub mod tree;

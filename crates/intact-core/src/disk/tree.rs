@@ -240,8 +240,21 @@ impl NaryTree {
         block: u64,
         leaf: &Hash,
     ) -> Result<()> {
-        self.climb(store, cache, root, block, *leaf, None)
-            .map(|_| ())
+        self.verify_at(store, cache, root, 0, block, leaf)
+    }
+
+    /// [`NaryTree::verify`] of node `(level, index)`: the DMT's regions are the nodes of
+    /// one level, their insides kept by [`super::dmt::Dmt`].
+    pub fn verify_at(
+        &self,
+        store: &dyn NodeStore,
+        cache: &NodeCache,
+        root: &Hash,
+        level: u32,
+        index: u64,
+        value: &Hash,
+    ) -> Result<()> {
+        self.climb(store, cache, root, level, index, *value, None)
     }
 
     /// Makes `leaf` block `block`'s leaf: verifies the path first (the siblings must be
@@ -255,18 +268,34 @@ impl NaryTree {
         block: u64,
         leaf: &Hash,
     ) -> Result<Hash> {
-        // The groups on the path, verified against the current root.
-        let mut groups = Vec::with_capacity(self.height as usize);
         let mut old = [0u8; 32];
         let mut g = vec![ZERO; self.arity as usize];
         store.read_children(1, block / self.arity, &mut g)?;
         old.copy_from_slice(&g[(block % self.arity) as usize]);
-        self.climb(&*store, cache, root, block, old, Some(&mut groups))?;
-        // Recompute the path with the new leaf.
-        let mut value = *leaf;
-        let mut index = block;
+        self.update_at(store, cache, root, 0, block, &old, leaf)
+    }
+
+    /// [`NaryTree::update`] of node `(level, index)` from `old` (checked against `root`
+    /// with every group up to it) to `new`; nothing is stored if the check fails.
+    #[allow(clippy::too_many_arguments)]
+    pub fn update_at(
+        &self,
+        store: &mut dyn NodeStore,
+        cache: &NodeCache,
+        root: &Hash,
+        level: u32,
+        index: u64,
+        old: &Hash,
+        new: &Hash,
+    ) -> Result<Hash> {
+        // The groups on the path, verified against the current root.
+        let mut groups = Vec::with_capacity(self.height as usize);
+        self.climb(&*store, cache, root, level, index, *old, Some(&mut groups))?;
+        // Recompute the path with the new value.
+        let mut value = *new;
+        let mut index = index;
         for (k, mut children) in groups.into_iter().enumerate() {
-            let level = k as u32 + 1;
+            let level = level + k as u32 + 1;
             let (parent, child) = (index / self.arity, index % self.arity);
             children[child as usize] = value;
             store.write_child(level, parent, child, &value)?;
@@ -278,28 +307,37 @@ impl NaryTree {
         Ok(value)
     }
 
-    /// Climbs from `leaf` at `block` towards the root, checking each computed node against
-    /// the cache (trusted) or, at the top, the root. With `groups`, also reads every group
-    /// up to the root (for an update) and returns them in order from the leaves.
+    /// Climbs from `value` at node `(level0, index)` (a leaf at level 0) towards the root,
+    /// checking each computed node against the cache (trusted) or, at the top, the root.
+    /// With `groups`, also reads every group up to the root (for an update) and returns
+    /// them in order from the bottom.
+    #[allow(clippy::too_many_arguments)]
     fn climb(
         &self,
         store: &dyn NodeStore,
         cache: &NodeCache,
         root: &Hash,
-        block: u64,
-        leaf: Hash,
+        level0: u32,
+        index: u64,
+        value: Hash,
         mut groups: Option<&mut Vec<Vec<Hash>>>,
     ) -> Result<()> {
-        if block >= self.leaves {
-            return Err(Error::Invalid(format!(
-                "block {block} past the disk's {} blocks",
-                self.leaves
-            )));
+        if level0 > self.height || index >= self.groups_at(level0) {
+            return Err(Error::Invalid(if level0 == 0 {
+                format!("block {index} past the disk's {} blocks", self.leaves)
+            } else {
+                format!(
+                    "node {index} of level {level0} past the disk's {} blocks",
+                    self.leaves
+                )
+            }));
         }
-        let mut value = leaf;
-        let mut index = block;
+        // The first block under the node, to name in an error.
+        let block = index.saturating_mul(self.arity.saturating_pow(level0));
+        let mut value = value;
+        let mut index = index;
         let mut verified: Vec<(u64, Hash)> = Vec::new();
-        for level in 1..=self.height {
+        for level in level0 + 1..=self.height {
             let (parent, child) = (index / self.arity, index % self.arity);
             // A cached node is trusted: the climb ends there (not for an update, which
             // needs every group to the root).

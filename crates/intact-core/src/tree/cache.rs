@@ -240,6 +240,14 @@ impl NodeCache {
         }
     }
 
+    /// Removes node `flat` of `file` (a node that no longer exists: the DMT's rotations
+    /// retire the range a node covered).
+    pub fn remove(&self, file: &FileId, flat: u64) {
+        let mut g = self.lock();
+        g.map.remove(&(*file, flat));
+        g.compact();
+    }
+
     /// Keeps only the nodes of `file` whose flat index satisfies `keep`.
     pub fn retain(&self, file: &FileId, mut keep: impl FnMut(u64) -> bool) {
         let mut g = self.lock();
@@ -302,6 +310,27 @@ mod tests {
         assert_eq!(c.len(), 3);
         assert_eq!(c.hits(), 4);
         assert_eq!(c.misses(), 1);
+    }
+
+    #[test]
+    fn one_node_is_removed_and_the_rest_stay() {
+        let c = NodeCache::new(1 << 10);
+        c.insert(&F, 1, h(1));
+        c.insert(&F, 2, h(2));
+        c.insert(&G, 1, h(3));
+        c.remove(&F, 1);
+        assert_eq!(c.get(&F, 1), None);
+        assert_eq!(c.get(&F, 2), Some(h(2)));
+        assert_eq!(c.get(&G, 1), Some(h(3)));
+        assert_eq!(c.len(), 2);
+        // Evicting after a removal still evicts the least recently used live node.
+        let c = NodeCache::new(2 * 32);
+        c.insert(&F, 1, h(1));
+        c.insert(&F, 2, h(2));
+        c.remove(&F, 1);
+        c.insert(&F, 3, h(3));
+        c.insert(&F, 4, h(4));
+        assert_eq!((c.get(&F, 2), c.len()), (None, 2));
     }
 
     #[test]
