@@ -81,6 +81,17 @@ pub enum DiskCmd {
         /// The DMT: the probability that a write splays its block towards the root.
         #[arg(long, default_value_t = 0.01)]
         splay: f64,
+        /// Serve in the background: returns once the socket is listening (or with the
+        /// error that kept it from it), printing the server's pid; SIGTERM stops it
+        /// (flushed and closed). The password goes to it on a pipe.
+        #[arg(long)]
+        daemon: bool,
+        /// The daemon's log [default: STATE/DISK_ID/serve.log].
+        #[arg(long)]
+        log: Option<PathBuf>,
+        /// (internal) the daemon itself: the password on stdin, "ready URI" on stdout.
+        #[arg(long, hide = true)]
+        daemon_child: bool,
         /// A unix socket for `intact disk ctl` (change the PAC rate or queue while serving,
         /// read the counts).
         #[arg(long)]
@@ -150,13 +161,114 @@ fn cache_size(s: &str, c: &intact_core::disk::engine::DiskConfig) -> Result<usiz
     usize::try_from(bytes).context("--cache: too large")
 }
 
+/// `serve --daemon`: starts this program again as the server (`--daemon-child`, in its own
+/// process group, its stderr to the log), hands it the password on a pipe (never in argv
+/// or the environment), and returns once it reports the socket listening, or with the
+/// error (and exit code) that stopped it.
+fn spawn_daemon(cli: &Cli, path: &Path, log: Option<&Path>) -> Result<std::process::ExitCode> {
+    use std::io::{BufRead, Write};
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    let cfg = Disk::read_config(path)?;
+    let pw = password(cli, false)?;
+    let log = match log {
+        Some(l) => l.to_path_buf(),
+        None => {
+            let d = state_dir(cli).join(&cfg.disk_id);
+            std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+            d.join("serve.log")
+        }
+    };
+    let logf = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .with_context(|| format!("opening the log {}", log.display()))?;
+    let args: Vec<std::ffi::OsString> = std::env::args_os()
+        .skip(1)
+        .map(|a| {
+            if a == "--daemon" {
+                "--daemon-child".into()
+            } else {
+                a
+            }
+        })
+        .collect();
+    let exe = std::env::current_exe().context("locating the intact binary")?;
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(logf))
+        .env_remove("INTACT_PASSWORD")
+        // Its own process group: Ctrl-C in the terminal that started it does not reach it.
+        .process_group(0)
+        .spawn()
+        .context("starting the disk server")?;
+    {
+        let mut stdin = child.stdin.take().expect("piped");
+        stdin.write_all(pw.as_bytes())?;
+        stdin.write_all(b"\n")?;
+    }
+    drop(pw);
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
+    let line = line.trim_end();
+    if let Some(uri) = line.strip_prefix("ready ") {
+        if cli.json {
+            println!(
+                "{}",
+                serde_json::json!({"pid": child.id(), "uri": uri, "log": log})
+            );
+        } else {
+            println!("{}", child.id());
+            eprintln!(
+                "intact: serving {} at {uri} (pid {}; log {}; stop it with kill {})",
+                path.display(),
+                child.id(),
+                log.display(),
+                child.id()
+            );
+        }
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
+    let status = child.wait()?;
+    if let Some(rest) = line.strip_prefix("error ") {
+        let (code, msg) = rest.split_once(' ').unwrap_or(("1", rest));
+        eprintln!("intact: {msg}");
+        return Ok(std::process::ExitCode::from(
+            code.parse::<u8>().unwrap_or(1),
+        ));
+    }
+    bail!(
+        "the disk server exited ({status}) before it was ready; see {}",
+        log.display()
+    )
+}
+
+/// The daemon's open: the password from the parent's pipe.
+fn daemon_open(cli: &Cli, path: &Path, opts: &DiskOptions) -> Result<Disk> {
+    use std::io::{BufRead, Read};
+    let mut pw = zeroize::Zeroizing::new(String::new());
+    std::io::stdin()
+        .lock()
+        .take(4096)
+        .read_line(&mut pw)
+        .context("reading the password from the parent")?;
+    let pw = zeroize::Zeroizing::new(pw.trim_end_matches('\n').to_string());
+    open_with(cli, path, opts, &pw)
+}
+
 fn trusted_for(cli: &Cli, id: &str) -> intact_core::Result<Box<dyn TrustedStore>> {
     Ok(Box::new(LocalStateDir::new(state_dir(cli), id)?))
 }
 
 fn open(cli: &Cli, path: &Path, opts: &DiskOptions) -> Result<Disk> {
+    open_with(cli, path, opts, &password(cli, false)?)
+}
+
+fn open_with(cli: &Cli, path: &Path, opts: &DiskOptions, pw: &str) -> Result<Disk> {
     let cfg = Disk::read_config(path)?;
-    let pw = password(cli, false)?;
     let trusted = trusted_for(cli, &cfg.disk_id)?;
     Ok(Disk::open(path, pw.as_bytes(), trusted, opts)?)
 }
@@ -220,7 +332,13 @@ pub fn run(cli: &Cli, cmd: &DiskCmd) -> Result<std::process::ExitCode> {
             batch,
             cache,
             splay,
+            daemon,
+            log,
+            daemon_child,
         } => {
+            if *daemon && !*daemon_child {
+                return spawn_daemon(cli, path, log.as_deref());
+            }
             let cache_bytes = match cache {
                 Some(c) => cache_size(c, &Disk::read_config(path)?)?,
                 None => cli.cache_bytes.unwrap_or(16 << 20),
@@ -238,6 +356,33 @@ pub fn run(cli: &Cli, cmd: &DiskCmd) -> Result<std::process::ExitCode> {
                 repair_torn: false,
                 splay: *splay,
             };
+            if *daemon_child {
+                // Errors before "ready" go to the parent, which exits with their code.
+                // (The parent is gone once the server is ready: a closed pipe is no error.)
+                let say = |line: String| {
+                    use std::io::Write;
+                    let mut out = std::io::stdout();
+                    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+                };
+                let report = |e: anyhow::Error| {
+                    let msg = format!("{e:#}").replace('\n', " ");
+                    say(format!("error {} {msg}", crate::exit_code(&e)));
+                    e
+                };
+                let disk = daemon_open(cli, path, &opts).map_err(report)?;
+                let mut ready = |uri: &str| say(format!("ready {uri}"));
+                serve(
+                    Arc::new(disk),
+                    socket.as_deref(),
+                    listen.as_deref(),
+                    *allow_remote,
+                    control.as_deref(),
+                    (*workers).max(1),
+                    &mut ready,
+                )
+                .map_err(report)?;
+                return Ok(std::process::ExitCode::SUCCESS);
+            }
             let disk = Arc::new(open(cli, path, &opts)?);
             serve(
                 disk,
@@ -246,6 +391,7 @@ pub fn run(cli: &Cli, cmd: &DiskCmd) -> Result<std::process::ExitCode> {
                 *allow_remote,
                 control.as_deref(),
                 (*workers).max(1),
+                &mut |_| {},
             )?;
         }
         DiskCmd::Ctl { control, command } => {
@@ -420,6 +566,7 @@ fn serve(
     allow_remote: bool,
     control: Option<&Path>,
     workers: usize,
+    ready: &mut dyn FnMut(&str),
 ) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -434,6 +581,7 @@ fn serve(
         workers,
         &stop,
         true,
+        ready,
     )?;
     disk.close()?;
     let s = disk.stats();
@@ -498,6 +646,7 @@ pub(crate) fn serve_until(
     workers: usize,
     stop: &AtomicBool,
     verbose: bool,
+    ready: &mut dyn FnMut(&str),
 ) -> Result<()> {
     let listener = match (socket, listen) {
         (Some(s), _) => Listener::Unix(bind_unix(s)?, s.to_path_buf()),
@@ -517,6 +666,7 @@ pub(crate) fn serve_until(
             disk.mode().name()
         );
     }
+    ready(&uri);
     let export: Arc<dyn crate::nbd::Export> = Arc::new(DiskExport(disk.clone()));
     let mut conns: Vec<Live> = Vec::new();
     while !stop.load(Ordering::Relaxed) {

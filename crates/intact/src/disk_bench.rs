@@ -156,7 +156,17 @@ fn run_one(args: &BenchArgs, tree: TreeKind, c: &Config) -> Result<Measured> {
     let server = {
         let (disk, sock, stop) = (disk.clone(), sock.clone(), stop.clone());
         std::thread::spawn(move || {
-            crate::disk::serve_until(disk, Some(&sock), None, false, None, 4, &stop, false)
+            crate::disk::serve_until(
+                disk,
+                Some(&sock),
+                None,
+                false,
+                None,
+                4,
+                &stop,
+                false,
+                &mut |_| {},
+            )
         })
     };
     let t = Instant::now();

@@ -358,7 +358,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for GoneClients {
     }
 }
 
-fn exit_code(e: &anyhow::Error) -> u8 {
+pub(crate) fn exit_code(e: &anyhow::Error) -> u8 {
     match e.downcast_ref::<Error>() {
         Some(Error::Tampered { .. }) | Some(Error::StateMismatch { .. }) => code::INTEGRITY,
         Some(Error::WrongPassword) => code::PASSWORD,

@@ -870,3 +870,97 @@ fn the_plaintext_is_served_only_to_the_owner_and_info_reports_a_crash() {
     assert_eq!(v["closed_cleanly"], true);
     assert_eq!(v["needs_recovery"], false);
 }
+
+/// Whether process `pid` has ended (gone, or a zombie nobody reaped yet).
+fn ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[test]
+fn the_server_runs_as_a_daemon_and_stops_on_sigterm() {
+    let env = Env::new();
+    env.create("16M", &[]);
+    let img = env.img();
+    let (p, sock) = (img.to_str().unwrap(), env.sock());
+    let s = sock.to_str().unwrap();
+    let (code, out, err) = env.cli(&["disk", "serve", p, "--socket", s, "--daemon"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let pid: u32 = out
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("a pid: {out}"));
+    assert!(
+        err.contains("serving") && err.contains("serve.log"),
+        "{err}"
+    );
+    // It serves once the command returned: no wait for the socket.
+    let data = pattern(7, 8192);
+    let mut c = Client::connect(&sock).unwrap();
+    assert_eq!(c.request(1, 4096, 8192, &data, &mut []).unwrap(), 0);
+    let mut got = vec![0u8; 8192];
+    assert_eq!(c.request(0, 4096, 8192, &[], &mut got).unwrap(), 0);
+    assert_eq!(got, data);
+    drop(c);
+    // A wrong password or a second server: refused with their exit codes, and nothing
+    // is left running.
+    let other = env.dir.path().join("other.sock");
+    let o = env
+        .cmd(&[
+            "disk",
+            "serve",
+            p,
+            "--socket",
+            other.to_str().unwrap(),
+            "--daemon",
+        ])
+        .env("INTACT_PASSWORD", "wrong")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(11), "{o:?}");
+    let (code, _, err) = env.cli(&[
+        "disk",
+        "serve",
+        p,
+        "--socket",
+        other.to_str().unwrap(),
+        "--daemon",
+    ]);
+    assert_eq!(code, 14, "{err}");
+    assert!(!other.exists());
+    // SIGTERM: flushed, sealed and closed.
+    unsafe_kill(pid, libc::SIGTERM);
+    let t = Instant::now();
+    while !ended(pid) {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the daemon did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (code, out, err) = env.cli(&["disk", "info", p, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["closed_cleanly"], true, "{out}");
+    let log = std::fs::read_to_string(
+        env.dir
+            .path()
+            .join("state")
+            .join(v["disk_id"].as_str().unwrap())
+            .join("serve.log"),
+    )
+    .unwrap();
+    assert!(log.contains("closed"), "{log}");
+    // What was written is there after a restart.
+    let srv = env.serve(&[]);
+    let mut c = Client::connect(&sock).unwrap();
+    let mut got = vec![0u8; 8192];
+    assert_eq!(c.request(0, 4096, 8192, &[], &mut got).unwrap(), 0);
+    assert_eq!(got, data);
+    drop(c);
+    srv.stop();
+}

@@ -965,6 +965,10 @@ mod tests {
             .unwrap();
         let splayed = h(0, 1, 4, &n0, &h(1, 2, 4, &l[1], &h(2, 3, 4, &l[2], &l[3])));
         assert_eq!(root, splayed);
+        assert_eq!(
+            hex::encode(root),
+            "895424b91a4587a71bdbd4bb7cc970ad387e8c7e6204b0c9adf562d3359ee9dd"
+        );
         assert_eq!(d.depth(&store, &mut st, 0).unwrap(), 1);
         assert_eq!(d.depth(&store, &mut st, 3).unwrap(), 3);
         assert_eq!((st.splays, st.rotations), (1, 1));
@@ -981,10 +985,21 @@ mod tests {
             .is_tampered());
         // Reads never splay.
         assert_eq!((st.splays, st.rotations), (1, 1));
-        // The shape went to the other slot (seq 1); slot 0 keeps the balanced one.
+        // The shape went to the other slot (seq 1); slot 0 keeps the balanced one. Frozen
+        // bytes (docs/file-format.md §12.1), composed by hand.
         let [live, old] = d.read_slots(&store, 0).unwrap();
         assert_eq!((live.slot, live.seq, live.root), (1, 1, 1));
         assert_eq!((old.slot, old.seq, old.root), (0, 0, 0));
+        let mut slots = vec![0u8; 64];
+        store.read_at(d.slot_at(0, 0), &mut slots).unwrap();
+        assert_eq!(&slots[..32], &[0; 32]);
+        let want = [
+            "ffff02000200ffff",
+            "ffff000001000100",
+            "0000000000000000",
+            "0100000001000000",
+        ];
+        assert_eq!(hex::encode(&slots[32..]), want.concat());
     }
 
     #[test]
