@@ -509,11 +509,128 @@ fn read_full(f: &File, buf: &mut [u8], off: u64) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The trees behind one trait, as the engine sees them (issue 8): the n-ary trees
+/// ([`Nary`]: balanced binary, arity 2 to 128) and the DMT ([`Dmt`], splaying inside each
+/// region). Both sit under the same tree over the regions (`top`, the n-ary tree itself
+/// for [`Nary`]), whose region-level nodes are the sealed region table.
+trait BlockTree: Send + Sync {
+    /// Checks `leaf` as block `block`'s leaf under `st.root`.
+    fn verify(
+        &self,
+        top: &NaryTree,
+        st: &mut TreeState,
+        cache: &NodeCache,
+        block: u64,
+        leaf: &Hash,
+    ) -> Result<()>;
+    /// Makes `leaf` block `block`'s leaf (the old path checked first) and returns the root.
+    fn update(
+        &self,
+        top: &NaryTree,
+        st: &mut TreeState,
+        cache: &NodeCache,
+        block: u64,
+        leaf: &Hash,
+    ) -> Result<Hash>;
+    /// After a crash: if region `r` over its `sealed` leaves is `expected` (the sealed
+    /// table's entry), rebuilds it over `current` and returns its value; else `None`.
+    #[allow(clippy::too_many_arguments)]
+    fn rebuild_region(
+        &self,
+        top: &NaryTree,
+        st: &mut TreeState,
+        level: u32,
+        r: u64,
+        sealed: &[Hash],
+        current: &[Hash],
+        expected: &Hash,
+    ) -> Result<Option<Hash>>;
+}
+
+/// The n-ary trees: everything is `top`.
+struct Nary;
+
+impl BlockTree for Nary {
+    fn verify(
+        &self,
+        top: &NaryTree,
+        st: &mut TreeState,
+        cache: &NodeCache,
+        block: u64,
+        leaf: &Hash,
+    ) -> Result<()> {
+        top.verify(&st.nodes, cache, &st.root, block, leaf)
+    }
+    fn update(
+        &self,
+        top: &NaryTree,
+        st: &mut TreeState,
+        cache: &NodeCache,
+        block: u64,
+        leaf: &Hash,
+    ) -> Result<Hash> {
+        top.update(&mut st.nodes, cache, &st.root, block, leaf)
+    }
+    fn rebuild_region(
+        &self,
+        top: &NaryTree,
+        st: &mut TreeState,
+        level: u32,
+        r: u64,
+        sealed: &[Hash],
+        current: &[Hash],
+        expected: &Hash,
+    ) -> Result<Option<Hash>> {
+        if region_root(top, level, r, sealed) != *expected {
+            return Ok(None);
+        }
+        top.build(&mut st.nodes, level, r, current).map(Some)
+    }
+}
+
+impl BlockTree for Dmt {
+    fn verify(
+        &self,
+        top: &NaryTree,
+        st: &mut TreeState,
+        cache: &NodeCache,
+        block: u64,
+        leaf: &Hash,
+    ) -> Result<()> {
+        let TreeState { root, nodes, dmt } = st;
+        Dmt::verify(self, top, nodes, dmt, cache, root, block, leaf)
+    }
+    fn update(
+        &self,
+        top: &NaryTree,
+        st: &mut TreeState,
+        cache: &NodeCache,
+        block: u64,
+        leaf: &Hash,
+    ) -> Result<Hash> {
+        let TreeState { root, nodes, dmt } = st;
+        Dmt::update(self, top, nodes, dmt, cache, root, block, leaf)
+    }
+    fn rebuild_region(
+        &self,
+        _top: &NaryTree,
+        st: &mut TreeState,
+        _level: u32,
+        r: u64,
+        sealed: &[Hash],
+        current: &[Hash],
+        expected: &Hash,
+    ) -> Result<Option<Hash>> {
+        let TreeState { nodes, dmt, .. } = st;
+        self.recover_region(nodes, dmt, r, sealed, current, expected)
+    }
+}
+
 /// The tree and its root, shared by the request threads and the PAC updater.
 struct TreeShared {
     /// The n-ary tree; with the DMT, the binary tree above its regions.
     tree: NaryTree,
-    dmt: Option<Dmt>,
+    kind: Box<dyn BlockTree>,
     cache: NodeCache,
     state: Mutex<TreeState>,
 }
@@ -521,6 +638,7 @@ struct TreeShared {
 struct TreeState {
     root: Hash,
     nodes: FileNodes,
+    /// The DMT's shapes and dice (unused by the n-ary trees).
     dmt: DmtState,
 }
 
@@ -529,19 +647,14 @@ use super::guard;
 impl TreeShared {
     fn verify(&self, block: u64, leaf: &Hash) -> Result<()> {
         let mut st = guard(&self.state);
-        let TreeState { root, nodes, dmt } = &mut *st;
-        match &self.dmt {
-            Some(d) => d.verify(&self.tree, nodes, dmt, &self.cache, root, block, leaf),
-            None => self.tree.verify(nodes, &self.cache, root, block, leaf),
-        }
+        self.kind
+            .verify(&self.tree, &mut st, &self.cache, block, leaf)
     }
     fn update(&self, block: u64, leaf: &Hash) -> Result<()> {
         let mut st = guard(&self.state);
-        let TreeState { root, nodes, dmt } = &mut *st;
-        *root = match &self.dmt {
-            Some(d) => d.update(&self.tree, nodes, dmt, &self.cache, root, block, leaf)?,
-            None => self.tree.update(nodes, &self.cache, root, block, leaf)?,
-        };
+        st.root = self
+            .kind
+            .update(&self.tree, &mut st, &self.cache, block, leaf)?;
         Ok(())
     }
 }
@@ -929,8 +1042,8 @@ impl Disk {
         let (region_level, region_blocks, regions) = regions_of(&nary);
         let tree = if mode.has_tree() {
             let nodes = FileNodes::new(open_rw(&p.tree)?, &nary, p.tree.clone());
-            let dmt = if config.dmt {
-                Some(Dmt::new(
+            let kind: Box<dyn BlockTree> = if config.dmt {
+                Box::new(Dmt::new(
                     id,
                     &nary,
                     region_level,
@@ -939,13 +1052,13 @@ impl Disk {
                     opts.splay,
                 )?)
             } else {
-                None
+                Box::new(Nary)
             };
             // The shapes of as many regions as the cache's bytes would hold (8 bytes a node).
             let shapes = opts.cache_bytes / (region_blocks as usize * 8).max(1);
             Some(Arc::new(TreeShared {
                 tree: nary,
-                dmt,
+                kind,
                 cache: NodeCache::new(opts.cache_bytes),
                 state: Mutex::new(TreeState {
                     root: anchor.root,
@@ -1721,24 +1834,15 @@ impl Disk {
             if let Some(t) = &self.tree {
                 let mut st = guard(&t.state);
                 let expected = table[r as usize];
-                let rebuilt = match &t.dmt {
-                    Some(d) => {
-                        let TreeState { nodes, dmt, .. } = &mut *st;
-                        d.recover_region(nodes, dmt, r, &sealed_leaves, &current_leaves, &expected)?
-                    }
-                    None => {
-                        if region_root(&t.tree, self.region_level, r, &sealed_leaves) == expected {
-                            Some(t.tree.build(
-                                &mut st.nodes,
-                                self.region_level,
-                                r,
-                                &current_leaves,
-                            )?)
-                        } else {
-                            None
-                        }
-                    }
-                };
+                let rebuilt = t.kind.rebuild_region(
+                    &t.tree,
+                    &mut st,
+                    self.region_level,
+                    r,
+                    &sealed_leaves,
+                    &current_leaves,
+                    &expected,
+                )?;
                 let Some(rebuilt) = rebuilt else {
                     return Err(self.tampered(
                         Some(first),
