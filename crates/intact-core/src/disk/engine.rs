@@ -405,14 +405,25 @@ impl Default for DiskOptions {
     }
 }
 
-/// The tree's nodes in `PATH.tree`: the groups of each level one after another.
+/// The tree's nodes in `PATH.tree`: the groups of each level one after another (then the
+/// DMT's regions). Write-back: a changed node (32 bytes) waits in `dirty` until the next
+/// flush, which writes them in runs before it syncs the file (or until there are
+/// [`DIRTY_NODES`] of them), so an update costs no system call for what it writes; reads
+/// see them. A crash loses them with the rest of what was not flushed, which recovery
+/// rebuilds anyway (the written regions from their blocks, the levels above from the
+/// sealed table).
 struct FileNodes {
     file: File,
     arity: u64,
     /// Byte offset of each level's first group (index = level).
     base: Vec<u64>,
     path: PathBuf,
+    /// Offset → node not yet written to the file.
+    dirty: std::collections::BTreeMap<u64, Hash>,
 }
+
+/// Nodes held back at most before they are written (not synced) anyway: 2 MiB of them.
+const DIRTY_NODES: usize = 1 << 16;
 
 impl FileNodes {
     fn new(file: File, tree: &NaryTree, path: PathBuf) -> FileNodes {
@@ -426,6 +437,7 @@ impl FileNodes {
             arity: tree.arity(),
             base,
             path,
+            dirty: std::collections::BTreeMap::new(),
         }
     }
 
@@ -445,12 +457,74 @@ impl FileNodes {
     fn io(&self, e: std::io::Error) -> Error {
         Error::io(self.path.display().to_string(), e)
     }
+
+    /// Reads `buf` at `off`: the file, then the nodes not written yet over it.
+    fn read(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        read_full(&self.file, buf, off).map_err(|e| self.io(e))?;
+        let end = off + buf.len() as u64;
+        for (&o, h) in self.dirty.range(off.saturating_sub(31)..end) {
+            let (from, to) = (o.max(off), (o + 32).min(end));
+            if from < to {
+                buf[(from - off) as usize..(to - off) as usize]
+                    .copy_from_slice(&h[(from - o) as usize..(to - o) as usize]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `buf` at `off`: one node (32 bytes on a node's place) waits; anything else
+    /// goes to the file at once, over any waiting node it covers.
+    fn write(&mut self, off: u64, buf: &[u8]) -> Result<()> {
+        if buf.len() == 32 && off.is_multiple_of(32) {
+            self.dirty.insert(off, buf.try_into().expect("32 bytes"));
+            if self.dirty.len() >= DIRTY_NODES {
+                self.write_back()?;
+            }
+            return Ok(());
+        }
+        let end = off + buf.len() as u64;
+        let covered: Vec<u64> = self
+            .dirty
+            .range(off.saturating_sub(31)..end)
+            .map(|(&o, _)| o)
+            .collect();
+        if !covered.is_empty() {
+            // Partly covered nodes go out first, so the write lands over them.
+            self.write_back()?;
+        }
+        self.file.write_all_at(buf, off).map_err(|e| self.io(e))
+    }
+
+    /// Writes every waiting node to the file, adjacent ones in one call (not synced).
+    fn write_back(&mut self) -> Result<()> {
+        let dirty = std::mem::take(&mut self.dirty);
+        let mut run: Vec<u8> = Vec::new();
+        let mut start = 0u64;
+        for (o, h) in dirty {
+            if !run.is_empty() && o != start + run.len() as u64 {
+                self.file
+                    .write_all_at(&run, start)
+                    .map_err(|e| self.io(e))?;
+                run.clear();
+            }
+            if run.is_empty() {
+                start = o;
+            }
+            run.extend_from_slice(&h);
+        }
+        if !run.is_empty() {
+            self.file
+                .write_all_at(&run, start)
+                .map_err(|e| self.io(e))?;
+        }
+        Ok(())
+    }
 }
 
 impl NodeStore for FileNodes {
     fn read_children(&self, level: u32, index: u64, out: &mut [Hash]) -> Result<()> {
         let mut buf = vec![0u8; out.len() * 32];
-        read_full(&self.file, &mut buf, self.offset(level, index, 0)).map_err(|e| self.io(e))?;
+        self.read(self.offset(level, index, 0), &mut buf)?;
         for (o, c) in out.iter_mut().zip(buf.chunks_exact(32)) {
             o.copy_from_slice(c);
         }
@@ -458,21 +532,21 @@ impl NodeStore for FileNodes {
     }
     fn write_child(&mut self, level: u32, index: u64, child: u64, value: &Hash) -> Result<()> {
         let off = self.offset(level, index, child);
-        self.file.write_all_at(value, off).map_err(|e| self.io(e))
+        self.write(off, value)
     }
     fn write_group(&mut self, level: u32, index: u64, children: &[Hash]) -> Result<()> {
         let buf: Vec<u8> = children.iter().flatten().copied().collect();
         let off = self.offset(level, index, 0);
-        self.file.write_all_at(&buf, off).map_err(|e| self.io(e))
+        self.write(off, &buf)
     }
 }
 
 impl DmtStore for FileNodes {
     fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
-        read_full(&self.file, buf, off).map_err(|e| self.io(e))
+        self.read(off, buf)
     }
     fn write_at(&mut self, off: u64, buf: &[u8]) -> Result<()> {
-        self.file.write_all_at(buf, off).map_err(|e| self.io(e))
+        self.write(off, buf)
     }
 }
 
@@ -1605,11 +1679,13 @@ impl Disk {
         }
         let meta = self.meta.as_ref().expect("meta");
         if let Some(t) = &self.tree {
-            let st = guard(&t.state);
+            let mut st = guard(&t.state);
             let table = self.table_from_tree(t, &st)?;
             a.root = st.root;
             a.table_slot = 1 - a.table_slot.min(1);
             let sealed = self.write_table(a.table_slot, &table)?;
+            // The nodes that waited in memory, to the file before it is synced.
+            st.nodes.write_back()?;
             // The four files' syncs at once: the devices overlap them.
             sync_together(&[
                 (&self.data, &self.paths.data),
@@ -1883,6 +1959,7 @@ impl Disk {
             };
             st.root = root;
             t.cache.clear();
+            st.nodes.write_back()?;
             st.nodes.file.sync_data().map_err(io_at(&self.paths.tree))?;
             a.root = root;
             a.table_slot = 1 - anchor.table_slot.min(1);
@@ -2064,6 +2141,52 @@ mod tests {
         assert_eq!(sealed_slot(&slots, 6).map(|(i, _)| i), Some(0));
         assert_eq!(sealed_slot(&[Sealed::NEVER; 3], 6), None);
         assert_eq!(Disk::target(&slots, 6), 2);
+    }
+
+    #[test]
+    fn nodes_wait_in_memory_until_written_back_in_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        let key = MasterKey::from_bytes([1; 32]).derive(label::DISK_NODE, &[2; 16]);
+        let tree = NaryTree::new([2; 16], 64, 4, key).unwrap();
+        let mut n = FileNodes::new(file, &tree, path.clone());
+        let h = |x: u8| [x; 32];
+        n.write_child(1, 0, 1, &h(1)).unwrap();
+        n.write_child(1, 0, 2, &h(2)).unwrap();
+        n.write_at(4096, &h(3)).unwrap();
+        // Read back through the store, nothing in the file yet.
+        let mut g = [ZERO; 4];
+        n.read_children(1, 0, &mut g).unwrap();
+        assert_eq!(g, [ZERO, h(1), h(2), ZERO]);
+        let mut part = [0u8; 48];
+        n.read_at(32 + 16, &mut part).unwrap();
+        assert_eq!((&part[..16], &part[16..]), (&h(1)[..16], &h(2)[..]));
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+        assert_eq!(n.dirty.len(), 3);
+        // A larger write over a waiting node lands over it.
+        n.write_at(32, &[7; 64]).unwrap();
+        n.read_children(1, 0, &mut g).unwrap();
+        assert_eq!(g, [ZERO, h(7), h(7), ZERO]);
+        // Written back: adjacent nodes in one run, the file holds them, nothing waits.
+        n.write_child(1, 0, 3, &h(9)).unwrap();
+        n.write_back().unwrap();
+        assert!(n.dirty.is_empty());
+        let f = std::fs::read(&path).unwrap();
+        assert_eq!(&f[32..96], &[7; 64]);
+        assert_eq!(&f[96..128], &h(9));
+        assert_eq!(&f[4096..4128], &h(3));
+        // At most DIRTY_NODES wait.
+        for i in 0..DIRTY_NODES as u64 + 5 {
+            n.write_at(8192 + i * 32, &h(4)).unwrap();
+            assert!(n.dirty.len() < DIRTY_NODES);
+        }
     }
 
     #[test]
