@@ -1227,8 +1227,10 @@ mod tests {
         }
         assert!(st.splays > 0);
         // The crash: the live slot is the unsealed one; recovery finds the sealed shape.
+        // Recovered with the state that still holds the unsealed shape: recovery replaces
+        // it with the one it found.
         let mut crashed = store.clone();
-        let mut st2 = DmtState::new(8);
+        let mut st2 = st;
         let v = d
             .recover_region(
                 &mut crashed,
@@ -1295,6 +1297,59 @@ mod tests {
     }
 
     #[test]
+    fn a_node_is_zero_over_holes_only() {
+        let (_, d) = disk(4, 2, 0.0);
+        let l = leaf(1, 1);
+        assert_eq!(d.node(0, 0, 1, 2, &ZERO, &ZERO), ZERO);
+        assert_eq!(d.node(0, 0, 1, 2, &l, &ZERO), h(0, 1, 2, &l, &ZERO));
+        assert_eq!(d.node(0, 0, 1, 2, &ZERO, &l), h(0, 1, 2, &ZERO, &l));
+        assert_ne!(d.node(0, 0, 1, 2, &ZERO, &l), ZERO);
+        // One block written among holes: its value is bound, a stale one fails.
+        let (top, d) = disk(4, 2, 0.0);
+        let (mut store, mut st, cache) = (MemDmt::default(), DmtState::new(2), NodeCache::new(0));
+        let root = d
+            .update(&top, &mut store, &mut st, &cache, &ZERO, 2, &l)
+            .unwrap();
+        assert_eq!(root, h(0, 2, 4, &ZERO, &h(2, 3, 4, &l, &ZERO)));
+        d.verify(&top, &store, &mut st, &cache, &root, 2, &l)
+            .unwrap();
+        assert!(d
+            .verify(&top, &store, &mut st, &cache, &root, 2, &ZERO)
+            .is_err());
+        assert!(d
+            .verify(&top, &store, &mut st, &cache, &root, 3, &l)
+            .is_err());
+    }
+
+    #[test]
+    fn the_dice_fall_as_often_as_asked() {
+        for p in [0.01, 0.3, 0.5] {
+            let mut st = DmtState::new(2);
+            let n = 20_000;
+            let hits = (0..n).filter(|_| st.roll(p)).count() as f64 / n as f64;
+            assert!((hits - p).abs() < 0.2 * p + 0.005, "p {p}: {hits}");
+        }
+        let mut st = DmtState::new(2);
+        assert!((0..100).all(|_| st.roll(1.0)) && (0..100).all(|_| !st.roll(0.0)));
+        // Runs of the dice differ (a stuck generator would repeat).
+        let draws: Vec<bool> = (0..64).map(|_| st.roll(0.5)).collect();
+        assert!(draws.windows(8).any(|w| w != &draws[..8]));
+    }
+
+    #[test]
+    fn the_memory_store_reads_zeros_past_what_was_written() {
+        let mut m = MemDmt::default();
+        m.write_at(4, &[1, 2, 3]).unwrap();
+        let mut b = [9u8; 16];
+        m.read_at(2, &mut b).unwrap();
+        assert_eq!(b, [0, 0, 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        m.read_at(100, &mut b).unwrap();
+        assert_eq!(b, [0; 16]);
+        m.write_at(6, &[7, 7]).unwrap();
+        assert_eq!(m.bytes, [0, 0, 0, 0, 1, 2, 7, 7]);
+    }
+
+    #[test]
     fn shapes_are_checked() {
         let top = NaryTree::new(ID, 64, 2, key()).unwrap();
         assert!(Dmt::new(ID, &top, 0, 0, key(), 0.01).is_err());
@@ -1309,8 +1364,15 @@ mod tests {
             "binary only"
         );
         let d = Dmt::new(ID, &top, 3, 100, key(), 0.01).unwrap();
-        assert_eq!(d.area_bytes(), 8 * 8 * AREA_PER_LEAF);
-        assert_eq!(d.area(1), 100 + 8 * AREA_PER_LEAF);
+        assert_eq!(AREA_PER_LEAF, 80, "32 + 32 + 2 × 8 (file-format.md §12.1)");
+        assert_eq!(d.area_bytes(), 8 * 8 * 80);
+        assert_eq!(d.area(1), 100 + 8 * 80);
+        assert_eq!(
+            (d.leaf_at(1, 2), d.inner_at(1, 2)),
+            (740 + 64, 740 + 256 + 64)
+        );
+        assert_eq!((d.slot_at(1, 0), d.slot_at(1, 1)), (740 + 512, 740 + 576));
+        assert!(format!("{d:?}").contains("span: 8"), "{d:?}");
         // The initial shape: heap order, splits in the middle.
         assert_eq!(d.initial(0), (1, 2, 4));
         assert_eq!(d.initial(2), (5, 6, 6));
