@@ -304,7 +304,10 @@ pub fn run(cli: &Cli, args: &BenchArgs) -> Result<()> {
         ("fsync", vec![1.0, 10.0, 100.0, 1000.0, 10_000.0]),
         ("zipf", vec![0.0, 1.2, 1.5, 2.5]),
         ("cache", vec![0.01, 0.10, 0.50]),
-        ("capacity", vec![s as f64, (4 * s) as f64, (16 * s) as f64, (64 * s) as f64]),
+        (
+            "capacity",
+            vec![s as f64, (4 * s) as f64, (16 * s) as f64, (64 * s) as f64],
+        ),
     ] {
         if !want(fig) {
             continue;
