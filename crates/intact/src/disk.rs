@@ -248,15 +248,7 @@ fn spawn_daemon(cli: &Cli, path: &Path, log: Option<&Path>) -> Result<std::proce
 
 /// The daemon's open: the password from the parent's pipe.
 fn daemon_open(cli: &Cli, path: &Path, opts: &DiskOptions) -> Result<Disk> {
-    use std::io::{BufRead, Read};
-    let mut pw = zeroize::Zeroizing::new(String::new());
-    std::io::stdin()
-        .lock()
-        .take(4096)
-        .read_line(&mut pw)
-        .context("reading the password from the parent")?;
-    let pw = zeroize::Zeroizing::new(pw.trim_end_matches('\n').to_string());
-    open_with(cli, path, opts, &pw)
+    open_with(cli, path, opts, &crate::mount::password_from_parent()?)
 }
 
 fn trusted_for(cli: &Cli, id: &str) -> intact_core::Result<Box<dyn TrustedStore>> {

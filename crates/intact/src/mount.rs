@@ -216,13 +216,7 @@ fn child(cli: &Cli, a: &MountArgs, scheme: Option<SchemeId>) -> Result<ExitCode>
     let r = (|| -> Result<_> {
         let (store, state) = locate_at(cli, a.cipherdir)?;
         let (store, faults) = inject_faults(store)?;
-        let mut pw = zeroize::Zeroizing::new(String::new());
-        std::io::stdin()
-            .lock()
-            .take(4096)
-            .read_line(&mut pw)
-            .context("reading the password from the parent")?;
-        let pw = zeroize::Zeroizing::new(pw.trim_end_matches('\n').to_string());
+        let pw = password_from_parent()?;
         let status = status_path(&state);
         let vol = open_for_mount(cli, a, store, state, pw.as_bytes())?;
         Ok((vol, status, faults))
@@ -244,6 +238,20 @@ fn child(cli: &Cli, a: &MountArgs, scheme: Option<SchemeId>) -> Result<ExitCode>
     }
     report_faults(faults.as_deref());
     r.map(|()| ExitCode::SUCCESS)
+}
+
+/// A daemon's password: the first line of stdin, written there by the parent (`mount`,
+/// `disk serve --daemon`), never in argv or the environment.
+pub(crate) fn password_from_parent() -> Result<zeroize::Zeroizing<String>> {
+    let mut pw = zeroize::Zeroizing::new(String::new());
+    std::io::stdin()
+        .lock()
+        .take(4096)
+        .read_line(&mut pw)
+        .context("reading the password from the parent")?;
+    Ok(zeroize::Zeroizing::new(
+        pw.trim_end_matches('\n').to_string(),
+    ))
 }
 
 type Faulty = FaultStore<Arc<dyn UntrustedStore>>;

@@ -491,18 +491,33 @@ impl Dmt {
         let s = &st.shapes[&r];
         let path = self.descend(s, r, k)?;
         let (mut value, mut lo, mut hi) = (*leaf, k, k + 1);
-        // The block's own stored leaf must agree too (as the n-ary tree's group does): the
-        // leaf is a sibling in its neighbours' paths, and a mismatch is a change to name here.
-        if cache.get(&self.cid, ck(r, k, k + 1)).is_none() {
-            let mut stored = ZERO;
-            store.read_at(self.leaf_at(r, k), &mut stored)?;
-            if stored != value {
-                return Err(self.tampered(block, "the stored DMT leaf does not match the block"));
+        // The block's own leaf: cached (trusted), or its stored copy must agree too (as the
+        // n-ary tree's group does): it is a sibling in its neighbours' paths, and a
+        // mismatch is a change to name here.
+        match cache.get(&self.cid, ck(r, k, k + 1)) {
+            Some(c) if c != value => {
+                return Err(self.tampered(block, "a DMT node does not match"));
+            }
+            Some(_) => return Ok(()),
+            None => {
+                let mut stored = ZERO;
+                store.read_at(self.leaf_at(r, k), &mut stored)?;
+                if stored != value {
+                    return Err(
+                        self.tampered(block, "the stored DMT leaf does not match the block")
+                    );
+                }
             }
         }
         let mut checked: Vec<(u64, Hash)> = Vec::with_capacity(2 * path.len());
-        for step in path.iter().rev() {
-            if let Some(c) = cache.get(&self.cid, ck(r, lo, hi)) {
+        for (i, step) in path.iter().rev().enumerate() {
+            // (The leaf's own range was looked up above.)
+            let cached = if i == 0 {
+                None
+            } else {
+                cache.get(&self.cid, ck(r, lo, hi))
+            };
+            if let Some(c) = cached {
                 if c != value {
                     return Err(self.tampered(block, "a DMT node does not match"));
                 }
