@@ -74,12 +74,16 @@ struct ObjState {
     deleted: bool,
     /// Written directly in this transaction (needs a sync before the commit is sealed).
     direct: bool,
+    /// End of the bytes written directly in this transaction (0 if none).
+    direct_end: u64,
     /// A commit in flight changes this object: reads below `committed_len` see its final
     /// image, and writes are staged (see the module docs).
     on_base: bool,
-    /// End of the bytes written directly and handed to the log ([`Tx::drain`]): writes
-    /// below it are staged.
-    logged_end: u64,
+    /// The bytes written directly and handed to the log ([`Tx::drain`]), as disjoint
+    /// ranges `start -> end`: a write over them is staged, never made in place (a logged
+    /// direct write is never overwritten by a later unlogged one). A write into a gap
+    /// between them (the kernel writes a file back out of order) may go to the store.
+    logged: BTreeMap<u64, u64>,
     /// Holds a sealed journal's changes that the store may not have yet
     /// ([`Tx::stage_unapplied`]): writes are staged, since the store's length is not the
     /// object's (a direct write past it would land under the journal's ranges).
@@ -90,13 +94,26 @@ impl ObjState {
     /// Nothing but the length the store gave at first use: forgetting it and asking the
     /// store again later gives the same view.
     fn is_clean(&self) -> bool {
-        !self.staged() && !self.direct && !self.on_base && !self.pinned && self.logged_end == 0
+        !self.staged() && !self.direct && !self.on_base && !self.pinned && self.logged.is_empty()
     }
     fn staged(&self) -> bool {
         self.deleted
             || self.cut.is_some()
             || !self.ranges.is_empty()
             || self.len != self.committed_len
+    }
+    /// Changed only by direct writes that leave the store holding exactly the object's
+    /// bytes: its length is the store's (what it held, or the end of the direct writes), and
+    /// nothing is staged, cut or deleted. A commit then needs no journal entry for it (no
+    /// `SetLen`: the store's length is already the final one), only a sync; so the
+    /// transaction that goes on over the commit in flight may append to it directly
+    /// instead of staging (and logging) every byte (docs/design.md, "Commits in flight").
+    fn only_appended(&self) -> bool {
+        self.direct
+            && !self.deleted
+            && self.cut.is_none()
+            && self.ranges.is_empty()
+            && self.len == Some(self.committed_len.unwrap_or(0).max(self.direct_end))
     }
 }
 
@@ -105,6 +122,8 @@ pub struct Tx {
     store: Arc<dyn UntrustedStore>,
     objs: HashMap<String, ObjState>,
     overlay_bytes: usize,
+    /// Bytes written directly since the transaction began (or its last commit began).
+    direct_bytes: usize,
     /// Never writes the store: every change stays in the overlay, and it cannot commit.
     read_only: bool,
     /// The commit in flight under this transaction, if any (see the module docs).
@@ -362,6 +381,7 @@ impl Tx {
             store,
             objs: HashMap::new(),
             overlay_bytes: 0,
+            direct_bytes: 0,
             read_only: false,
             base: None,
             capturing: false,
@@ -407,6 +427,12 @@ impl Tx {
     /// Bytes currently held in the overlay (the engine commits when this grows large).
     pub fn overlay_bytes(&self) -> usize {
         self.overlay_bytes
+    }
+
+    /// Bytes written directly to the store since the transaction, or its last commit,
+    /// began (the next commit syncs them).
+    pub fn direct_bytes(&self) -> usize {
+        self.direct_bytes
     }
 
     fn state(&mut self, name: &str) -> Result<&mut ObjState> {
@@ -486,16 +512,21 @@ impl Tx {
             return Err(Error::Invalid(format!("write to deleted object {name}")));
         }
         let end = off + data.len() as u64;
-        // Never under a staged range either (one staged while a commit was in flight can
-        // lie past the committed length): reads would see the range, not the store.
+        // Direct only past the committed length, and past the last staged range and the
+        // last logged direct write that start before the write's end (ranges do not
+        // overlap, so that one ends last): never under a staged range (one staged while a
+        // commit was in flight can lie past the committed length; reads would see the
+        // range, not the store), nor over logged bytes. A gap before them is not past it.
         let staged_end = st
             .ranges
-            .last_key_value()
+            .range(..end)
+            .next_back()
             .map_or(0, |(k, v)| k + v.len() as u64);
+        let logged_end = st.logged.range(..end).next_back().map_or(0, |(_, &e)| e);
         let boundary = st
             .committed_len
             .unwrap_or(0)
-            .max(st.logged_end)
+            .max(logged_end)
             .max(staged_end);
         let metadata = ObjectClass::of(name) != ObjectClass::Data;
         let (staged, direct) =
@@ -513,12 +544,14 @@ impl Tx {
             // Marked first: a write that fails may still have created the object (a full
             // file system), which is then among the ones to delete ([`Tx::created`]).
             st.direct = true;
+            st.direct_end = st.direct_end.max(end);
             crate::metrics::timed(Phase::StoreWait, || store.write_at(name, doff, direct))?;
         }
         if !staged.is_empty() {
             let added = insert_range(&mut st.ranges, off, staged);
             self.overlay_bytes = self.overlay_bytes.saturating_add_signed(added);
         }
+        self.direct_bytes = self.direct_bytes.saturating_add(direct.len());
         let st = self.objs.get_mut(name).expect("present");
         st.len = Some(st.len.unwrap_or(0).max(end));
         if self.capturing {
@@ -641,7 +674,7 @@ impl Tx {
         for op in &ops {
             if let LoggedOp::Direct { name, off, len } = op {
                 if let Some(st) = self.objs.get_mut(name.as_str()) {
-                    st.logged_end = st.logged_end.max(off + len);
+                    add_range(&mut st.logged, *off, off + len);
                 }
             }
         }
@@ -667,8 +700,9 @@ impl Tx {
                     }
                     let end = off + len;
                     st.len = Some(st.len.unwrap_or(0).max(end));
-                    st.logged_end = st.logged_end.max(end);
+                    add_range(&mut st.logged, *off, end);
                     st.direct = true;
+                    st.direct_end = st.direct_end.max(end);
                     // A direct write never followed a cut in the transaction that logged it
                     // (a cut stages every later write): the length set before it cut nothing
                     // then, but here the store already holds this write's bytes, which are
@@ -730,7 +764,7 @@ impl Tx {
         let mut staged: Vec<String> = self
             .objs
             .iter()
-            .filter(|(_, s)| s.staged())
+            .filter(|(_, s)| s.staged() && !s.only_appended())
             .map(|(n, _)| n.clone())
             .collect();
         staged.sort();
@@ -755,10 +789,12 @@ impl Tx {
                 },
             );
         }
-        // What remains was only read (a direct write always extends its object, so it is
-        // staged too): forget it.
+        // What remains was only read, or only appended to (the store holds its bytes and
+        // its length: [`ObjState::only_appended`]): forget it, and read its length from the
+        // store again at its next use.
         self.objs.clear();
         self.overlay_bytes = 0;
+        self.direct_bytes = 0;
         let frozen = Arc::new(frozen);
         self.base = Some(frozen.clone());
         Ok(Commit {
@@ -924,6 +960,36 @@ fn apply_ops(store: &dyn UntrustedStore, ops: &[Op<'_>]) -> Result<()> {
     }
     Ok(())
 }
+
+/// Adds `[start, end)` to disjoint ranges `start -> end`, merging what it overlaps or
+/// touches. Past [`LOGGED_RANGES`] ranges they become one (from the first start to the
+/// last end): more writes are staged then, never fewer.
+fn add_range(ranges: &mut BTreeMap<u64, u64>, start: u64, end: u64) {
+    if start >= end {
+        return;
+    }
+    let (mut s, mut e) = (start, end);
+    if let Some((&ps, &pe)) = ranges.range(..=start).next_back() {
+        if pe >= start {
+            s = ps;
+            e = e.max(pe);
+        }
+    }
+    let touched: Vec<u64> = ranges.range(s..=e).map(|(&k, _)| k).collect();
+    for k in touched {
+        e = e.max(ranges.remove(&k).expect("listed"));
+    }
+    ranges.insert(s, e);
+    if ranges.len() > LOGGED_RANGES {
+        let first = *ranges.keys().next().expect("many");
+        let last = *ranges.values().max().expect("many");
+        ranges.clear();
+        ranges.insert(first, last);
+    }
+}
+
+/// Most disjoint logged ranges kept per object ([`add_range`]).
+const LOGGED_RANGES: usize = 256;
 
 /// Inserts `data` at `off` into a set of non-overlapping ranges, merging with neighbours it
 /// touches. Returns the change in held bytes.
@@ -1340,6 +1406,149 @@ mod tests {
             proptest::prop_assert_eq!(got, model);
             proptest::prop_assert_eq!(held, r.values().map(|v| v.len() as isize).sum::<isize>());
         }
+    }
+
+    proptest::proptest! {
+        /// Logged ranges against a model (one flag per offset): the same offsets covered,
+        /// disjoint and not touching, and never fewer than the model once collapsed.
+        #[test]
+        fn logged_ranges_match_a_model(
+            adds in proptest::collection::vec((0u64..200, 0u64..30), 1..60),
+        ) {
+            let mut r = BTreeMap::new();
+            let mut model = [false; 230];
+            for (start, len) in adds {
+                add_range(&mut r, start, start + len);
+                for m in &mut model[start as usize..(start + len) as usize] {
+                    *m = true;
+                }
+            }
+            let mut got = [false; 230];
+            let mut prev_end = None;
+            for (&k, &e) in &r {
+                proptest::prop_assert!(k < e);
+                if let Some(p) = prev_end {
+                    proptest::prop_assert!(k > p, "ranges overlap or touch at {}", k);
+                }
+                for g in &mut got[k as usize..e as usize] {
+                    *g = true;
+                }
+                prev_end = Some(e);
+            }
+            proptest::prop_assert_eq!(got, model);
+        }
+    }
+
+    #[test]
+    fn logged_ranges_collapse_into_one_past_the_limit() {
+        let mut r = BTreeMap::new();
+        for k in 0..=LOGGED_RANGES as u64 {
+            add_range(&mut r, 10 * k + 5, 10 * k + 8);
+        }
+        let last = 10 * LOGGED_RANGES as u64 + 8;
+        assert_eq!(r.into_iter().collect::<Vec<_>>(), [(5, last)]);
+    }
+
+    /// The kernel writes a file back out of order: a write into a gap below logged
+    /// direct writes goes to the store too, while a write over logged bytes, or under a
+    /// staged range, is staged.
+    #[test]
+    fn writes_into_a_gap_between_logged_direct_writes_go_to_the_store() {
+        let store = Arc::new(MemStore::new());
+        let mut tx = Tx::new(store.clone());
+        tx.capture(true);
+        tx.write_at("o.d", 40, &[4u8; 10]).unwrap();
+        tx.write_at("o.d", 0, &[1u8; 10]).unwrap();
+        tx.drain();
+        // [0, 10) and [40, 50) are logged; [20, 30) is a gap.
+        tx.write_at("o.d", 20, &[2u8; 10]).unwrap();
+        assert_eq!(
+            tx.drain(),
+            [LoggedOp::Direct {
+                name: "o.d".into(),
+                off: 20,
+                len: 10
+            }]
+        );
+        assert_eq!(store.read_all("o.d").unwrap().unwrap()[20..30], [2u8; 10]);
+        // Over logged bytes: staged from the write's start to the end of those bytes, and
+        // direct past them.
+        tx.write_at("o.d", 25, &[3u8; 10]).unwrap();
+        assert_eq!(
+            tx.drain(),
+            [
+                LoggedOp::Write {
+                    name: "o.d".into(),
+                    off: 25,
+                    data: vec![3u8; 5]
+                },
+                LoggedOp::Direct {
+                    name: "o.d".into(),
+                    off: 30,
+                    len: 5
+                }
+            ]
+        );
+        let raw = store.read_all("o.d").unwrap().unwrap();
+        assert_eq!((raw[27], raw[32]), (2, 3));
+        // A write ending inside a later logged range is staged whole.
+        tx.write_at("o.d", 36, &[5u8; 6]).unwrap();
+        assert!(matches!(&tx.drain()[..], [LoggedOp::Write { off: 36, .. }]));
+        // Under a staged range that starts before the write's end: staged.
+        tx.write_at("o.d", 60, &[6u8; 4]).unwrap();
+        tx.drain();
+        tx.write_at("o.d", 55, &[7u8; 10]).unwrap();
+        tx.drain();
+        let mut buf = [0u8; 70];
+        tx.read_at("o.d", 0, &mut buf).unwrap();
+        assert_eq!(&buf[20..25], &[2u8; 5]);
+        assert_eq!(&buf[25..35], &[3u8; 10]);
+        assert_eq!(&buf[36..42], &[5u8; 6]);
+        assert_eq!(&buf[42..50], &[4u8; 8]);
+        assert_eq!(&buf[55..65], &[7u8; 10]);
+    }
+
+    /// An object only appended to (directly) is not in the commit's journal: the store
+    /// holds its bytes and length. The transaction over the commit in flight appends to it
+    /// directly, and neither applying nor replaying the commit cuts those bytes. An object
+    /// grown past its direct writes (a hole at its end) is journaled as before.
+    #[test]
+    fn appends_over_a_commit_in_flight_go_to_the_store() {
+        let store = Arc::new(MemStore::new());
+        store.write_at("a.d", 0, b"0123").unwrap();
+        let mut tx = Tx::new(store.clone());
+        tx.write_at("a.d", 4, b"4567").unwrap();
+        tx.write_at("h.d", 0, b"ab").unwrap();
+        tx.set_len("h.d", 6).unwrap();
+        tx.write_at("a.d", 0, b"0").unwrap();
+        assert_eq!(tx.direct_bytes(), 6, "what the next commit syncs");
+        let c = tx.begin_commit(1, None).unwrap();
+        assert_eq!(tx.direct_bytes(), 0);
+        assert_eq!(c.staged, ["a.d", "h.d"], "an overwrite is journaled");
+        assert_eq!(c.direct, ["a.d", "h.d"]);
+        tx.write_at("a.d", 8, b"89").unwrap();
+        assert_eq!(tx.direct_bytes(), 0, "staged over the commit's object");
+        c.write_journal(store.as_ref(), &key()).unwrap();
+        c.apply(store.as_ref()).unwrap();
+        tx.end_commit(&c);
+        let c = tx.begin_commit(2, Some(0)).unwrap();
+        c.write_journal(store.as_ref(), &key()).unwrap();
+        c.apply(store.as_ref()).unwrap();
+        tx.end_commit(&c);
+        // Only appended now: the commit journals nothing, and appends go on directly.
+        tx.write_at("a.d", 10, b"ab").unwrap();
+        let c = tx.begin_commit(3, Some(1)).unwrap();
+        assert!(c.staged.is_empty());
+        assert_eq!(c.direct, ["a.d"]);
+        tx.write_at("a.d", 12, b"cd").unwrap();
+        assert_eq!(tx.direct_bytes(), 2);
+        assert_eq!(store.read_all("a.d").unwrap().unwrap(), b"0123456789abcd");
+        assert_eq!(c.write_journal(store.as_ref(), &key()).unwrap(), None);
+        c.apply(store.as_ref()).unwrap();
+        tx.end_commit(&c);
+        assert_eq!(store.read_all("a.d").unwrap().unwrap(), b"0123456789abcd");
+        assert_eq!(store.read_all("h.d").unwrap().unwrap(), b"ab\0\0\0\0");
+        assert_eq!(tx.len("a.d").unwrap(), Some(14));
     }
 
     #[test]

@@ -550,6 +550,35 @@ mod tests {
         assert_eq!(read_segment(&s, &k, 5).unwrap().records.len(), 1);
     }
 
+    /// The local store reserves room by writing zeros past the records: the segment reads
+    /// the same, a writer appends over the zeros, and what it appended reads back.
+    #[test]
+    fn zeros_past_the_records_end_the_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = crate::store::LocalDirStore::open(dir.path()).unwrap();
+        let k = keys();
+        let mut w = Writer::begin(&s, &k, 5, None).unwrap();
+        let ends: Vec<LogPos> = (1..=3)
+            .map(|n| w.append(&s, &k, &group(n)).unwrap())
+            .collect();
+        let name = segment_name(5);
+        let len = s.len(&name).unwrap().unwrap();
+        assert!(len >= ends[2].off + RESERVE_LOW, "zeros reserved: {len}");
+        let bytes = s.read_all(&name).unwrap().unwrap();
+        assert!(bytes[ends[2].off as usize..].iter().all(|&b| b == 0));
+        let seg = read_segment(&s, &k, 5).unwrap();
+        assert_eq!(seg.records.len(), 3);
+        assert_eq!(seg.end, ends[2].off);
+        // Appending past the reservation reserves more, still zeros past the records.
+        let big = Payload::Group(vec![7u8; RESERVE_AHEAD as usize]);
+        let end = w.append(&s, &k, &big).unwrap();
+        assert!(s.len(&name).unwrap().unwrap() >= end.off + RESERVE_LOW);
+        let seg = read_segment(&s, &k, 5).unwrap();
+        assert_eq!(seg.records.len(), 4);
+        assert_eq!(seg.records[3].payload, big);
+        assert_eq!(seg.end, end.off);
+    }
+
     #[test]
     fn a_record_does_not_verify_elsewhere() {
         let s = MemStore::new();

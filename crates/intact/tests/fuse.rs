@@ -190,8 +190,10 @@ impl Vol {
 
     /// After a crash of the daemon, what a crash of the machine could also lose: every log
     /// record past the last seal (the log is synced only by a seal), as if none of them
-    /// had reached the disk. Returns how many log bytes were dropped.
+    /// had reached the disk. Returns how many log bytes were dropped (up to the last byte
+    /// that is not zero: a segment holds zeros past its records, room set aside for them).
     fn lose_the_unsealed_log(&self) -> u64 {
+        let written = |b: &[u8]| b.iter().rposition(|&x| x != 0).map_or(0, |k| k as u64 + 1);
         let (code, out, err) = self.cli(&["--json", "info"]);
         assert_eq!(code, 0, "info: {err}");
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -201,15 +203,15 @@ impl Vol {
         for e in fs::read_dir(self.cipher()).unwrap() {
             let e = e.unwrap();
             let name = e.file_name().into_string().unwrap();
-            let len = e.metadata().unwrap().len();
             // Segment names are fixed-width hex: later ones sort after.
             if name.starts_with("log.") && name.as_str() > seg {
+                dropped += written(&fs::read(e.path()).unwrap());
                 fs::remove_file(e.path()).unwrap();
-                dropped += len;
-            } else if name == seg && len > off {
+            } else if name == seg {
+                let bytes = fs::read(e.path()).unwrap();
                 let f = OpenOptions::new().write(true).open(e.path()).unwrap();
                 f.set_len(off).unwrap();
-                dropped += len - off;
+                dropped += written(&bytes).saturating_sub(off);
             }
         }
         dropped

@@ -399,24 +399,24 @@ impl UntrustedStore for LocalDirStore {
         .map_err(|e| Error::io(name, e))
     }
 
+    /// Writes zeros from the object's end up to `len` (the object grows to `len`): real
+    /// blocks, not `fallocate`'s unwritten extents, so that a later write over them and its
+    /// `fdatasync` change no metadata, and ext4 commits no journal transaction for it. The
+    /// log's records are written over this room: an fsync then syncs only those bytes and
+    /// never waits for a journal commit, which under a concurrent bulk writer waits in turn
+    /// for that writer's data (`data=ordered`): 14 ms against 1 ms per fsync, measured in
+    /// docs/performance.md. One commit per reservation (1 MiB of log) remains. Past the
+    /// end, zeros read as nothing to the log (a record of length 0 is not authentic).
     fn reserve(&self, name: &str, len: u64) -> Result<()> {
+        const CHUNK: usize = 256 << 10;
         Self::check(name)?;
         let file = self.handle(name, true, true)?.expect("created");
-        let len = i64::try_from(len).map_err(|_| Error::Invalid("reservation too large".into()))?;
-        // SAFETY: `fallocate` only reads its integer arguments; the descriptor is open for
-        // as long as `file` lives, which outlives the call. With FALLOC_FL_KEEP_SIZE it
-        // allocates blocks past the end without changing the file's length or contents.
-        let r = unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, len) };
-        if r != 0 {
-            let e = io::Error::last_os_error();
-            // A file system without fallocate simply does not reserve.
-            if matches!(
-                e.raw_os_error(),
-                Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)
-            ) {
-                return Ok(());
-            }
-            return Err(Error::io(name, e));
+        let mut at = file.metadata().map_err(|e| Error::io(name, e))?.len();
+        let zeros = vec![0u8; CHUNK.min(len.saturating_sub(at) as usize)];
+        while at < len {
+            let n = (len - at).min(CHUNK as u64) as usize;
+            self.write_at(name, at, &zeros[..n])?;
+            at += n as u64;
         }
         Ok(())
     }
@@ -658,6 +658,26 @@ mod tests {
             let mut buf = [0u8; 1];
             assert!(s.read_at(bad, 0, &mut buf).is_err(), "{bad:?}");
         }
+    }
+
+    /// Room is reserved as zeros written up to the length asked (real blocks, so that a
+    /// later write over them changes no metadata); a smaller reservation changes nothing.
+    #[test]
+    fn reserve_writes_zeros_up_to_the_length() {
+        let (_d, s) = store();
+        s.write_at("n/x", 0, b"abc").unwrap();
+        s.reserve("n/x", 600 << 10).unwrap();
+        let b = s.read_all("n/x").unwrap().unwrap();
+        assert_eq!(b.len(), 600 << 10);
+        assert_eq!(&b[..3], b"abc");
+        assert!(b[3..].iter().all(|&x| x == 0));
+        s.reserve("n/x", 10).unwrap();
+        assert_eq!(s.len("n/x").unwrap(), Some(600 << 10));
+        s.reserve("n/new", 5).unwrap();
+        assert_eq!(s.read_all("n/new").unwrap().unwrap(), [0u8; 5]);
+        // No unwritten extents: every block of the reservation is allocated.
+        let meta = std::fs::metadata(s.path_of("n/x")).unwrap();
+        assert!(std::os::unix::fs::MetadataExt::blocks(&meta) * 512 >= 600 << 10);
     }
 
     #[test]

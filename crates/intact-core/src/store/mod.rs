@@ -90,10 +90,12 @@ pub trait UntrustedStore: Send + Sync {
         u64::MAX
     }
 
-    /// Sets aside room for the object to grow to `len` bytes without changing its length,
-    /// so that writes up to `len` still succeed once the store is full (the log keeps room
-    /// for the records of requests that free space). A store that cannot reserve does
-    /// nothing.
+    /// Sets aside room for the object to grow to `len` bytes, so that writes up to `len`
+    /// still succeed once the store is full (the log keeps room for the records of
+    /// requests that free space). A store may do it by writing zeros up to `len` (the
+    /// local directory does, so that writes over them sync without a journal commit), so
+    /// the object's length afterwards says nothing of what was written. A store that cannot
+    /// reserve does nothing.
     fn reserve(&self, _name: &str, _len: u64) -> Result<()> {
         Ok(())
     }

@@ -709,6 +709,7 @@ impl Inner {
     pub(super) fn maybe_commit(&mut self) {
         let log = self.wal.as_ref().map_or(0, |w| w.bytes);
         if self.tx.overlay_bytes() >= OVERLAY_LIMIT
+            || self.tx.direct_bytes() >= DIRECT_LIMIT
             || self.dirty_bytes >= TOTAL_DIRTY_LIMIT
             || log >= LOG_LIMIT
             || self.records_over(1)

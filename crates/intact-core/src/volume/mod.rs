@@ -74,6 +74,12 @@ const OVERLAY_LIMIT: usize = 32 << 20;
 /// Log bytes since the last checkpoint before the engine checkpoints on its own (bounds the
 /// work of a recovery).
 const LOG_LIMIT: u64 = 64 << 20;
+/// Bytes written directly to the store (appends) since the last checkpoint began before the
+/// engine checkpoints on its own: a checkpoint syncs them, so this bounds its I/O (and the
+/// data a crash of the machine can lose). Appends made while a checkpoint is in flight go
+/// to the store too (they were staged, and so logged, before), so the log's limit no
+/// longer bounds them.
+const DIRECT_LIMIT: usize = 64 << 20;
 /// A periodic seal checkpoints when the last checkpoint is older than this (what unlinks
 /// free is given back to the store at checkpoints); otherwise it seals the log only.
 const CHECKPOINT_AGE: std::time::Duration = std::time::Duration::from_secs(30);
