@@ -227,6 +227,82 @@ fn background_seal_at_the_dirty_limit_and_drop_right_after() {
     assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
 }
 
+/// Appends go to the store directly and are not logged, so neither the staged bytes nor
+/// the log's size begin a checkpoint for them: 64 MiB of them do (a checkpoint syncs them,
+/// so this bounds its I/O). While that checkpoint is held in flight, more appends to the
+/// same file still go to the store (the checkpoint only appended to it, so it journals
+/// nothing that would cut them); all of it reads back after a reopen.
+#[test]
+fn appends_begin_a_checkpoint_past_64_mib_and_go_on_directly_over_it() {
+    use std::time::{Duration, Instant};
+    let gated = Arc::new(Hooked {
+        inner: MemStore::new(),
+        hook: Gate::default(),
+    });
+    let store: Arc<dyn intact_core::store::UntrustedStore> = gated.clone();
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
+    vol.create_file("/bulk", None).unwrap();
+    vol.sync().unwrap();
+    gated.hook.set(true);
+    gated.hook.forget_syncs();
+    // A failed assertion opens the gate before the volume's drop seals.
+    struct Opens<'a>(&'a Gate);
+    impl Drop for Opens<'_> {
+        fn drop(&mut self) {
+            self.0.set(false);
+        }
+    }
+    let _opens = Opens(&gated.hook);
+    let data = pattern(3, 72 << 20);
+    let chunks: Vec<&[u8]> = data.chunks(1 << 20).collect();
+    let reached_within = |wait: Duration| {
+        let t = Instant::now();
+        while !gated.hook.sync_reached() && t.elapsed() < wait {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        gated.hook.sync_reached()
+    };
+    for (k, chunk) in chunks[..60].iter().enumerate() {
+        vol.write_path("/bulk", (k << 20) as u64, chunk).unwrap();
+    }
+    assert!(
+        !reached_within(Duration::from_millis(200)),
+        "a checkpoint began before 64 MiB were appended"
+    );
+    for (k, chunk) in chunks.iter().enumerate().take(64).skip(60) {
+        vol.write_path("/bulk", (k << 20) as u64, chunk).unwrap();
+    }
+    assert!(
+        reached_within(Duration::from_secs(20)),
+        "no checkpoint began after 64 MiB of appends"
+    );
+    // The checkpoint is held at its first sync. More appends go to the store.
+    let data_len = || {
+        let names = gated.inner.list().unwrap();
+        names
+            .iter()
+            .filter(|n| n.ends_with(".d"))
+            .filter_map(|n| gated.inner.len(n).unwrap())
+            .max()
+            .unwrap()
+    };
+    for (k, chunk) in chunks.iter().enumerate().skip(64) {
+        vol.write_path("/bulk", (k << 20) as u64, chunk).unwrap();
+    }
+    assert_eq!(
+        data_len(),
+        72 << 20,
+        "appends over the checkpoint in flight were not written to the store"
+    );
+    gated.hook.set(false);
+    vol.sync().unwrap();
+    drop(vol);
+    let vol = open(store, &trusted).unwrap();
+    assert!(read_all(&vol, "/bulk").unwrap() == data);
+    assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+}
+
 /// Past twice the dirty limits, the writer that filled memory is paced, and past three
 /// times it waits for the commit in flight; a small write of another file does not (a
 /// create or a log line never waits behind a bulk writer's seal). The commit's syncs are

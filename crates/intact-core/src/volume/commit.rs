@@ -564,6 +564,9 @@ impl Volume {
         ino: Option<u64>,
         len: usize,
     ) -> Result<()> {
+        // Counted after the request's end pushed its data through the schemes (its direct
+        // writes, staged bytes and log record), not only when the data arrived.
+        g.maybe_commit();
         if !g.commit_wanted || g.read_only {
             return Ok(());
         }

@@ -235,6 +235,16 @@ impl Gate {
         self.cv.notify_all();
     }
 
+    /// Whether a sync reached the gate (since it was made, or [`Gate::forget_syncs`]).
+    pub fn sync_reached(&self) -> bool {
+        self.state.lock().unwrap().1
+    }
+
+    /// Forgets the syncs that reached the gate so far.
+    pub fn forget_syncs(&self) {
+        self.state.lock().unwrap().1 = false;
+    }
+
     pub fn wait_for_a_sync(&self) {
         let mut g = self.state.lock().unwrap();
         while !g.1 {
