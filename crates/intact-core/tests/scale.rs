@@ -13,6 +13,8 @@ use std::sync::Arc;
 /// their number (here the directories), plus the request under way.
 const BUDGET: usize = 1024 + DIRS + 2;
 const DIRS: usize = 100;
+/// Names the engine keeps past the end of a request (`KEEP_NAMES`).
+const NAMES_KEPT: usize = 65_536;
 
 fn files() -> usize {
     std::env::var("INTACT_SCALE_FILES")
@@ -102,6 +104,33 @@ fn resident_records_stay_within_the_budget_and_evicted_records_reload_fresh() {
         );
     }
     assert!(most > 1000, "the budget was reached ({most})");
+    // Lookups by inode (what the mount sends for a `find`), with no seal meanwhile: the
+    // names kept for messages stay bounded too.
+    let dirs: Vec<u64> = (0..DIRS)
+        .map(|d| {
+            vol.lookup(intact_core::format::ROOT_INO, &format!("d{d}"))
+                .unwrap()
+                .ino
+        })
+        .collect();
+    let mut most_names = 0;
+    for k in 0..n {
+        let a = vol
+            .lookup(dirs[k % DIRS], &format!("f{}", k / DIRS))
+            .unwrap();
+        assert_eq!(a.size, content(k, if k == 0 { 2 } else { 1 }).len() as u64);
+        most_names = most_names.max(vol.names_known());
+        assert!(
+            vol.names_known() <= NAMES_KEPT,
+            "{} names kept after {} lookups",
+            vol.names_known(),
+            k + 1
+        );
+    }
+    assert!(
+        most_names >= NAMES_KEPT.min(n),
+        "the names' bound was reached ({most_names})"
+    );
     // File 0 was dropped from memory thousands of files ago: an older copy of it put back
     // is a rollback, and a flipped byte of file 1 is tampering.
     for (name, bytes) in &old {

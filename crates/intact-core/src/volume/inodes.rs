@@ -172,6 +172,11 @@ impl Inner {
     pub(super) fn evict_idle(&mut self) {
         // What the transaction knows of objects it only looked at goes too.
         self.tx.forget_clean();
+        // And the names kept for messages: a `find` through the mount looks up every name,
+        // and a walk that changes nothing never checkpoints, which trimmed them before.
+        if self.names.len() > KEEP_NAMES {
+            self.trim_names();
+        }
         if self.files.len() < self.evict_at {
             return;
         }

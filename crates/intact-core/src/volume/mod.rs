@@ -926,6 +926,12 @@ impl Volume {
         self.shared.lock().files.len()
     }
 
+    /// Names the engine keeps for messages and for the paths of open files (at most
+    /// 65,536 past the end of a request, with the ones on the way to open files).
+    pub fn names_known(&self) -> usize {
+        self.shared.lock().names.len()
+    }
+
     /// Store objects the engine's transaction knows of: those it changed since the last
     /// seal, and at most a few thousand it only looked at (issue 18).
     pub fn objects_known(&self) -> usize {
