@@ -572,7 +572,6 @@ impl Volume {
         }
         let over = |k: usize| {
             g.tx.overlay_bytes() >= k * OVERLAY_LIMIT
-                || g.tx.direct_bytes() >= k * DIRECT_LIMIT
                 || g.dirty_bytes >= k * TOTAL_DIRTY_LIMIT
                 || g.records_over(k)
         };
@@ -586,7 +585,6 @@ impl Volume {
         let pace = if over(2) && heavy() {
             // 1 at twice the limits, 9 halfway to three times.
             let limits = (g.tx.overlay_bytes() as f64 / OVERLAY_LIMIT as f64)
-                .max(g.tx.direct_bytes() as f64 / DIRECT_LIMIT as f64)
                 .max(g.dirty_bytes as f64 / TOTAL_DIRTY_LIMIT as f64);
             let pressure = 1.0 + 16.0 * (limits - 2.0);
             Some(g.drain.delay(len, pressure)).filter(|_| !over(3))

@@ -78,7 +78,8 @@ const LOG_LIMIT: u64 = 64 << 20;
 /// engine checkpoints on its own: a checkpoint syncs them, so this bounds its I/O (and the
 /// data a crash of the machine can lose). Appends made while a checkpoint is in flight go
 /// to the store too (they were staged, and so logged, before), so the log's limit no
-/// longer bounds them.
+/// longer bounds them. They take no memory of the engine's (they are in the store's own
+/// cache, whose writers the kernel throttles), so no writer is paced or stopped for them.
 const DIRECT_LIMIT: usize = 64 << 20;
 /// A periodic seal checkpoints when the last checkpoint is older than this (what unlinks
 /// free is given back to the store at checkpoints); otherwise it seals the log only.
