@@ -312,6 +312,52 @@ mod tests {
         assert_eq!(c.misses(), 1);
     }
 
+    /// Inserting a node again (a refreshed value) makes it the most recently used.
+    #[test]
+    fn inserting_again_refreshes_recency() {
+        let c = NodeCache::new(2 * 32);
+        c.insert(&F, 1, h(1));
+        c.insert(&F, 2, h(2));
+        c.insert(&F, 1, h(9));
+        c.insert(&F, 3, h(3)); // evicts 2, the least recently used
+        assert_eq!(c.get(&F, 2), None);
+        assert_eq!(c.get(&F, 1), Some(h(9)));
+        assert_eq!(c.get(&F, 3), Some(h(3)));
+        assert_eq!(c.len(), 2);
+    }
+
+    /// Many touches leave stale entries in the recency queue; compacting them never drops
+    /// a live one: the cache still evicts down to its capacity, in LRU order, and the queue
+    /// stays within twice the entries plus 64.
+    #[test]
+    fn compaction_keeps_live_entries_and_bounds_the_queue() {
+        let c = NodeCache::new(4 * 32);
+        for k in 0..4 {
+            c.insert(&F, k, h(k as u8));
+        }
+        for round in 0..1000u64 {
+            assert!(c.get(&F, round % 4).is_some());
+            let q = c.lock().queue.len();
+            assert!(q <= 2 * 4 + 64 + 1, "queue of {q} after {round} touches");
+        }
+        // 3 was touched last, 0 first among the last four touches.
+        for k in 10..13 {
+            c.insert(&F, k, h(k as u8));
+            assert!(c.len() <= 4, "{} nodes past a capacity of 4", c.len());
+        }
+        assert_eq!(c.get(&F, 3), Some(h(3)));
+        for k in 0..3 {
+            assert_eq!(c.get(&F, k), None, "node {k}");
+        }
+    }
+
+    #[test]
+    fn debug_shows_capacity_and_length() {
+        let c = NodeCache::new(2 * 32);
+        c.insert(&F, 1, h(1));
+        assert_eq!(format!("{c:?}"), "NodeCache { capacity_bytes: 64, len: 1 }");
+    }
+
     #[test]
     fn one_node_is_removed_and_the_rest_stay() {
         let c = NodeCache::new(1 << 10);
