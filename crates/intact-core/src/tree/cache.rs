@@ -353,8 +353,11 @@ mod tests {
 
     #[test]
     fn debug_shows_capacity_and_length() {
-        let c = NodeCache::new(2 * 32);
+        let c = NodeCache::new(2 * 32 + 31);
+        assert_eq!(c.capacity_entries(), 2);
+        assert!(c.is_empty());
         c.insert(&F, 1, h(1));
+        assert!(!c.is_empty());
         assert_eq!(format!("{c:?}"), "NodeCache { capacity_bytes: 64, len: 1 }");
     }
 
