@@ -351,6 +351,21 @@ mod tests {
         }
     }
 
+    /// A run's check counts a hit for each cached node and a miss for each missing one.
+    #[test]
+    fn a_run_check_counts_hits_and_misses() {
+        let c = NodeCache::new(1 << 10);
+        c.insert(&F, 2, h(2));
+        let before = (c.hits(), c.misses());
+        assert_eq!(
+            c.check_run(&F, 0, 2, &[h(0), h(2), h(4)]),
+            RunCheck::Partial
+        );
+        assert_eq!((c.hits(), c.misses()), (before.0 + 1, before.1 + 2));
+        assert_eq!(c.check_run(&F, 2, 1, &[h(2)]), RunCheck::AllVerified);
+        assert_eq!(c.check_run(&F, 2, 1, &[h(7)]), RunCheck::Mismatch(2));
+    }
+
     #[test]
     fn debug_shows_capacity_and_length() {
         let c = NodeCache::new(2 * 32 + 31);
