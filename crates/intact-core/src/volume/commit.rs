@@ -352,11 +352,6 @@ impl Inner {
             self.metrics.forget_files(&dropped);
             self.evict_at = self.next_eviction();
         }
-        if self.names.len() > KEEP_NAMES {
-            // Error messages use them, and `intact sync` the paths of open files (kept);
-            // lookups repopulate what is in use.
-            self.trim_names();
-        }
         Ok(Some((commit, anchor, start, log_sync, obsolete)))
     }
 }

@@ -1189,10 +1189,7 @@ impl Volume {
         drop(turn);
         let after = match written {
             Some(len) => self.after_write(g, Some(ino), len),
-            None if g.last_logged => {
-                g.maybe_commit();
-                self.after_write(g, Some(ino), 0)
-            }
+            None if g.last_logged => self.after_write(g, Some(ino), 0),
             None => Ok(()),
         };
         let r = match (r, after) {
