@@ -346,8 +346,7 @@ impl Scheme for Aead {
         first: u64,
         data: &mut [u8],
     ) -> Result<()> {
-        let count = (data.len() / env.bs) as u64;
-        check_limit(first + count)?;
+        let (_, count) = check_write(f, env.bs, first, data.len())?;
         let sealed = Self::seal_blocks(env, f, first, data);
         tx.write_at(&f.names.data, first * Self::stride(env.bs) as u64, &sealed)?;
         f.tree.leaves = f.tree.leaves.max(first + count);
@@ -796,5 +795,442 @@ impl Scheme for MtEint {
 
     fn empty(&self, env: &Env, id: &FileId) -> TreeState {
         TreeState::empty(env.hasher, id)
+    }
+}
+
+/// A scheme driven directly, without a volume: its file state, its keys and a transaction
+/// over an in-memory store. For the checks that the volume makes first (so that no request
+/// through it reaches them) and for what a scheme promises whatever calls it.
+#[cfg(test)]
+pub(crate) mod fixture {
+    use super::*;
+    use crate::crypto::MasterKey;
+    use crate::store::MemStore;
+    use std::sync::Arc;
+
+    /// The volume-wide context of [`Env`], owned.
+    pub(crate) struct Fixture {
+        master: MasterKey,
+        hasher: NodeHasher,
+        leaf: SubKey,
+        cache: NodeCache,
+        metrics: Metrics,
+        pub(crate) bs: usize,
+        /// [`Env::inline_leaf`] (off unless a test sets it).
+        pub(crate) inline_leaf: bool,
+        pub(crate) tx: Tx,
+    }
+
+    /// The master key of every fixture.
+    pub(crate) fn master() -> MasterKey {
+        MasterKey::from_bytes([7; 32])
+    }
+
+    impl Fixture {
+        pub(crate) fn new(bs: usize) -> Self {
+            Self::with_cache(bs, 1 << 20)
+        }
+
+        /// With a verified-node cache of `bytes` (0: every read verifies from the store).
+        pub(crate) fn with_cache(bs: usize, bytes: usize) -> Self {
+            let master = master();
+            let node = master.derive("intact test nodes", &[]);
+            Fixture {
+                hasher: NodeHasher::new(*node.expose_secret()),
+                leaf: master.derive("intact test leaves", &[]),
+                master,
+                cache: NodeCache::new(bytes),
+                metrics: Metrics::new(),
+                bs,
+                inline_leaf: false,
+                tx: Tx::new(Arc::new(MemStore::new())),
+            }
+        }
+
+        /// The context and the transaction, borrowed at once.
+        pub(crate) fn parts(&mut self) -> (Env<'_>, &mut Tx) {
+            let env = Env {
+                bs: self.bs,
+                hasher: &self.hasher,
+                leaf_key: &self.leaf,
+                cache: &self.cache,
+                ctr_floor: 1,
+                ctr_limit: u64::MAX >> 1,
+                metrics: &self.metrics,
+                max_object: u64::MAX,
+                inline_leaf: self.inline_leaf,
+            };
+            (env, &mut self.tx)
+        }
+
+        /// The state of a new, empty file of scheme `id`.
+        pub(crate) fn file(&mut self, id: SchemeId) -> FileState {
+            let fid: FileId = [id as u8; 16];
+            let (env, _) = self.parts();
+            let tree = scheme(id).empty(&env, &fid);
+            FileState {
+                subject: Subject::Inode(2),
+                id: fid,
+                names: ObjectNames::of(&fid),
+                keys: FileKeys::derive(&self.master, &fid),
+                tree,
+                ctrs: CounterIntervals::new(),
+                ctr_hw: 0,
+                rtree: super::RTreeIndex::for_scheme(id),
+                inline: None,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixture::Fixture;
+    use super::*;
+    use crate::FsErrorKind;
+
+    const ALL: [SchemeId; 8] = [
+        SchemeId::Aead,
+        SchemeId::MtEintGcm,
+        SchemeId::MtEintCbc,
+        SchemeId::None,
+        SchemeId::MacTree,
+        SchemeId::RandEint,
+        SchemeId::CompEint,
+        SchemeId::CompEintZstd,
+    ];
+
+    fn too_large(r: Result<()>) -> bool {
+        matches!(
+            r,
+            Err(Error::Fs {
+                kind: FsErrorKind::TooLarge,
+                ..
+            })
+        )
+    }
+
+    /// No scheme grows a file past [`MAX_BLOCKS`] (the limit of its counters and tree
+    /// positions), whoever asks: a resize to one block more is refused, and so is a write
+    /// of one block at the limit into a file that already reaches it. The volume refuses
+    /// both before any scheme sees them (`check_extent`), so only this test reaches them.
+    #[test]
+    fn no_scheme_grows_a_file_past_max_blocks() {
+        for id in ALL {
+            let mut fx = Fixture::new(512);
+            let mut f = fx.file(id);
+            let (env, tx) = fx.parts();
+            let sch = scheme(id);
+            assert!(
+                too_large(sch.resize(&env, &mut f, tx, MAX_BLOCKS + 1)),
+                "{id:?}: resize past the limit"
+            );
+            assert_eq!(f.blocks(), 0, "{id:?}: a refused resize changes nothing");
+            // A file that reaches the limit (its state set by hand: building it would
+            // take 2^32 blocks), written one block past it.
+            f.tree.leaves = MAX_BLOCKS;
+            f.ctrs.extend(MAX_BLOCKS);
+            let mut block = vec![1u8; env.bs];
+            assert!(
+                too_large(sch.write_blocks(&env, &mut f, tx, MAX_BLOCKS, &mut block)),
+                "{id:?}: a write of the block past the limit"
+            );
+        }
+    }
+
+    /// [`Scheme::read_ready`] says whether a read can run without the engine lock as it is:
+    /// always for the schemes whose tree covers every block; for RAND-EINT and COMP-EINT only
+    /// once [`Scheme::prepare_read`] loaded RTree's index for the file's current state (a
+    /// state read back from its record starts without it), and no longer after a write.
+    #[test]
+    fn read_ready_once_prepared() {
+        for id in ALL {
+            let mut fx = Fixture::new(512);
+            let mut f = fx.file(id);
+            let (env, tx) = fx.parts();
+            let sch = scheme(id);
+            let mut data: Vec<u8> = (0..4 * env.bs).map(|i| (i * 7 % 251) as u8).collect();
+            sch.write_blocks(&env, &mut f, tx, 0, &mut data).unwrap();
+            if !id.partial_tree() {
+                assert!(sch.read_ready(&f), "{id:?}");
+                continue;
+            }
+            // As read back from the record: the trusted state without the index.
+            f.rtree = RTreeIndex::for_scheme(id);
+            assert!(!sch.read_ready(&f), "{id:?}: no index loaded yet");
+            sch.prepare_read(&env, &mut f, tx).unwrap();
+            assert!(sch.read_ready(&f), "{id:?}: the index is loaded");
+            let mut more = vec![9u8; env.bs];
+            sch.write_blocks(&env, &mut f, tx, 4, &mut more).unwrap();
+            let mut out = vec![0u8; 5 * env.bs];
+            sch.read_blocks(&env, &f, tx, 0, &mut out).unwrap();
+            assert_eq!(&out[4 * env.bs..], &vec![9u8; env.bs][..], "{id:?}");
+        }
+    }
+
+    /// One operation on a file, as the volume issues them ([`crate::volume`]'s
+    /// `flush_data` and truncation): a run of blocks written at `at` (a share of the way
+    /// through the file, past its end when above 1), a resize, or a punch.
+    #[derive(Debug, Clone)]
+    enum Op {
+        Write { at: f64, count: u64, seed: u8 },
+        Resize { at: f64 },
+        Punch { at: f64, count: u64 },
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => (0.0..1.5f64, 1..6u64, any::<u8>())
+                .prop_map(|(at, count, seed)| Op::Write { at, count, seed }),
+            1 => (0.0..2.0f64).prop_map(|at| Op::Resize { at }),
+            1 => (0.0..1.0f64, 1..4u64).prop_map(|(at, count)| Op::Punch { at, count }),
+        ]
+    }
+
+    /// Reads the whole file through the scheme.
+    fn read_all(sch: &dyn Scheme, env: &Env, f: &FileState, tx: &mut Tx) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; f.blocks() as usize * env.bs];
+        if !out.is_empty() {
+            sch.read_blocks(env, f, tx, 0, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+        /// Every scheme against a model (a vector of blocks, zeros for holes): after each
+        /// operation the file reads as the model, also from its trusted state alone (as
+        /// read back from its record: RTree's index not loaded); its data object never
+        /// exceeds [`Scheme::data_len`]; and, for every scheme that authenticates, a byte
+        /// flipped in the data object fails the read instead of changing what it returns.
+        #[test]
+        fn every_scheme_reads_as_a_model(ops in proptest::collection::vec(op(), 1..10)) {
+            for id in ALL {
+                let mut fx = Fixture::new(256);
+                let mut f = fx.file(id);
+                let (env, tx) = fx.parts();
+                let bs = env.bs;
+                let sch = scheme(id);
+                let mut model: Vec<Vec<u8>> = Vec::new();
+                for op in &ops {
+                    let n = model.len() as u64;
+                    match *op {
+                        Op::Write { at, count, seed } => {
+                            let first = (at * n as f64) as u64;
+                            if first > f.blocks() {
+                                sch.resize(&env, &mut f, tx, first).unwrap();
+                                model.resize(first as usize, vec![0; bs]);
+                            }
+                            let run: Vec<u8> = (0..count as usize * bs)
+                                .map(|i| (i as u8).wrapping_mul(seed | 1).wrapping_add(seed))
+                                .collect();
+                            sch.write_blocks(&env, &mut f, tx, first, &mut run.clone()).unwrap();
+                            let end = (first + count) as usize;
+                            if model.len() < end {
+                                model.resize(end, vec![0; bs]);
+                            }
+                            for (k, b) in run.chunks(bs).enumerate() {
+                                model[first as usize + k] = b.to_vec();
+                            }
+                        }
+                        Op::Resize { at } => {
+                            let blocks = (at * n as f64) as u64;
+                            sch.resize(&env, &mut f, tx, blocks).unwrap();
+                            model.resize(blocks as usize, vec![0; bs]);
+                        }
+                        Op::Punch { at, count } => {
+                            let first = (at * n as f64) as u64;
+                            let count = count.min(n - first.min(n));
+                            if count == 0 {
+                                continue;
+                            }
+                            if sch.punch(&env, &mut f, tx, first, count).unwrap() {
+                                for b in &mut model[first as usize..(first + count) as usize] {
+                                    b.fill(0);
+                                }
+                            }
+                        }
+                    }
+                    let want = model.concat();
+                    proptest::prop_assert_eq!(f.blocks(), model.len() as u64, "{:?}", id);
+                    proptest::prop_assert!(read_all(sch, &env, &f, tx).unwrap() == want, "{:?}", id);
+                    let reloaded = FileState {
+                        rtree: RTreeIndex::for_scheme(id),
+                        ..fx_clone(&f)
+                    };
+                    proptest::prop_assert!(read_all(sch, &env, &reloaded, tx).unwrap() == want, "{:?}: reloaded", id);
+                    let stored = tx.len(&f.names.data).unwrap().unwrap_or(0);
+                    proptest::prop_assert!(stored <= sch.data_len(bs, f.blocks()), "{:?}: {} stored", id, stored);
+                }
+                // Tampering: every byte of the data object is covered.
+                let stored = tx.len(&f.names.data).unwrap().unwrap_or(0);
+                if stored == 0 || id == SchemeId::None {
+                    continue;
+                }
+                let want = model.concat();
+                for pos in [0, stored / 2, stored - 1] {
+                    let mut b = [0u8; 1];
+                    tx.read_at(&f.names.data, pos, &mut b).unwrap();
+                    tx.write_at(&f.names.data, pos, &[b[0] ^ 0x20]).unwrap();
+                    let r = read_all(sch, &env, &f, tx);
+                    proptest::prop_assert!(
+                        matches!(&r, Err(e) if e.is_tampered()) || r.as_ref().ok() == Some(&want),
+                        "{:?}: byte {} flipped read as {:?}", id, pos, r.map(|v| v.len())
+                    );
+                    tx.write_at(&f.names.data, pos, &b).unwrap();
+                }
+            }
+        }
+    }
+
+    /// A copy of a file's trusted state (what its record holds).
+    fn fx_clone(f: &FileState) -> FileState {
+        FileState {
+            subject: f.subject.clone(),
+            id: f.id,
+            names: ObjectNames::of(&f.id),
+            keys: FileKeys::derive(&super::fixture::master(), &f.id),
+            tree: f.tree,
+            ctrs: f.ctrs.clone(),
+            ctr_hw: f.ctr_hw,
+            rtree: RTreeIndex::for_scheme(SchemeId::MtEintGcm),
+            inline: f.inline,
+        }
+    }
+
+    /// `aead` fills a gap with encrypted zeros (it has no trusted counters to say which
+    /// blocks are holes), up to [`AEAD_MAX_GAP`] blocks at once: one more is refused and
+    /// changes nothing.
+    #[test]
+    fn aead_fills_gaps_up_to_its_limit() {
+        let mut fx = Fixture::new(16);
+        let mut f = fx.file(SchemeId::Aead);
+        let (env, tx) = fx.parts();
+        let sch = scheme(SchemeId::Aead);
+        let mut two = [5u8; 32];
+        sch.write_blocks(&env, &mut f, tx, 0, &mut two).unwrap();
+        let r = sch.resize(&env, &mut f, tx, 2 + AEAD_MAX_GAP + 1);
+        assert!(too_large(r), "one block more than the limit");
+        assert_eq!(f.blocks(), 2);
+        sch.resize(&env, &mut f, tx, 2 + AEAD_MAX_GAP).unwrap();
+        assert_eq!(f.blocks(), 2 + AEAD_MAX_GAP);
+        let mut out = [1u8; 48];
+        sch.read_blocks(&env, &f, tx, 1, &mut out).unwrap();
+        assert_eq!(out[..16], [5u8; 16]);
+        assert_eq!(out[16..], [0u8; 32]);
+        sch.read_blocks(&env, &f, tx, 1 + AEAD_MAX_GAP, &mut out[..16])
+            .unwrap();
+        assert_eq!(out[..16], [0u8; 16]);
+    }
+
+    /// The counter rule of MT-EINT (and of every scheme on counter intervals): a new
+    /// counter is above every counter the run's blocks had and above every deleted block's
+    /// (`ctr_hw`), so a block cut off and written again never reuses a nonce (Oprea–Reiter
+    /// 2006, §4.2: counters never go back).
+    #[test]
+    fn a_block_written_again_after_a_cut_takes_a_new_counter() {
+        for id in [SchemeId::MtEintGcm, SchemeId::None, SchemeId::RandEint] {
+            let mut fx = Fixture::new(64);
+            let mut f = fx.file(id);
+            let (env, tx) = fx.parts();
+            let sch = scheme(id);
+            sch.write_blocks(&env, &mut f, tx, 0, &mut [1u8; 128])
+                .unwrap();
+            sch.write_blocks(&env, &mut f, tx, 1, &mut [2u8; 64])
+                .unwrap();
+            assert_eq!((f.ctrs.get(0), f.ctrs.get(1)), (1, 2), "{id:?}");
+            sch.resize(&env, &mut f, tx, 0).unwrap();
+            assert_eq!(f.ctr_hw, 2, "{id:?}: the highest counter cut off");
+            sch.write_blocks(&env, &mut f, tx, 0, &mut [3u8; 64])
+                .unwrap();
+            assert_eq!(f.ctrs.get(0), 3, "{id:?}");
+        }
+    }
+
+    /// A Merkle tree cut to one leaf on a volume with inline leaves keeps its only node in
+    /// the record, and nothing in its node object (no stale nodes left in the store).
+    #[test]
+    fn a_tree_cut_to_one_leaf_empties_its_node_object() {
+        let mut fx = Fixture::new(64);
+        fx.inline_leaf = true;
+        let mut f = fx.file(SchemeId::MtEintGcm);
+        let (env, tx) = fx.parts();
+        let sch = scheme(SchemeId::MtEintGcm);
+        let mut four: Vec<u8> = (0..=255).collect();
+        sch.write_blocks(&env, &mut f, tx, 0, &mut four).unwrap();
+        assert!(f.inline.is_none());
+        assert!(tx.len(&f.names.meta).unwrap().unwrap() > 0);
+        sch.resize(&env, &mut f, tx, 1).unwrap();
+        assert!(f.inline.is_some(), "one leaf: its node in the record");
+        assert_eq!(tx.len(&f.names.meta).unwrap(), Some(0));
+        let mut out = [0u8; 64];
+        sch.read_blocks(&env, &f, tx, 0, &mut out).unwrap();
+        assert_eq!(out[..], (0..64).collect::<Vec<u8>>()[..]);
+    }
+
+    /// A read of a run that fails names a block of the run whose own read fails too, and
+    /// returns nothing unverified. Each stored node of an MT-EINT file in turn is altered (a
+    /// run of 3 blocks read from block 2, no node cache, so every read verifies from the
+    /// store): a leaf fails its block's authentication, an inner node the Merkle path of
+    /// the blocks under it.
+    #[test]
+    fn a_failed_run_names_a_block_of_it_that_fails() {
+        for id in [SchemeId::MtEintGcm, SchemeId::MtEintCbc] {
+            let mut fx = Fixture::with_cache(64, 0);
+            let mut f = fx.file(id);
+            let (env, tx) = fx.parts();
+            let sch = scheme(id);
+            let mut data: Vec<u8> = (0..8 * 64).map(|i| (i % 253) as u8).collect();
+            sch.write_blocks(&env, &mut f, tx, 0, &mut data).unwrap();
+            let len = tx.len(&f.names.meta).unwrap().unwrap();
+            let mut named = 0;
+            for pos in (0..len).step_by(32) {
+                let mut b = [0u8; 1];
+                tx.read_at(&f.names.meta, pos, &mut b).unwrap();
+                tx.write_at(&f.names.meta, pos, &[b[0] ^ 1]).unwrap();
+                let mut out = vec![0u8; 3 * 64];
+                if let Err(Error::Tampered { block, what, .. }) =
+                    sch.read_blocks(&env, &f, tx, 2, &mut out)
+                {
+                    let b = block.expect("a block is named");
+                    assert!(
+                        (2..5).contains(&b),
+                        "{id:?}: node at {pos}: block {b} ({what})"
+                    );
+                    assert!(out.iter().all(|&x| x == 0), "nothing unverified returned");
+                    let r = sch.read_blocks(&env, &f, tx, b, &mut out[..64]);
+                    assert!(
+                        r.is_err(),
+                        "{id:?}: node at {pos}: block {b} ({what}) reads alone"
+                    );
+                    named += 1;
+                }
+                tx.write_at(&f.names.meta, pos, &b).unwrap();
+            }
+            assert!(named > 0, "{id:?}: some node altered fails the run");
+        }
+    }
+
+    /// A write may start at the file's end (an append) but not past it: the gap must be
+    /// made first ([`Scheme::resize`]), so that no scheme stores a block whose predecessors
+    /// it never accounted for. Refused with a clear error, not written.
+    #[test]
+    fn a_write_past_the_end_is_refused() {
+        for id in ALL {
+            let mut fx = Fixture::new(512);
+            let mut f = fx.file(id);
+            let (env, tx) = fx.parts();
+            let sch = scheme(id);
+            let mut block = vec![3u8; env.bs];
+            sch.write_blocks(&env, &mut f, tx, 0, &mut block).unwrap();
+            let mut block = vec![4u8; env.bs];
+            let r = sch.write_blocks(&env, &mut f, tx, 2, &mut block);
+            assert!(matches!(r, Err(Error::Invalid(_))), "{id:?}: {r:?}");
+            assert_eq!(f.blocks(), 1, "{id:?}");
+            let mut out = vec![0u8; env.bs];
+            sch.read_blocks(&env, &f, tx, 0, &mut out).unwrap();
+            assert_eq!(out, vec![3u8; env.bs], "{id:?}");
+        }
     }
 }
