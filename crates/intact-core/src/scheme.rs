@@ -1000,10 +1000,11 @@ mod tests {
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
         /// Every scheme against a model (a vector of blocks, zeros for holes): after each
-        /// operation the file reads as the model, also from its trusted state alone (as
-        /// read back from its record: RTree's index not loaded); its data object never
-        /// exceeds [`Scheme::data_len`]; and, for every scheme that authenticates, a byte
-        /// flipped in the data object fails the read instead of changing what it returns.
+        /// operation the file reads as the model, whole and block by block, also from its
+        /// trusted state alone (as read back from its record: RTree's index not loaded);
+        /// its data object never exceeds [`Scheme::data_len`]; and, for every scheme that
+        /// authenticates, a byte flipped in the data object fails the read instead of
+        /// changing what it returns.
         #[test]
         fn every_scheme_reads_as_a_model(ops in proptest::collection::vec(op(), 1..10)) {
             for id in ALL {
@@ -1060,6 +1061,12 @@ mod tests {
                         ..fx_clone(&f)
                     };
                     proptest::prop_assert!(read_all(sch, &env, &reloaded, tx).unwrap() == want, "{:?}: reloaded", id);
+                    // Block by block too: each read starts inside the file.
+                    for (i, b) in model.iter().enumerate() {
+                        let mut one = vec![0u8; bs];
+                        sch.read_blocks(&env, &f, tx, i as u64, &mut one).unwrap();
+                        proptest::prop_assert!(&one == b, "{:?}: block {}", id, i);
+                    }
                     let stored = tx.len(&f.names.data).unwrap().unwrap_or(0);
                     proptest::prop_assert!(stored <= sch.data_len(bs, f.blocks()), "{:?}: {} stored", id, stored);
                 }
