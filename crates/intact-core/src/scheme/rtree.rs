@@ -534,4 +534,13 @@ mod tests {
         assert_eq!(a.del_offset(5), None);
         assert!(RArr::from_items(vec![1, 2, 1]).is_none());
     }
+
+    /// An empty RArr says so; one with an index does not.
+    #[test]
+    fn empty_is_no_items() {
+        assert!(RArr::new().is_empty());
+        let a = RArr::from_items(vec![4]).unwrap();
+        assert!(!a.is_empty());
+        assert_eq!(a.len(), 1);
+    }
 }
