@@ -1270,6 +1270,42 @@ mod tests {
         }
     }
 
+    /// RTree's leaves are read back in chunks of 65,536 nodes: a file with more random
+    /// blocks than one chunk holds (33,000 leaves, 65,999 nodes) reads back whole from its
+    /// trusted state, under RAND-EINT and COMP-EINT.
+    #[test]
+    fn an_rtree_of_more_than_one_read_chunk_reads_back() {
+        const BLOCKS: usize = 33_000;
+        for id in [SchemeId::RandEint, SchemeId::CompEint] {
+            let mut fx = Fixture::new(64);
+            let mut f = fx.file(id);
+            let (env, tx) = fx.parts();
+            let sch = scheme(id);
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            let data: Vec<u8> = (0..BLOCKS * 64)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            sch.write_blocks(&env, &mut f, tx, 0, &mut data.clone())
+                .unwrap();
+            assert!(f.tree.leaves > 32_768, "{id:?}: {} leaves", f.tree.leaves);
+            let reloaded = FileState {
+                rtree: RTreeIndex::for_scheme(id),
+                ..fx_clone(&f)
+            };
+            let mut out = vec![0u8; 64];
+            for i in [0, BLOCKS / 2, BLOCKS - 1] {
+                sch.read_blocks(&env, &reloaded, tx, i as u64, &mut out)
+                    .unwrap();
+                assert_eq!(out, data[i * 64..(i + 1) * 64], "{id:?}: block {i}");
+            }
+        }
+    }
+
     /// A write may start at the file's end (an append) but not past it: the gap must be
     /// made first ([`Scheme::resize`]), so that no scheme stores a block whose predecessors
     /// it never accounted for. Refused with a clear error, not written.
