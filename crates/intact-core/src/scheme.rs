@@ -1306,6 +1306,48 @@ mod tests {
         }
     }
 
+    /// Under RAND-EINT a failed read names the lowest bad block of the run, whether the
+    /// block failed the entropy test (a low-entropy block altered decrypts to random bytes
+    /// that no RTree leaf accounts for) or its RTree leaf (a random block altered): block 1
+    /// altered of the first kind, block 3 of the second, in a run of blocks 0 to 3.
+    #[test]
+    fn rand_eint_names_the_lowest_bad_block() {
+        let mut fx = Fixture::new(256);
+        let mut f = fx.file(SchemeId::RandEint);
+        let (env, tx) = fx.parts();
+        let sch = scheme(SchemeId::RandEint);
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut data = vec![0u8; 4 * 256];
+        for b in &mut data[2 * 256..] {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = x as u8;
+        }
+        sch.write_blocks(&env, &mut f, tx, 0, &mut data.clone())
+            .unwrap();
+        assert_eq!(
+            f.tree.leaves, 2,
+            "blocks 2 and 3 are random: two RTree leaves"
+        );
+        for i in [1u64, 3] {
+            let mut b = [0u8; 1];
+            tx.read_at(&f.names.data, i * 256 + 5, &mut b).unwrap();
+            tx.write_at(&f.names.data, i * 256 + 5, &[b[0] ^ 0x40])
+                .unwrap();
+        }
+        let mut out = vec![0u8; 4 * 256];
+        match sch.read_blocks(&env, &f, tx, 0, &mut out) {
+            Err(Error::Tampered { block, .. }) => assert_eq!(block, Some(1)),
+            other => panic!("{other:?}"),
+        }
+        let mut one = vec![0u8; 256];
+        match sch.read_blocks(&env, &f, tx, 2, &mut one) {
+            Ok(()) => assert_eq!(one, data[2 * 256..3 * 256]),
+            other => panic!("block 2 is intact: {other:?}"),
+        }
+    }
+
     /// A write may start at the file's end (an append) but not past it: the gap must be
     /// made first ([`Scheme::resize`]), so that no scheme stores a block whose predecessors
     /// it never accounted for. Refused with a clear error, not written.
