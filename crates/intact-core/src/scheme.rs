@@ -969,8 +969,9 @@ mod tests {
     }
 
     /// One operation on a file, as the volume issues them ([`crate::volume`]'s
-    /// `flush_data` and truncation): a run of blocks written at `at` (a share of the way
-    /// through the file, past its end when above 1), a resize, or a punch.
+    /// `flush_data` and truncation): a run of blocks written at `at` (a share of the file
+    /// and one block more, so it may start past the end, which a resize fills first), a
+    /// resize (to at most two blocks past the end: an empty file grows too), or a punch.
     #[derive(Debug, Clone)]
     enum Op {
         Write { at: f64, count: u64, seed: u8 },
@@ -1018,7 +1019,7 @@ mod tests {
                     let n = model.len() as u64;
                     match *op {
                         Op::Write { at, count, seed } => {
-                            let first = (at * n as f64) as u64;
+                            let first = (at * (n + 1) as f64) as u64;
                             if first > f.blocks() {
                                 sch.resize(&env, &mut f, tx, first).unwrap();
                                 model.resize(first as usize, vec![0; bs]);
@@ -1036,7 +1037,7 @@ mod tests {
                             }
                         }
                         Op::Resize { at } => {
-                            let blocks = (at * n as f64) as u64;
+                            let blocks = (at * (n + 2) as f64) as u64;
                             sch.resize(&env, &mut f, tx, blocks).unwrap();
                             model.resize(blocks as usize, vec![0; bs]);
                         }
