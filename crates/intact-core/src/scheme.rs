@@ -818,6 +818,8 @@ pub(crate) mod fixture {
         pub(crate) bs: usize,
         /// [`Env::inline_leaf`] (off unless a test sets it).
         pub(crate) inline_leaf: bool,
+        /// [`Env::ctr_limit`]: the session's counters stay below it.
+        pub(crate) ctr_limit: u64,
         pub(crate) tx: Tx,
     }
 
@@ -843,6 +845,7 @@ pub(crate) mod fixture {
                 metrics: Metrics::new(),
                 bs,
                 inline_leaf: false,
+                ctr_limit: u64::MAX >> 1,
                 tx: Tx::new(Arc::new(MemStore::new())),
             }
         }
@@ -855,7 +858,7 @@ pub(crate) mod fixture {
                 leaf_key: &self.leaf,
                 cache: &self.cache,
                 ctr_floor: 1,
-                ctr_limit: u64::MAX >> 1,
+                ctr_limit: self.ctr_limit,
                 metrics: &self.metrics,
                 max_object: u64::MAX,
                 inline_leaf: self.inline_leaf,
@@ -1347,6 +1350,63 @@ mod tests {
             Ok(()) => assert_eq!(one, data[2 * 256..3 * 256]),
             other => panic!("block 2 is intact: {other:?}"),
         }
+    }
+
+    /// A session's counters stay inside its reservation (below [`Env::ctr_limit`], which
+    /// the anchor records before any is used): past it a write is refused and changes
+    /// nothing, instead of taking a counter that the next session may take again.
+    #[test]
+    fn no_counter_at_or_past_the_session_limit() {
+        for id in ALL {
+            if id == SchemeId::Aead {
+                continue;
+            }
+            let mut fx = Fixture::new(64);
+            fx.ctr_limit = 3;
+            let mut f = fx.file(id);
+            let (env, tx) = fx.parts();
+            let sch = scheme(id);
+            sch.write_blocks(&env, &mut f, tx, 0, &mut [1u8; 64])
+                .unwrap();
+            sch.write_blocks(&env, &mut f, tx, 0, &mut [2u8; 64])
+                .unwrap();
+            let r = sch.write_blocks(&env, &mut f, tx, 0, &mut [3u8; 64]);
+            assert!(r.is_err(), "{id:?}: counter 3 taken");
+            let mut out = [0u8; 64];
+            sch.read_blocks(&env, &f, tx, 0, &mut out).unwrap();
+            assert_eq!(out, [2u8; 64], "{id:?}");
+        }
+    }
+
+    /// A MAC tree cut and extended twice over the same kept counters reads zeros there
+    /// (the hole mark set once stays set), and a block written there afterwards takes a
+    /// counter above the kept one.
+    #[test]
+    fn mac_tree_extended_twice_over_kept_counters_reads_holes() {
+        let mut fx = Fixture::new(64);
+        let mut f = fx.file(SchemeId::MacTree);
+        let (env, tx) = fx.parts();
+        let sch = scheme(SchemeId::MacTree);
+        let data: Vec<u8> = (0..=255).collect();
+        sch.write_blocks(&env, &mut f, tx, 0, &mut data.clone())
+            .unwrap();
+        for _ in 0..2 {
+            sch.resize(&env, &mut f, tx, 1).unwrap();
+            sch.resize(&env, &mut f, tx, 4).unwrap();
+            let mut out = vec![1u8; 256];
+            sch.read_blocks(&env, &f, tx, 0, &mut out).unwrap();
+            assert_eq!(out[..64], data[..64]);
+            assert!(out[64..].iter().all(|&b| b == 0));
+        }
+        let mut zeros = vec![0u8; 64];
+        sch.write_blocks(&env, &mut f, tx, 2, &mut zeros).unwrap();
+        let mut stored = vec![0u8; 64];
+        tx.read_at(&f.names.data, 128, &mut stored).unwrap();
+        let mut again = vec![0u8; 64];
+        sch.write_blocks(&env, &mut f, tx, 2, &mut again).unwrap();
+        let mut stored2 = vec![0u8; 64];
+        tx.read_at(&f.names.data, 128, &mut stored2).unwrap();
+        assert_ne!(stored, stored2, "a new counter each time");
     }
 
     /// A write may start at the file's end (an append) but not past it: the gap must be
