@@ -160,6 +160,23 @@ impl Vol {
         exec(self.cmd(args), args.join(" "))
     }
 
+    /// [`Vol::run`] right after this process let go of the volume's lock (a library handle
+    /// dropped): retried while it finds the lock held, for up to 10 s. The lock file's
+    /// descriptor is close-on-exec, but a child that another test thread forks holds a
+    /// copy of it (and so the lock) until its exec; on a loaded machine that takes a
+    /// moment. A lock that stays held fails the command as before.
+    fn run_after_release(&self, args: &[&str]) -> Run {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let r = self.run(args);
+            let in_use = r.code == code::LOCKED || r.stderr.contains("while the volume is open");
+            if !in_use || std::time::Instant::now() > until {
+                return r;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
     fn run_pw(&self, pw: &str, args: &[&str]) -> Run {
         let mut c = self.cmd(args);
         c.env("INTACT_PASSWORD", pw);
@@ -1137,7 +1154,7 @@ fn one_writer_at_a_time() {
     lib.sync().unwrap();
     drop(lib);
 
-    assert_eq!(v.run(&["cat", "/f"]).ok().stdout, b"BEFORE");
+    assert_eq!(v.run_after_release(&["cat", "/f"]).ok().stdout, b"BEFORE");
     v.run_stdin(&["put", "-", "/g"], b"x").ok();
 
     // A read-only holder admits readers but not writers.
@@ -1145,7 +1162,7 @@ fn one_writer_at_a_time() {
     assert_eq!(v.run(&["cat", "/g"]).ok().stdout, b"x");
     v.run(&["rm", "/g"]).fails(code::LOCKED).says("in use");
     drop(ro);
-    v.run(&["rm", "/g"]).ok();
+    v.run_after_release(&["rm", "/g"]).ok();
     v.run(&["fsck"]).ok();
 }
 
@@ -1257,7 +1274,9 @@ fn a_whole_volume_rollback_is_explained_looked_at_and_accepted_on_purpose() {
         .says("refused while the volume is open");
     drop(holder);
     assert!(everything(&v) == before);
-    let r = v.run(&["--json", "accept-store", "--yes"]).ok();
+    let r = v
+        .run_after_release(&["--json", "accept-store", "--yes"])
+        .ok();
     let j = r.json();
     let new_epoch = j["new_epoch"].as_u64().unwrap();
     assert!(new_epoch > epoch_now, "{j}");
