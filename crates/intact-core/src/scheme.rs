@@ -892,17 +892,6 @@ mod tests {
     use super::*;
     use crate::FsErrorKind;
 
-    const ALL: [SchemeId; 8] = [
-        SchemeId::Aead,
-        SchemeId::MtEintGcm,
-        SchemeId::MtEintCbc,
-        SchemeId::None,
-        SchemeId::MacTree,
-        SchemeId::RandEint,
-        SchemeId::CompEint,
-        SchemeId::CompEintZstd,
-    ];
-
     fn too_large(r: Result<()>) -> bool {
         matches!(
             r,
@@ -919,7 +908,7 @@ mod tests {
     /// both before any scheme sees them (`check_extent`), so only this test reaches them.
     #[test]
     fn no_scheme_grows_a_file_past_max_blocks() {
-        for id in ALL {
+        for id in SchemeId::ALL {
             let mut fx = Fixture::new(512);
             let mut f = fx.file(id);
             let (env, tx) = fx.parts();
@@ -947,7 +936,7 @@ mod tests {
     /// state read back from its record starts without it), and no longer after a write.
     #[test]
     fn read_ready_once_prepared() {
-        for id in ALL {
+        for id in SchemeId::ALL {
             let mut fx = Fixture::new(512);
             let mut f = fx.file(id);
             let (env, tx) = fx.parts();
@@ -992,6 +981,19 @@ mod tests {
         ]
     }
 
+    /// `len` bytes that look random (xorshift64 from `seed`): blocks of them are
+    /// random-looking to RAND-EINT's entropy test and do not compress for COMP-EINT.
+    fn random_bytes(mut x: u64, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
     /// Reads the whole file through the scheme.
     fn read_all(sch: &dyn Scheme, env: &Env, f: &FileState, tx: &mut Tx) -> Result<Vec<u8>> {
         let mut out = vec![0u8; f.blocks() as usize * env.bs];
@@ -1011,7 +1013,7 @@ mod tests {
         /// changing what it returns.
         #[test]
         fn every_scheme_reads_as_a_model(ops in proptest::collection::vec(op(), 1..10)) {
-            for id in ALL {
+            for id in SchemeId::ALL {
                 let mut fx = Fixture::new(256);
                 let mut f = fx.file(id);
                 let (env, tx) = fx.parts();
@@ -1060,10 +1062,7 @@ mod tests {
                     let want = model.concat();
                     proptest::prop_assert_eq!(f.blocks(), model.len() as u64, "{:?}", id);
                     proptest::prop_assert!(read_all(sch, &env, &f, tx).unwrap() == want, "{:?}", id);
-                    let reloaded = FileState {
-                        rtree: RTreeIndex::for_scheme(id),
-                        ..fx_clone(&f)
-                    };
+                    let reloaded = reloaded(&f, id);
                     proptest::prop_assert!(read_all(sch, &env, &reloaded, tx).unwrap() == want, "{:?}: reloaded", id);
                     // Block by block too: each read starts inside the file.
                     for (i, b) in model.iter().enumerate() {
@@ -1100,8 +1099,9 @@ mod tests {
         }
     }
 
-    /// A copy of a file's trusted state (what its record holds).
-    fn fx_clone(f: &FileState) -> FileState {
+    /// A file's state as read back from its record (of scheme `id`): the trusted state
+    /// alone, RTree's index not loaded.
+    fn reloaded(f: &FileState, id: SchemeId) -> FileState {
         FileState {
             subject: f.subject.clone(),
             id: f.id,
@@ -1110,7 +1110,7 @@ mod tests {
             tree: f.tree,
             ctrs: f.ctrs.clone(),
             ctr_hw: f.ctr_hw,
-            rtree: RTreeIndex::for_scheme(SchemeId::MtEintGcm),
+            rtree: RTreeIndex::for_scheme(id),
             inline: f.inline,
         }
     }
@@ -1237,7 +1237,7 @@ mod tests {
     #[test]
     fn no_block_is_encrypted_twice_under_one_counter() {
         use std::collections::HashSet;
-        for id in ALL {
+        for id in SchemeId::ALL {
             if id == SchemeId::Aead {
                 continue; // random nonces, no counters
             }
@@ -1290,22 +1290,11 @@ mod tests {
             let mut f = fx.file(id);
             let (env, tx) = fx.parts();
             let sch = scheme(id);
-            let mut x = 0x9e37_79b9_7f4a_7c15u64;
-            let data: Vec<u8> = (0..BLOCKS * 64)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
+            let data = random_bytes(0x9e37_79b9_7f4a_7c15u64, BLOCKS * 64);
             sch.write_blocks(&env, &mut f, tx, 0, &mut data.clone())
                 .unwrap();
             assert!(f.tree.leaves > 32_768, "{id:?}: {} leaves", f.tree.leaves);
-            let reloaded = FileState {
-                rtree: RTreeIndex::for_scheme(id),
-                ..fx_clone(&f)
-            };
+            let reloaded = reloaded(&f, id);
             let mut out = vec![0u8; 64];
             for i in [0, BLOCKS / 2, BLOCKS - 1] {
                 sch.read_blocks(&env, &reloaded, tx, i as u64, &mut out)
@@ -1325,14 +1314,8 @@ mod tests {
         let mut f = fx.file(SchemeId::RandEint);
         let (env, tx) = fx.parts();
         let sch = scheme(SchemeId::RandEint);
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut data = vec![0u8; 4 * 256];
-        for b in &mut data[2 * 256..] {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            *b = x as u8;
-        }
+        let mut data = vec![0u8; 2 * 256];
+        data.extend(random_bytes(0x2545_f491_4f6c_dd1d, 2 * 256));
         sch.write_blocks(&env, &mut f, tx, 0, &mut data.clone())
             .unwrap();
         assert_eq!(
@@ -1362,7 +1345,7 @@ mod tests {
     /// nothing, instead of taking a counter that the next session may take again.
     #[test]
     fn no_counter_at_or_past_the_session_limit() {
-        for id in ALL {
+        for id in SchemeId::ALL {
             if id == SchemeId::Aead {
                 continue;
             }
@@ -1426,15 +1409,7 @@ mod tests {
             let mut f = fx.file(id);
             let (env, tx) = fx.parts();
             let sch = scheme(id);
-            let mut x = 0x5851_f42d_4c95_7f2du64;
-            let mut data: Vec<u8> = (0..4 * 256)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
+            let mut data = random_bytes(0x5851_f42d_4c95_7f2du64, 4 * 256);
             sch.write_blocks(&env, &mut f, tx, 0, &mut data.clone())
                 .unwrap();
             assert_eq!(f.tree.leaves, 4, "{id:?}");
@@ -1465,7 +1440,7 @@ mod tests {
     /// it never accounted for. Refused with a clear error, not written.
     #[test]
     fn a_write_past_the_end_is_refused() {
-        for id in ALL {
+        for id in SchemeId::ALL {
             let mut fx = Fixture::new(512);
             let mut f = fx.file(id);
             let (env, tx) = fx.parts();
