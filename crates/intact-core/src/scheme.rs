@@ -1294,13 +1294,19 @@ mod tests {
             sch.write_blocks(&env, &mut f, tx, 0, &mut data.clone())
                 .unwrap();
             assert!(f.tree.leaves > 32_768, "{id:?}: {} leaves", f.tree.leaves);
-            let reloaded = reloaded(&f, id);
+            let mut reloaded = reloaded(&f, id);
             let mut out = vec![0u8; 64];
             for i in [0, BLOCKS / 2, BLOCKS - 1] {
                 sch.read_blocks(&env, &reloaded, tx, i as u64, &mut out)
                     .unwrap();
                 assert_eq!(out, data[i * 64..(i + 1) * 64], "{id:?}: block {i}");
             }
+            // A write verifies every stored leaf against the root (read in chunks too).
+            let block = random_bytes(7, 64);
+            sch.write_blocks(&env, &mut reloaded, tx, 1, &mut block.clone())
+                .unwrap();
+            sch.read_blocks(&env, &reloaded, tx, 1, &mut out).unwrap();
+            assert_eq!(out, block, "{id:?}");
         }
     }
 
@@ -1430,6 +1436,49 @@ mod tests {
                     // position 2 only, which is block 2's leaf.
                     assert_eq!(block, Some(2), "{id:?}")
                 }
+                other => panic!("{id:?}: {other:?}"),
+            }
+        }
+    }
+
+    /// RTree's leaf positions follow the order in which blocks got a leaf, not the block
+    /// numbers. Here blocks 0–4 sit at positions 0–4, block 7 at 5 and block 5 at 6 (it got
+    /// its leaf last). A write of blocks 3–5 then updates positions 3, 4 and 6: two runs,
+    /// never one run 3–5 (which would put block 5's leaf over block 7's). And a bad sibling
+    /// on block 7's path names block 7, not its position 5.
+    #[test]
+    fn rtree_positions_that_are_not_block_numbers() {
+        for id in [SchemeId::RandEint, SchemeId::CompEint] {
+            let bs = 256;
+            let mut fx = Fixture::with_cache(bs, 0);
+            let mut f = fx.file(id);
+            let (env, tx) = fx.parts();
+            let sch = scheme(id);
+            // Random blocks get a leaf; zero blocks (low entropy, compressible) do not.
+            let mut data = random_bytes(0x9e37_79b9_7f4a_7c15, 8 * bs);
+            data[5 * bs..7 * bs].fill(0);
+            sch.write_blocks(&env, &mut f, tx, 0, &mut data.clone())
+                .unwrap();
+            let five = random_bytes(0x2545_f491_4f6c_dd1d, bs);
+            data[5 * bs..6 * bs].copy_from_slice(&five);
+            sch.write_blocks(&env, &mut f, tx, 5, &mut five.clone())
+                .unwrap();
+            assert_eq!(f.tree.leaves, 7, "{id:?}");
+            let new = random_bytes(0xd1b5_4a32_d192_ed03, 3 * bs);
+            data[3 * bs..6 * bs].copy_from_slice(&new);
+            sch.write_blocks(&env, &mut f, tx, 3, &mut new.clone())
+                .unwrap();
+            assert_eq!(f.tree.leaves, 7, "{id:?}");
+            let mut out = vec![0u8; 8 * bs];
+            sch.read_blocks(&env, &f, tx, 0, &mut out).unwrap();
+            assert_eq!(out, data, "{id:?}");
+            // Position 4's stored leaf (flat index 8) is the sibling on position 5's path.
+            let mut b = [0u8; 1];
+            tx.read_at(&f.names.meta, 8 * 32, &mut b).unwrap();
+            tx.write_at(&f.names.meta, 8 * 32, &[b[0] ^ 1]).unwrap();
+            let mut one = vec![0u8; bs];
+            match sch.read_blocks(&env, &f, tx, 7, &mut one) {
+                Err(Error::Tampered { block, .. }) => assert_eq!(block, Some(7), "{id:?}"),
                 other => panic!("{id:?}: {other:?}"),
             }
         }
