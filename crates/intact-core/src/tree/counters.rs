@@ -93,9 +93,8 @@ impl CounterIntervals {
             return;
         }
         let end = first.saturating_add(count);
-        if first > self.blocks {
-            self.extend(first);
-        }
+        // A gap before `first` becomes a hole (nothing when there is none).
+        self.extend(first);
         let tail = (end < self.blocks).then(|| self.get(end));
         let lo = self.starts.partition_point(|&s| s < first);
         let hi = self.starts.partition_point(|&s| s <= end);
@@ -106,7 +105,9 @@ impl CounterIntervals {
         self.starts.splice(lo..hi, ns.iter().copied());
         self.ctrs.splice(lo..hi, nc.iter().copied());
         self.blocks = self.blocks.max(end);
-        self.merge_at(lo + 2);
+        // Only the new interval can equal a neighbour. The tail (at `lo + 1`) has the
+        // counter of the old interval that held `end`, which already differed from the
+        // interval after it.
         self.merge_at(lo + 1);
         self.merge_at(lo);
     }
@@ -555,6 +556,32 @@ mod tests {
             .encode_into(&mut [0u8; 5])
             .is_err());
         assert!(TrustedCounters::decode(&[2; 100]).is_err());
+    }
+
+    /// The fixed form's sizes, byte for byte: tag (1), count (4), blocks (8), then 16 bytes
+    /// per inline interval or two 32-byte hashes. One byte short is refused, never a panic.
+    #[test]
+    fn fixed_form_sizes_are_exact() {
+        assert_eq!(trusted_size(0), 77, "the spilled form is the least size");
+        assert_eq!(trusted_size(64), 77);
+        assert_eq!(trusted_size(79), 77);
+        assert_eq!(trusted_size(80), 93);
+        let mut c = CounterIntervals::new();
+        c.set_range(0, 10, 1);
+        c.set_range(3, 4, 2); // 3 intervals: 1 + 12 + 48 = 61 bytes
+        let inline = TrustedCounters::Inline(c.clone());
+        assert!(inline.encode_into(&mut [0u8; 60]).is_err());
+        let mut buf = [0xAAu8; 61];
+        inline.encode_into(&mut buf).unwrap();
+        assert_eq!(TrustedCounters::decode(&buf).unwrap(), inline);
+        assert!(TrustedCounters::decode(&buf[..60]).is_err());
+        let (spilled, _) = auth_ctr(&c, 0, &hash);
+        assert!(spilled.encode_into(&mut [0u8; 76]).is_err());
+        let mut buf = [0xAAu8; 77];
+        spilled.encode_into(&mut buf).unwrap();
+        assert_eq!(buf[0], 1);
+        assert_eq!(TrustedCounters::decode(&buf).unwrap(), spilled);
+        assert!(TrustedCounters::decode(&buf[..76]).is_err());
     }
 
     #[derive(Clone, Debug)]
