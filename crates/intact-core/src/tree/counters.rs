@@ -582,6 +582,40 @@ mod tests {
         assert_eq!(buf[0], 1);
         assert_eq!(TrustedCounters::decode(&buf).unwrap(), spilled);
         assert!(TrustedCounters::decode(&buf[..76]).is_err());
+        // The least form: no intervals, no blocks, 13 bytes.
+        assert_eq!(
+            TrustedCounters::decode(&[0u8; 13]).unwrap(),
+            TrustedCounters::Inline(CounterIntervals::new())
+        );
+        assert!(TrustedCounters::decode(&[0u8; 12]).is_err());
+    }
+
+    /// A spilled form's counts: intervals exactly when blocks, and never more intervals
+    /// than blocks (each interval has a block of its own).
+    #[test]
+    fn spilled_counts_are_checked() {
+        let form = |count: u32, blocks: u64| {
+            let mut b = [0u8; 77];
+            b[0] = 1;
+            b[1..5].copy_from_slice(&count.to_le_bytes());
+            b[5..13].copy_from_slice(&blocks.to_le_bytes());
+            TrustedCounters::decode(&b)
+        };
+        for (count, blocks, ok) in [
+            (0, 0, true),
+            (1, 1, true),
+            (2, 2, true),
+            (2, 9, true),
+            (0, 5, false),
+            (1, 0, false),
+            (3, 2, false),
+        ] {
+            assert_eq!(
+                form(count, blocks).is_ok(),
+                ok,
+                "{count} intervals, {blocks} blocks"
+            );
+        }
     }
 
     #[derive(Clone, Debug)]
