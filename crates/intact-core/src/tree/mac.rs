@@ -893,6 +893,82 @@ mod tests {
         assert!(matches!(e, MacTreeError::Mismatch { .. }), "{e:?}");
     }
 
+    /// The record sizes of docs/file-format.md ("mac-tree"), for the default arity 64:
+    /// `a` u64 counters and a 16-byte node tag, then (level 0 only) `a` 16-byte block tags.
+    #[test]
+    fn record_sizes_are_the_documented_ones() {
+        assert_eq!(MacTree::upper_record(64), 8 * 64 + 16);
+        assert_eq!(MacTree::leaf_record(64), 8 * 64 + 16 + 16 * 64);
+        assert_eq!(MacTree::upper_record(2), 32);
+        assert_eq!(MacTree::leaf_record(2), 64);
+    }
+
+    /// A read loads and verifies only the level-0 nodes of the leaves it asks for (here
+    /// node 0 of a 128-leaf tree, not node 1, which is altered); with a cache of verified
+    /// counters, a second read of them loads no upper node at all.
+    #[test]
+    fn a_read_verifies_only_its_nodes_and_the_cache_spares_the_path() {
+        /// Counts reads of each object.
+        #[derive(Default)]
+        struct Counting {
+            io: VecIo,
+            upper_reads: usize,
+        }
+        impl MacIo for Counting {
+            fn read(&mut self, obj: Obj, off: u64, buf: &mut [u8]) -> crate::Result<()> {
+                self.upper_reads += usize::from(obj == Obj::Upper);
+                self.io.read(obj, off, buf)
+            }
+            fn write(&mut self, obj: Obj, off: u64, data: &[u8]) -> crate::Result<()> {
+                self.io.write(obj, off, data)
+            }
+        }
+        let mac = mac();
+        let cache = NodeCache::new(1 << 16);
+        let t = MacTree {
+            file: [5; 16],
+            mac: &mac,
+            cache: Some(&cache),
+        };
+        let mut c = Counting::default();
+        // Two levels of a = 4: 16 leaves, so level 1 has four nodes under one root node.
+        let ts = t
+            .update(
+                &MacTreeState::empty(2),
+                &mut c,
+                0,
+                16,
+                1,
+                1 << 40,
+                &mut |_| Ok(()),
+                &mut |i, _| (3, Some([i as u8; 16])),
+            )
+            .unwrap();
+        assert_eq!(ts.depth, 2);
+        // Alter a counter of level-0 node 1 (leaves 4 to 7).
+        let off = MacTree::leaf_record(4) as usize;
+        c.io.objs.get_mut("m").unwrap()[off] ^= 1;
+        let got = t.read_leaves(&ts, &mut c, 0, 4).unwrap();
+        assert!(got.iter().all(|l| l.0 == 3));
+        assert!(matches!(
+            t.read_leaves(&ts, &mut c, 4, 1),
+            Err(MacTreeError::Mismatch {
+                level: 0,
+                node: 1,
+                leaf: 4
+            })
+        ));
+        // Verified once: node 0's counter (at level 1) is cached; no upper read again.
+        let before = c.upper_reads;
+        t.read_leaves(&ts, &mut c, 0, 4).unwrap();
+        assert_eq!(c.upper_reads, before, "the cached counter spares the path");
+        // Without a cache, the path is read every time.
+        let t = MacTree { cache: None, ..t };
+        let before = c.upper_reads;
+        t.read_leaves(&ts, &mut c, 0, 4).unwrap();
+        assert_eq!(c.upper_reads, before + 1);
+    }
+
     #[test]
     fn state_encoding_round_trips_and_validates() {
         let s = MacTreeState {
