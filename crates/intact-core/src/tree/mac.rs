@@ -467,43 +467,12 @@ impl MacTree<'_> {
                 .map(|&g| (g, (g * a).max(first)))
                 .collect();
             nodes = self.load_verified(ts, io, &wanted, true)?;
-            // Other touched nodes of the old tree (the left spine when deepening).
-            for j in (0..l0).rev() {
-                for &x in &touched[j as usize] {
-                    if nodes.contains_key(&(j, x)) {
-                        continue;
-                    }
-                    let parent = if j + 1 == l0 {
-                        if x == 0 {
-                            ts.root
-                        } else {
-                            0
-                        }
-                    } else {
-                        nodes[&(j + 1, x / a)].ctrs[(x % a) as usize]
-                    };
-                    let node = if parent == 0 {
-                        Node {
-                            ctrs: vec![0; a as usize],
-                            tag: [0; 16],
-                        }
-                    } else {
-                        let node = self.load_node(io, a, j, x)?;
-                        if !crate::crypto::ct_eq(
-                            &self.node_mac(j, x, parent, &node.ctrs),
-                            &node.tag,
-                        ) {
-                            return Err(MacTreeError::Mismatch {
-                                level: j,
-                                node: x,
-                                leaf: x.saturating_mul(a.saturating_pow(j as u32)),
-                            });
-                        }
-                        node
-                    };
-                    nodes.insert((j, x), node);
-                }
-            }
+            // That is every touched node of the old tree: the touched level-0 nodes and
+            // their ancestors up to the old top level (where a node other than 0 lies
+            // outside the old tree and is all zeros).
+            debug_assert!((0..l0).all(|j| touched[j as usize]
+                .iter()
+                .all(|&x| nodes.contains_key(&(j, x)))));
         }
         let _t = phase(Phase::Tree);
         // New levels.
@@ -913,10 +882,12 @@ mod tests {
         struct Counting {
             io: VecIo,
             upper_reads: usize,
+            leaf_reads: usize,
         }
         impl MacIo for Counting {
             fn read(&mut self, obj: Obj, off: u64, buf: &mut [u8]) -> crate::Result<()> {
                 self.upper_reads += usize::from(obj == Obj::Upper);
+                self.leaf_reads += usize::from(obj == Obj::Leaves);
                 self.io.read(obj, off, buf)
             }
             fn write(&mut self, obj: Obj, off: u64, data: &[u8]) -> crate::Result<()> {
@@ -967,6 +938,26 @@ mod tests {
         let before = c.upper_reads;
         t.read_leaves(&ts, &mut c, 0, 4).unwrap();
         assert_eq!(c.upper_reads, before + 1);
+        // Block tags come from their own node's record (node 2: leaves 8 to 11).
+        let got = t.read_leaves(&ts, &mut c, 8, 4).unwrap();
+        assert_eq!(got, (8..12).map(|i| (3, [i as u8; 16])).collect::<Vec<_>>());
+        // Holes have no tag to read: a write at leaf 40 leaves 16 to 39 as holes.
+        let ts = t
+            .update(
+                &ts,
+                &mut c,
+                40,
+                41,
+                1,
+                1 << 40,
+                &mut |_| Ok(()),
+                &mut |_, _| (4, Some([40; 16])),
+            )
+            .unwrap();
+        let before = c.leaf_reads;
+        let got = t.read_leaves(&ts, &mut c, 16, 8).unwrap();
+        assert!(got.iter().all(|l| *l == (0, [0; 16])));
+        assert_eq!(c.leaf_reads, before, "never written: no node, no tag read");
     }
 
     #[test]
