@@ -960,6 +960,43 @@ mod tests {
         assert_eq!(c.leaf_reads, before, "never written: no node, no tag read");
     }
 
+    /// Node counters (the MAC nonces of the level above) stay below the session's limit
+    /// and never reach the hole bit: an update that would need one is refused, and
+    /// changes nothing.
+    #[test]
+    fn node_counters_stay_below_the_limit() {
+        let mac = mac();
+        let t = MacTree {
+            file: [6; 16],
+            mac: &mac,
+            cache: None,
+        };
+        let mut io = VecIo::default();
+        let up = |ts: &MacTreeState, io: &mut VecIo, floor: u64, limit: u64| {
+            t.update(ts, io, 0, 2, floor, limit, &mut |_| Ok(()), &mut |_, c| {
+                (c + 1, None)
+            })
+        };
+        let ts = up(&MacTreeState::empty(1), &mut io, 1, 2).unwrap();
+        assert_eq!(ts.root, 1);
+        assert!(matches!(
+            up(&ts, &mut io, 1, 2),
+            Err(MacTreeError::Exhausted)
+        ));
+        let ts = up(&ts, &mut io, 5, 6).unwrap();
+        assert_eq!(ts.root, 5, "the floor");
+        assert!(matches!(
+            up(&ts, &mut io, 5, 6),
+            Err(MacTreeError::Exhausted)
+        ));
+        assert!(matches!(
+            up(&ts, &mut io, HOLE, u64::MAX),
+            Err(MacTreeError::Exhausted)
+        ));
+        let got = t.read_leaves(&ts, &mut io, 0, 2).unwrap();
+        assert_eq!((got[0].0, got[1].0), (2, 2));
+    }
+
     #[test]
     fn state_encoding_round_trips_and_validates() {
         let s = MacTreeState {
