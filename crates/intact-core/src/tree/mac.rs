@@ -883,6 +883,7 @@ mod tests {
             io: VecIo,
             upper_reads: usize,
             leaf_reads: usize,
+            leaf_writes: usize,
         }
         impl MacIo for Counting {
             fn read(&mut self, obj: Obj, off: u64, buf: &mut [u8]) -> crate::Result<()> {
@@ -891,6 +892,7 @@ mod tests {
                 self.io.read(obj, off, buf)
             }
             fn write(&mut self, obj: Obj, off: u64, data: &[u8]) -> crate::Result<()> {
+                self.leaf_writes += usize::from(obj == Obj::Leaves);
                 self.io.write(obj, off, data)
             }
         }
@@ -916,6 +918,10 @@ mod tests {
             )
             .unwrap();
         assert_eq!(ts.depth, 2);
+        assert_eq!(
+            c.leaf_writes, 8,
+            "per level-0 node: its record, then its tags in one run"
+        );
         // Alter a counter of level-0 node 1 (leaves 4 to 7).
         let off = MacTree::leaf_record(4) as usize;
         c.io.objs.get_mut("m").unwrap()[off] ^= 1;
