@@ -47,7 +47,8 @@ pub const fn flat_index(level: u32, index: u64) -> u64 {
 #[inline]
 pub const fn flat_span(flat: u64) -> (u32, u64) {
     let level = (flat + 1).trailing_zeros();
-    let index = (flat + 1) >> (level + 1);
+    // flat = (2 index + 1) 2^level - 1 = index 2^(level + 1) + (2^level - 1).
+    let index = flat >> (level + 1);
     (level, index << level)
 }
 
