@@ -1204,6 +1204,25 @@ mod tests {
         t.verify(&ts, &mut io, 41, &l[41..42]).unwrap();
     }
 
+    /// A verified run leaves both its end leaves in the cache (the leaves in between are
+    /// covered by the cached nodes above them): either end then verifies with no read.
+    #[test]
+    fn a_verified_run_caches_both_ends() {
+        let h = NodeHasher::new([1; 32]);
+        let cache = NodeCache::new(1 << 16);
+        let t = MerkleTree::new(&h, FILE, Some(&cache));
+        let l: Vec<Hash> = (0..8).map(leaf).collect();
+        let mut ts = TreeState::empty(&h, &FILE);
+        let mut io = Recording::default();
+        t.append(&mut ts, &mut io, &l).unwrap();
+        cache.remove_file(&FILE);
+        t.verify(&ts, &mut io, 2, &l[2..6]).unwrap();
+        io.reads = 0;
+        t.verify(&ts, &mut io, 5, &l[5..6]).unwrap();
+        t.verify(&ts, &mut io, 2, &l[2..3]).unwrap();
+        assert_eq!(io.reads, 0, "both ends answered by the cache");
+    }
+
     #[test]
     fn append_and_truncate_reject_tampered_storage() {
         let h = NodeHasher::new([2; 32]);
