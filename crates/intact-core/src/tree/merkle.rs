@@ -543,26 +543,15 @@ impl<'a> Walk<'a> {
         Ok(true)
     }
 
-    /// Writes the collected runs and extras, coalescing adjacent extras.
+    /// Writes the collected runs, then the extras one by one: extras are inner nodes (odd
+    /// flat indices), so no two are neighbours in storage.
     fn flush(&mut self, io: &mut dyn NodeIo) -> Result<(), TreeError> {
         for (start, nodes) in &self.runs {
             io.write_nodes(*start, nodes)?;
         }
-        self.extras.sort_unstable_by_key(|e| e.0);
-        let mut buf: Vec<Hash> = Vec::with_capacity(self.extras.len());
-        let mut start = 0u64;
         for &(flat, v) in &self.extras {
-            if !buf.is_empty() && flat != start + buf.len() as u64 {
-                io.write_nodes(start, &buf)?;
-                buf.clear();
-            }
-            if buf.is_empty() {
-                start = flat;
-            }
-            buf.push(v);
-        }
-        if !buf.is_empty() {
-            io.write_nodes(start, &buf)?;
+            debug_assert!(flat % 2 == 1, "an extra is an inner node");
+            io.write_nodes(flat, &[v])?;
         }
         Ok(())
     }
