@@ -1193,6 +1193,39 @@ mod tests {
         t.verify(&ts, &mut io, 41, &l[41..42]).unwrap();
     }
 
+    /// Past [`MAX_LEAVES`], reads and appends are refused as out of range before any
+    /// storage is touched (flat indices would leave `u64`).
+    #[test]
+    fn nothing_past_max_leaves() {
+        let h = NodeHasher::new([1; 32]);
+        let t = MerkleTree::new(&h, FILE, None);
+        let mut io = Recording::default();
+        for (first, count) in [(MAX_LEAVES, 1), (MAX_LEAVES - 1, 2), (u64::MAX, 1)] {
+            assert!(
+                matches!(
+                    t.stored_leaves(&mut io, first, count),
+                    Err(TreeError::OutOfRange { .. })
+                ),
+                "{first}+{count}"
+            );
+        }
+        assert_eq!(
+            t.stored_leaves(&mut io, MAX_LEAVES - 1, 1).unwrap(),
+            [ZERO_HASH]
+        );
+        let mut ts = TreeState {
+            leaves: MAX_LEAVES,
+            root: h.empty_root(&FILE),
+        };
+        for r in [
+            t.append(&mut ts, &mut io, &[leaf(1)]),
+            t.append_holes(&mut ts, &mut io, 1),
+        ] {
+            assert!(matches!(r, Err(TreeError::OutOfRange { .. })), "{r:?}");
+        }
+        assert_eq!(io.reads, 1, "only the one read in range");
+    }
+
     /// A verified run leaves both its end leaves in the cache (the leaves in between are
     /// covered by the cached nodes above them): either end then verifies with no read.
     #[test]
