@@ -871,21 +871,12 @@ impl<'a> MerkleTree<'a> {
         }
         // Zero-valued nodes past the old end already read as zero; below it, the position
         // may hold junk (it was not a complete node of the old tree), so write it.
-        let mut writes: Vec<(u64, Hash)> = merged
-            .iter()
-            .copied()
-            .filter(|&(f, v)| v != ZERO_HASH || f < old_end)
-            .collect();
-        writes.sort_unstable_by_key(|w| w.0);
-        let mut i = 0;
-        while i < writes.len() {
-            let mut j = i + 1;
-            while j < writes.len() && writes[j].0 == writes[j - 1].0 + 1 {
-                j += 1;
+        // They are inner nodes (odd flat indices), never neighbours: one write each.
+        for &(f, v) in &merged {
+            debug_assert!(f % 2 == 1, "a merged node is an inner node");
+            if v != ZERO_HASH || f < old_end {
+                io.write_nodes(f, &[v])?;
             }
-            let run: Vec<Hash> = writes[i..j].iter().map(|w| w.1).collect();
-            io.write_nodes(writes[i].0, &run)?;
-            i = j;
         }
         if let Some(c) = self.cache.filter(|c| c.capacity_entries() > 0) {
             let mut trusted: Vec<(u64, Hash)> = old_peaks
