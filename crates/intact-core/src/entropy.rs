@@ -146,6 +146,38 @@ mod tests {
         ));
     }
 
+    /// "Random-looking" means strictly above the threshold. Blocks built with counts that
+    /// are powers of two have an entropy that floating point computes exactly:
+    /// 128 bytes with 21 values four times and 44 once have 7 - 168/128 = 5.6875 bits (the
+    /// threshold for 128); 4,096 bytes with 32 values 32 times, 160 values 16 times and 64
+    /// values 8 times have 12 - 16896/4096 = 7.875 bits (the threshold for 4,096).
+    #[test]
+    fn a_block_exactly_at_the_threshold_is_not_random() {
+        let block = |counts: &[(usize, usize)]| -> Vec<u8> {
+            let mut out = Vec::new();
+            let mut value = 0u8;
+            for &(values, times) in counts {
+                for _ in 0..values {
+                    out.extend(std::iter::repeat_n(value, times));
+                    value = value.wrapping_add(1);
+                }
+            }
+            out
+        };
+        let b128 = block(&[(21, 4), (44, 1)]);
+        assert_eq!(b128.len(), 128);
+        assert_eq!(byte_entropy(&b128), threshold(128));
+        assert!(!is_rand(&b128));
+        let b4096 = block(&[(32, 32), (160, 16), (64, 8)]);
+        assert_eq!(b4096.len(), 4096);
+        assert_eq!(byte_entropy(&b4096), threshold(4096));
+        assert!(!is_rand(&b4096));
+        // One step above: a value seen 4 times split into two seen twice.
+        let above = block(&[(20, 4), (2, 2), (44, 1)]);
+        assert!(byte_entropy(&above) > threshold(128));
+        assert!(is_rand(&above));
+    }
+
     /// The thresholds meet the security target at every supported block size, and are the
     /// largest that do (in 1/16-bit steps).
     #[test]
