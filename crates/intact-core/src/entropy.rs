@@ -196,6 +196,22 @@ mod tests {
         assert_eq!(threshold(3000), threshold(2048));
     }
 
+    /// The bound at each threshold up to 1,024 bytes, frozen to a thousandth of a bit (the
+    /// same method summed over every count up to n, in Python, gives the same values: the
+    /// terms this code leaves out past `cmax` do not move it).
+    #[test]
+    fn bounds_at_the_thresholds_are_frozen() {
+        for (bs, want) in [
+            (128, -67.8986),
+            (256, -66.0585),
+            (512, -66.8235),
+            (1024, -80.1366),
+        ] {
+            let got = forgery_log2_bound(bs, threshold(bs));
+            assert!((got - want).abs() < 1e-3, "bs {bs}: 2^{got}, want 2^{want}");
+        }
+    }
+
     /// The bound is a bound: it is never below the frequency observed by sampling.
     #[test]
     fn bound_is_above_sampled_frequency() {
