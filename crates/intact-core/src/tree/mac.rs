@@ -617,10 +617,11 @@ mod tests {
         PolyAes::new(aes::Aes256::new(&[7u8; 32].into()), [9u8; 16])
     }
 
+    /// Writes leaves `[first, end)` with counter `c` and block tags `[i as u8; 16]`.
     fn write(
         t: &MacTree,
         ts: &MacTreeState,
-        io: &mut VecIo,
+        io: &mut dyn MacIo,
         first: u64,
         end: u64,
         c: u64,
@@ -873,11 +874,13 @@ mod tests {
     }
 
     /// A read loads and verifies only the level-0 nodes of the leaves it asks for (here
-    /// node 0 of a 128-leaf tree, not node 1, which is altered); with a cache of verified
-    /// counters, a second read of them loads no upper node at all.
+    /// node 0 of a 16-leaf tree of arity 4, not node 1, which is altered); with a cache of
+    /// verified counters, a second read of them loads no upper node at all. Also: tags come
+    /// from their own node's record, holes read nothing, and an update writes each node's
+    /// record and its tags once.
     #[test]
     fn a_read_verifies_only_its_nodes_and_the_cache_spares_the_path() {
-        /// Counts reads of each object.
+        /// Counts reads of each object and writes of the level-0 records.
         #[derive(Default)]
         struct Counting {
             io: VecIo,
@@ -905,18 +908,7 @@ mod tests {
         };
         let mut c = Counting::default();
         // Two levels of a = 4: 16 leaves, so level 1 has four nodes under one root node.
-        let ts = t
-            .update(
-                &MacTreeState::empty(2),
-                &mut c,
-                0,
-                16,
-                1,
-                1 << 40,
-                &mut |_| Ok(()),
-                &mut |i, _| (3, Some([i as u8; 16])),
-            )
-            .unwrap();
+        let ts = write(&t, &MacTreeState::empty(2), &mut c, 0, 16, 3);
         assert_eq!(ts.depth, 2);
         assert_eq!(
             c.leaf_writes, 8,
@@ -948,18 +940,7 @@ mod tests {
         let got = t.read_leaves(&ts, &mut c, 8, 4).unwrap();
         assert_eq!(got, (8..12).map(|i| (3, [i as u8; 16])).collect::<Vec<_>>());
         // Holes have no tag to read: a write at leaf 40 leaves 16 to 39 as holes.
-        let ts = t
-            .update(
-                &ts,
-                &mut c,
-                40,
-                41,
-                1,
-                1 << 40,
-                &mut |_| Ok(()),
-                &mut |_, _| (4, Some([40; 16])),
-            )
-            .unwrap();
+        let ts = write(&t, &ts, &mut c, 40, 41, 4);
         let before = c.leaf_reads;
         let got = t.read_leaves(&ts, &mut c, 16, 8).unwrap();
         assert!(got.iter().all(|l| *l == (0, [0; 16])));
