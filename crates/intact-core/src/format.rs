@@ -1,6 +1,6 @@
 //! On-disk records: the inode record (a file's trusted state TS_F), the trusted anchor and
-//! the volume config. Byte tables are in docs/file-format.md; the tests at the bottom
-//! freeze them.
+//! the volume config. Byte tables are in docs/file-format.md; tests/format_vectors.rs
+//! freezes them, and the tests at the bottom check every code and name.
 
 use crate::crypto::{FileId, Hash, KdfParams, SubKey};
 use crate::error::{Error, Result, Subject};
@@ -720,4 +720,346 @@ impl ObjectNames {
 /// Errors while decoding integrity-protected structures name what they came from.
 pub fn malformed(subject: Subject, what: impl Into<String>) -> Error {
     Error::tampered(subject, None, what)
+}
+
+/// The codes and rules of this file, one table each. The byte-level records are frozen
+/// in tests/format_vectors.rs; these check every code and name, which a vector of one
+/// record does not.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kind's record byte (docs/file-format.md §4), which kinds a directory entry
+    /// may name, and which have no content or keep a device number.
+    #[test]
+    fn kind_codes_are_frozen() {
+        // (kind, code, may be an entry, special, device)
+        let table = [
+            (Kind::Free, 0, false, false, false),
+            (Kind::File, 1, true, false, false),
+            (Kind::Dir, 2, true, false, false),
+            (Kind::Symlink, 3, true, false, false),
+            (Kind::Xattr, 4, false, false, false),
+            (Kind::Fifo, 5, true, true, false),
+            (Kind::Socket, 6, true, true, false),
+            (Kind::CharDev, 7, true, true, true),
+            (Kind::BlockDev, 8, true, true, true),
+        ];
+        for (kind, code, entry, special, device) in table {
+            assert_eq!(kind as u8, code);
+            assert_eq!(Kind::from_u8(code), Some(kind), "{kind:?}");
+            assert_eq!(Kind::of_entry(code), entry.then_some(kind), "{kind:?}");
+            assert_eq!(kind.is_special(), special, "{kind:?}");
+            assert_eq!(kind.is_device(), device, "{kind:?}");
+        }
+        for code in [9, 0x80, 0xff] {
+            assert_eq!(Kind::from_u8(code), None);
+            assert_eq!(Kind::of_entry(code), None);
+        }
+    }
+
+    /// Every scheme's record byte, the names users type, and what each promises.
+    #[test]
+    fn scheme_codes_names_and_properties_are_frozen() {
+        // (scheme, code, name, fresh, authenticates, counter intervals, partial tree)
+        let table = [
+            (SchemeId::Aead, 1, "aead", false, true, false, false),
+            (SchemeId::MtEintGcm, 2, "mt-eint", true, true, true, false),
+            (
+                SchemeId::MtEintCbc,
+                3,
+                "mt-eint-cbc",
+                true,
+                true,
+                true,
+                false,
+            ),
+            (SchemeId::None, 4, "none", false, false, true, false),
+            (SchemeId::RandEint, 5, "rand-eint", true, true, true, true),
+            (SchemeId::CompEint, 6, "comp-eint", true, true, true, true),
+            (
+                SchemeId::CompEintZstd,
+                7,
+                "comp-eint-zstd",
+                true,
+                true,
+                true,
+                true,
+            ),
+            (SchemeId::MacTree, 8, "mac-tree", true, true, false, false),
+        ];
+        assert_eq!(table.len(), SchemeId::ALL.len());
+        for (s, code, name, fresh, auth, intervals, partial) in table {
+            assert!(SchemeId::ALL.contains(&s));
+            assert_eq!(s.code(), code, "{s:?}");
+            assert_eq!(SchemeId::from_code(code), Some(s), "{s:?}");
+            assert_eq!(s.name(), name);
+            assert_eq!(SchemeId::parse(name).unwrap(), s);
+            assert_eq!(s.fresh(), fresh, "{s:?}");
+            assert_eq!(s.authenticates(), auth, "{s:?}");
+            assert_eq!(s.uses_counter_intervals(), intervals, "{s:?}");
+            assert_eq!(s.partial_tree(), partial, "{s:?}");
+        }
+        assert_eq!(SchemeId::parse("mt-eint-gcm").unwrap(), SchemeId::MtEintGcm);
+        for code in [0, 9, 0xff] {
+            assert_eq!(SchemeId::from_code(code), None);
+        }
+        for bad in ["", "MT-EINT", "auto", "mt_eint", "aead "] {
+            let e = SchemeId::parse(bad).unwrap_err().to_string();
+            assert!(
+                e.contains("unknown scheme") && e.contains("comp-eint-zstd"),
+                "{e}"
+            );
+        }
+    }
+
+    /// Table 7 of Oprea–Reiter (2006, §8) at its edges: "majority" is strict, and a tie
+    /// of reads and writes counts as write-dominated.
+    #[test]
+    fn auto_choice_at_its_edges() {
+        assert_eq!(auto_choice(1, 1, 0, 0), None);
+        // Exactly half random is not a majority: low entropy.
+        assert_eq!(auto_choice(0, 4, 2, 4), Some(SchemeId::RandEint));
+        assert_eq!(auto_choice(0, 4, 3, 4), Some(SchemeId::MtEintGcm));
+        assert_eq!(auto_choice(0, 4, 1, 1), Some(SchemeId::MtEintGcm));
+        assert_eq!(auto_choice(0, 4, 0, 1), Some(SchemeId::RandEint));
+        assert_eq!(auto_choice(0, 0, 5, 9), Some(SchemeId::MtEintGcm));
+        assert_eq!(auto_choice(0, 0, 4, 9), Some(SchemeId::RandEint));
+        // Writes equal to reads: RAND-EINT; one more read: COMP-EINT.
+        assert_eq!(auto_choice(7, 7, 0, 3), Some(SchemeId::RandEint));
+        assert_eq!(auto_choice(8, 7, 0, 3), Some(SchemeId::CompEint));
+        assert_eq!(auto_choice(7, 8, 0, 3), Some(SchemeId::RandEint));
+    }
+
+    /// TS_F's bytes in use, counted by hand from docs/file-format.md §4: scheme byte and
+    /// block count (9), the inline node (32), then per scheme.
+    #[test]
+    fn trusted_bytes_are_counted_per_scheme() {
+        let tree = TreeState {
+            leaves: 3,
+            root: [1; 32],
+        };
+        let mut i = Inode::new(Kind::File, SchemeId::MtEintGcm, [7; 16], tree, 0);
+        let mut c = CounterIntervals::new();
+        c.set_range(0, 1, 5);
+        c.set_range(1, 1, 6);
+        c.set_range(2, 1, 7);
+        assert_eq!(c.intervals(), 3);
+        i.counters = TrustedCounters::Inline(c);
+        // Root 32, ctr_hw 8, intervals 13 + 16 each.
+        assert_eq!(i.trusted_bytes_used(), 9 + 32 + 8 + 13 + 48);
+        i.scheme = SchemeId::None;
+        assert_eq!(i.trusted_bytes_used(), 9 + 8 + 13 + 48);
+        i.scheme = SchemeId::Aead;
+        assert_eq!(i.trusted_bytes_used(), 9);
+        i.scheme = SchemeId::MacTree;
+        assert_eq!(i.trusted_bytes_used(), 9 + 18);
+        i.inline_node = Some([2; 32]);
+        assert_eq!(i.trusted_bytes_used(), 9 + 32 + 18);
+        i.scheme = SchemeId::RandEint;
+        i.inline_node = None;
+        i.counters = TrustedCounters::Spilled {
+            intervals: 3,
+            blocks: 3,
+            h_starts: [3; 32],
+            h_ctrs: [4; 32],
+        };
+        assert_eq!(i.trusted_bytes_used(), 9 + 32 + 8 + 77);
+    }
+
+    fn key() -> SubKey {
+        crate::crypto::MasterKey::from_bytes([9; 32]).derive(crate::crypto::label::ANCHOR, &[])
+    }
+
+    fn anchor() -> Anchor {
+        let itable = Inode::new(
+            Kind::File,
+            SchemeId::MtEintGcm,
+            [5; 16],
+            TreeState {
+                leaves: 2,
+                root: [6; 32],
+            },
+            1,
+        );
+        let pos = |seg, off| crate::wal::LogPos { seg, off };
+        Anchor {
+            volume_id: [1; 16],
+            epoch: 3,
+            ctr_next: 4,
+            journal: None,
+            applied: false,
+            log: Some(AnchorLog {
+                sealed: crate::wal::LogRef {
+                    start: pos(1, 10),
+                    end: pos(1, 20),
+                },
+                tail: true,
+            }),
+            itable,
+        }
+    }
+
+    /// Offset of the log flags in an encoded anchor (docs/file-format.md §3).
+    const FLAGS_AT: usize = 8 + 16 + 8 + 8 + 1 + 8 + 32;
+
+    /// `edit` applied to an encoded anchor, with its MAC made again under the key: what
+    /// a writer with the key (a newer intact, a bug) could have stored.
+    fn remade(edit: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+        let mut b = anchor().encode(&key());
+        b.truncate(b.len() - 32);
+        edit(&mut b);
+        let mac = key().mac(&[&b]);
+        b.extend_from_slice(&mac);
+        b
+    }
+
+    fn refused(b: &[u8], why: &str) {
+        match Anchor::decode(b, &key()) {
+            Err(Error::AnchorCorrupt(w)) => assert!(w.contains(why), "{w:?}, not {why:?}"),
+            other => panic!("expected a corrupt anchor ({why}), got {other:?}"),
+        }
+    }
+
+    /// An anchor is refused for its size, its magic, its MAC, and for every field the MAC
+    /// vouches for but no writer of this format writes.
+    #[test]
+    fn anchors_with_fields_no_writer_writes_are_refused() {
+        let a = anchor();
+        assert_eq!(Anchor::decode(&remade(|_| ()), &key()).unwrap(), a);
+        let good = a.encode(&key());
+        refused(&good[..ANCHOR_SIZE - 1], "size");
+        refused(&[good.clone(), vec![0]].concat(), "size");
+        // The size of the format before the log, but not its magic.
+        refused(&good[..ANCHOR_V1_SIZE], "size");
+        let mut flipped = good.clone();
+        flipped[ANCHOR_SIZE - 1] ^= 1;
+        refused(&flipped, "MAC");
+        let other =
+            crate::crypto::MasterKey::from_bytes([8; 32]).derive(crate::crypto::label::ANCHOR, &[]);
+        assert!(Anchor::decode(&a.encode(&other), &key()).is_err());
+        // The current size under the old magic is neither format.
+        refused(
+            &remade(|b| b[..8].copy_from_slice(ANCHOR_V1_MAGIC)),
+            "magic",
+        );
+        refused(&remade(|b| b[..8].copy_from_slice(b"INTANCH3")), "magic");
+        refused(&remade(|b| b[40] = 2), "journal slot");
+        // The log flags: no tail without a log, no unknown bit.
+        refused(&remade(|b| b[FLAGS_AT] = LOG_NO_TAIL), "log flags");
+        refused(
+            &remade(|b| b[FLAGS_AT] = LOG_NO_TAIL | JOURNAL_APPLIED),
+            "log flags",
+        );
+        refused(&remade(|b| b[FLAGS_AT] = LOG_PRESENT | 8), "log flags");
+        refused(&remade(|b| b[FLAGS_AT] = 0x80), "log flags");
+        // No log and no tail bits: no log, whatever the positions say.
+        let no_log = Anchor::decode(&remade(|b| b[FLAGS_AT] = JOURNAL_APPLIED), &key()).unwrap();
+        assert_eq!((no_log.log, no_log.applied), (None, true));
+        // The sealed end before its start (end.seg is 8 bytes after start.off).
+        refused(&remade(|b| b[FLAGS_AT + 17] = 0), "before its start");
+        let same = remade(|b| b.copy_within(FLAGS_AT + 1..FLAGS_AT + 17, FLAGS_AT + 17));
+        let l = Anchor::decode(&same, &key()).unwrap().log.unwrap();
+        assert_eq!(l.sealed.start, l.sealed.end, "an empty sealed log is fine");
+        // The inode table's record.
+        refused(&remade(|b| b[FLAGS_AT + 33] = 9), "inode-table record");
+    }
+
+    /// A record is refused for its length, its kind and its scheme; a free record's
+    /// scheme byte is not read.
+    #[test]
+    fn records_with_bad_codes_are_refused() {
+        let i = anchor().itable;
+        let b = i.encode();
+        assert_eq!(Inode::decode(&b), Some(i.clone()));
+        assert_eq!(Inode::decode(&b[..RECORD_SIZE - 1]), None);
+        assert_eq!(Inode::decode(&[b.to_vec(), vec![0]].concat()), None);
+        let with = |at: usize, v: u8| {
+            let mut c = b;
+            c[at] = v;
+            Inode::decode(&c)
+        };
+        assert_eq!(with(0, 9), None);
+        assert_eq!(with(1, 0), None);
+        assert_eq!(with(1, 9), None);
+        let free = Inode::free(77).encode();
+        let mut odd = free;
+        odd[1] = 0xee;
+        assert_eq!(Inode::decode(&odd), Some(Inode::free(77)));
+        // Each flag bit alone.
+        assert!(with(2, 1).unwrap().auto);
+        assert!(!with(2, 1).unwrap().scheme_set);
+        assert!(with(2, 2).unwrap().scheme_set);
+        assert!(!with(2, 2).unwrap().auto);
+        assert_eq!(with(2, 4).unwrap().inline_node, Some([0; 32]));
+    }
+
+    fn config() -> Config {
+        Config {
+            format: FORMAT_VERSION,
+            volume_id: "0123456789abcdef0123456789abcdef".into(),
+            block_size: 4096,
+            scheme: "mt-eint".into(),
+            kdf: KdfParams {
+                m_kib: 8,
+                t: 1,
+                p: 1,
+            },
+            salt: "00".into(),
+            features: vec![INLINE_LEAF.into(), DIR_TREE.into()],
+            wrapped_key: String::new(),
+        }
+    }
+
+    fn parsed(edit: impl FnOnce(&mut Config)) -> Result<Config> {
+        let mut c = config();
+        edit(&mut c);
+        Config::parse(&serde_json::to_vec(&c).unwrap())
+    }
+
+    fn config_refused(edit: impl FnOnce(&mut Config), why: &str) {
+        match parsed(edit) {
+            Err(Error::Config(w)) => assert!(w.contains(why), "{w:?}, not {why:?}"),
+            other => panic!("expected a bad config ({why}), got {other:?}"),
+        }
+    }
+
+    /// A config is checked field by field: a newer format, an unknown feature, a block
+    /// size, a scheme or a volume id that no intact writes is refused with its reason.
+    #[test]
+    fn configs_are_checked_field_by_field() {
+        assert_eq!(parsed(|_| ()).unwrap(), config());
+        assert_eq!(config().volume_id_bytes()[..2], [0x01, 0x23]);
+        assert!(parsed(|c| c.format = 0).is_ok(), "an older format opens");
+        config_refused(|c| c.format = FORMAT_VERSION + 1, "newer");
+        assert!(parsed(|c| c.features.clear()).is_ok());
+        config_refused(|c| c.features.push("tails".into()), "unknown feature");
+        config_refused(|c| c.block_size = 3000, "block size");
+        config_refused(|c| c.block_size = 64, "block size");
+        assert!(parsed(|c| c.scheme = AUTO.into()).is_ok());
+        assert!(parsed(|c| c.scheme = "comp-eint-zstd".into()).is_ok());
+        assert!(matches!(
+            parsed(|c| c.scheme = "bogus".into()),
+            Err(Error::Invalid(w)) if w.contains("unknown scheme")
+        ));
+        config_refused(|c| c.kdf.t = 0, "Argon2");
+        config_refused(|c| c.volume_id.pop().map(drop).unwrap_or(()), "volume id");
+        config_refused(|c| c.volume_id = "zz".repeat(16), "volume id");
+        config_refused(|c| c.volume_id = "00".repeat(17), "volume id");
+        assert!(matches!(
+            Config::parse(b"{\"format\": 1"),
+            Err(Error::Config(w)) if w.contains("corrupted or truncated")
+        ));
+    }
+
+    /// Block sizes are the powers of two from 128 to 65,536.
+    #[test]
+    fn block_sizes_are_powers_of_two_in_range() {
+        for ok in [128, 256, 4096, 65536] {
+            assert!(check_block_size(ok).is_ok(), "{ok}");
+        }
+        for bad in [0, 1, 64, 127, 129, 3000, 4095, 65535, 131072, u32::MAX] {
+            assert!(check_block_size(bad).is_err(), "{bad}");
+        }
+    }
 }
