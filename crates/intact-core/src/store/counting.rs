@@ -366,4 +366,49 @@ mod tests {
         let json = serde_json::to_string(&s.stats()).unwrap();
         assert!(json.contains("\"integrity\""));
     }
+
+    fn counts(read_bytes: u64, write_bytes: u64, reads: u64, writes: u64, other: u64) -> IoCounts {
+        IoCounts {
+            read_bytes,
+            write_bytes,
+            reads,
+            writes,
+            other,
+        }
+    }
+
+    /// Sums and differences go field by field; a difference saturates at zero.
+    #[test]
+    fn counts_add_and_subtract_field_by_field() {
+        let a = counts(10, 20, 3, 4, 5);
+        let b = counts(1, 2, 30, 1, 7);
+        assert_eq!(a.plus(&b), counts(11, 22, 33, 5, 12));
+        assert_eq!(a - b, counts(9, 18, 0, 3, 0));
+        assert_eq!(b - a, counts(0, 0, 27, 0, 2));
+        let st = IoStats {
+            data: a,
+            integrity: b,
+            journal: a,
+            control: counts(100, 0, 0, 0, 1),
+        };
+        assert_eq!(st.total(), counts(121, 42, 36, 9, 18));
+        assert_eq!(st.get(ObjectClass::Data), &a);
+        assert_eq!(st.get(ObjectClass::Integrity), &b);
+        assert_eq!(st.get(ObjectClass::Control), &st.control);
+        let earlier = IoStats {
+            data: b,
+            integrity: a,
+            journal: IoCounts::default(),
+            control: counts(1, 0, 0, 0, 0),
+        };
+        assert_eq!(
+            st - earlier,
+            IoStats {
+                data: a - b,
+                integrity: b - a,
+                journal: a,
+                control: counts(99, 0, 0, 0, 1),
+            }
+        );
+    }
 }

@@ -175,3 +175,209 @@ pub fn check_name(name: &str) -> Result<()> {
     }
     Ok(())
 }
+
+/// The contracts of [`UntrustedStore`], checked on every store of this module through the
+/// trait alone (and through an `Arc`, whose impl forwards every call).
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Error;
+    use std::sync::Arc;
+
+    fn not_found(r: Result<usize>) -> bool {
+        matches!(r, Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound)
+    }
+
+    /// Every contract of the trait's documentation, on a store that starts empty.
+    fn keeps_the_contract(s: &dyn UntrustedStore) {
+        let mut buf = [9u8; 8];
+        assert_eq!(s.list().unwrap(), Vec::<String>::new());
+        assert_eq!(s.len("a/x.d").unwrap(), None);
+        assert_eq!(s.read_all("a/x.d").unwrap(), None);
+        assert!(not_found(s.read_at("a/x.d", 0, &mut buf)));
+        // A write past the end creates the object and fills the gap with zeros.
+        s.write_at("a/x.d", 3, b"abc").unwrap();
+        assert_eq!(s.len("a/x.d").unwrap(), Some(6));
+        assert_eq!(s.read_all("a/x.d").unwrap().unwrap(), b"\0\0\0abc");
+        // Reads are short at the end only.
+        assert_eq!(s.read_at("a/x.d", 1, &mut buf[..4]).unwrap(), 4);
+        assert_eq!(&buf[..4], b"\0\0ab");
+        assert_eq!(s.read_at("a/x.d", 4, &mut buf).unwrap(), 2);
+        assert_eq!(&buf[..2], b"bc");
+        assert_eq!(s.read_at("a/x.d", 6, &mut buf).unwrap(), 0);
+        assert_eq!(s.read_at("a/x.d", 1 << 40, &mut buf).unwrap(), 0);
+        // Overwrites in place, extending past the end.
+        s.write_at("a/x.d", 5, b"XY").unwrap();
+        assert_eq!(s.read_all("a/x.d").unwrap().unwrap(), b"\0\0\0abXY");
+        // set_len both ways, and on a missing object.
+        s.set_len("a/x.d", 4).unwrap();
+        assert_eq!(s.read_all("a/x.d").unwrap().unwrap(), b"\0\0\0a");
+        s.set_len("a/x.d", 6).unwrap();
+        assert_eq!(s.read_all("a/x.d").unwrap().unwrap(), b"\0\0\0a\0\0");
+        s.set_len("b.m", 2).unwrap();
+        assert_eq!(s.read_all("b.m").unwrap().unwrap(), b"\0\0");
+        // replace is whole, longer or shorter.
+        s.replace("c", b"first version").unwrap();
+        s.replace("c", b"second").unwrap();
+        assert_eq!(s.read_all("c").unwrap().unwrap(), b"second");
+        s.sync(&["a/x.d".into(), "c".into()]).unwrap();
+        s.sync_all().unwrap();
+        let mut names = s.list().unwrap();
+        names.sort();
+        assert_eq!(names, ["a/x.d", "b.m", "c"]);
+        // Deletion, also of a missing object.
+        s.delete("b.m").unwrap();
+        s.delete("b.m").unwrap();
+        s.delete("never").unwrap();
+        assert_eq!(s.len("b.m").unwrap(), None);
+        let mut names = s.list().unwrap();
+        names.sort();
+        assert_eq!(names, ["a/x.d", "c"]);
+        // Room set aside takes writes up to its length.
+        s.reserve("r", 100).unwrap();
+        s.write_at("r", 96, b"1234").unwrap();
+        assert_eq!(s.read_at("r", 96, &mut buf).unwrap(), 4);
+        assert_eq!(&buf[..4], b"1234");
+        // Names that could escape the root.
+        for bad in ["", "/abs", "a/../b", "a//b", "./a", "a/", "nul\0"] {
+            assert!(s.write_at(bad, 0, b"x").is_err(), "{bad:?}");
+            assert!(s.set_len(bad, 1).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn memory_store_keeps_the_contract() {
+        keeps_the_contract(&MemStore::new());
+        keeps_the_contract(&Arc::new(MemStore::new()));
+        let dynamic: Arc<dyn UntrustedStore> = Arc::new(MemStore::new());
+        keeps_the_contract(&dynamic);
+    }
+
+    #[test]
+    fn local_store_keeps_the_contract() {
+        let dir = tempfile::tempdir().unwrap();
+        keeps_the_contract(&LocalDirStore::open(dir.path()).unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let s = Arc::new(LocalDirStore::open(dir.path()).unwrap());
+        keeps_the_contract(&s);
+        // An Arc forwards what the store can tell of its objects.
+        assert!(s.modified("c").is_some());
+        assert_eq!(s.modified("missing"), None);
+        assert_eq!(s.max_object_len(), s.as_ref().max_object_len());
+        assert!(s.max_object_len() < u64::MAX);
+        // The local store reserves by writing zeros up to the length.
+        s.reserve("z", 50).unwrap();
+        assert_eq!(s.len("z").unwrap(), Some(50));
+    }
+
+    #[test]
+    fn wrappers_keep_the_contract() {
+        keeps_the_contract(&CountingStore::new(MemStore::new()));
+        keeps_the_contract(&FaultStore::new(MemStore::new()));
+        keeps_the_contract(&FaultStore::new_mem());
+    }
+
+    /// Syncs reach the store behind an `Arc`: what they make durable is no longer pending.
+    #[test]
+    fn syncs_are_forwarded() {
+        let f = Arc::new(FaultStore::new_mem());
+        let s: &dyn UntrustedStore = &f;
+        s.write_at("a", 0, b"x").unwrap();
+        s.write_at("b", 0, b"y").unwrap();
+        assert_eq!(f.pending_mutations(), 2);
+        s.sync(&["a".into()]).unwrap();
+        assert_eq!((f.syncs(), f.pending_mutations()), (1, 1));
+        s.sync_all().unwrap();
+        assert_eq!((f.syncs(), f.pending_mutations()), (2, 0));
+    }
+
+    /// A store's largest object, through an `Arc` and the wrappers.
+    #[test]
+    fn the_largest_object_is_forwarded() {
+        let s = Arc::new(MemStore::with_max_object_len(100));
+        assert_eq!(s.max_object_len(), 100);
+        assert_eq!(CountingStore::new(Arc::clone(&s)).max_object_len(), 100);
+        assert_eq!(FaultStore::new(Arc::clone(&s)).max_object_len(), 100);
+        assert!(s.write_at("a", 99, b"x").is_ok());
+        assert!(s.write_at("a", 100, b"x").is_err());
+        assert!(s.set_len("a", 101).is_err());
+        assert_eq!(MemStore::new().max_object_len(), u64::MAX);
+    }
+
+    /// A store that implements only what it must: the trait's defaults.
+    struct Minimal(MemStore);
+
+    impl UntrustedStore for Minimal {
+        fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> Result<usize> {
+            self.0.read_at(name, off, buf)
+        }
+        fn write_at(&self, name: &str, off: u64, data: &[u8]) -> Result<()> {
+            self.0.write_at(name, off, data)
+        }
+        fn len(&self, name: &str) -> Result<Option<u64>> {
+            self.0.len(name)
+        }
+        fn set_len(&self, name: &str, len: u64) -> Result<()> {
+            self.0.set_len(name, len)
+        }
+        fn delete(&self, name: &str) -> Result<()> {
+            self.0.delete(name)
+        }
+        fn sync(&self, names: &[String]) -> Result<()> {
+            self.0.sync(names)
+        }
+        fn sync_all(&self) -> Result<()> {
+            self.0.sync_all()
+        }
+        fn list(&self) -> Result<Vec<String>> {
+            self.0.list()
+        }
+    }
+
+    #[test]
+    fn the_defaults_keep_the_contract() {
+        keeps_the_contract(&Minimal(MemStore::new()));
+        let m = Minimal(MemStore::new());
+        assert_eq!(m.max_object_len(), u64::MAX);
+        assert_eq!(m.modified("x"), None);
+        // The default reserve sets nothing aside and writes nothing.
+        m.reserve("r", 10).unwrap();
+        assert_eq!(m.len("r").unwrap(), None);
+    }
+
+    #[test]
+    fn objects_are_classed_by_name() {
+        for (name, class) in [
+            ("f/ab/abcd.d", ObjectClass::Data),
+            ("f/ab/abcd.m", ObjectClass::Integrity),
+            ("f/ab/abcd.c", ObjectClass::Integrity),
+            ("journal.0", ObjectClass::Journal),
+            ("journal", ObjectClass::Journal),
+            ("intact.conf", ObjectClass::Control),
+            ("anchor.copy", ObjectClass::Control),
+            ("x.dd", ObjectClass::Control),
+            ("log/journal.d", ObjectClass::Data),
+        ] {
+            assert_eq!(ObjectClass::of(name), class, "{name}");
+        }
+    }
+
+    #[test]
+    fn names_that_could_escape_are_refused() {
+        for ok in [
+            "a",
+            "f/ab/abcd.d",
+            "a.b/c..d",
+            ".hidden",
+            "a/...",
+            "journal.1",
+        ] {
+            assert!(check_name(ok).is_ok(), "{ok:?}");
+        }
+        for bad in [
+            "", "/", "/a", "a/", "a//b", ".", "..", "a/./b", "a/../b", "../a", "a\0b",
+        ] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+    }
+}
