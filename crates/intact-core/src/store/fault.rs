@@ -557,6 +557,7 @@ mod tests {
     #[test]
     fn crash_after_n_writes() {
         let s = FaultStore::new(MemStore::new());
+        assert!(!s.is_crashed());
         s.set_plan(FaultPlan {
             crash_after_writes: Some(3),
             ..Default::default()
@@ -574,11 +575,15 @@ mod tests {
         assert!(matches!(s.list(), Err(Error::Crashed)));
         assert!(s.is_crashed());
         assert_eq!(s.writes(), 3);
+        assert_eq!(s.plan().crash_after_writes, Some(3));
         assert_eq!(s.inner().read_all("a").unwrap().unwrap(), b"1\0\0\0");
         s.revive();
+        assert!(!s.is_crashed());
+        assert_eq!(s.plan(), FaultPlan::default(), "revive clears the crash");
         s.write_at("a", 0, b"2").unwrap();
         // crash() is immediate and sticky.
         s.crash();
+        assert!(s.is_crashed());
         assert!(matches!(s.len("a"), Err(Error::Crashed)));
     }
 

@@ -268,6 +268,13 @@ mod tests {
         // The local store reserves by writing zeros up to the length.
         s.reserve("z", 50).unwrap();
         assert_eq!(s.len("z").unwrap(), Some(50));
+        // So does the counting wrapper.
+        let dir = tempfile::tempdir().unwrap();
+        let c = CountingStore::new(LocalDirStore::open(dir.path()).unwrap());
+        keeps_the_contract(&c);
+        assert!(c.modified("c").is_some());
+        c.reserve("z", 50).unwrap();
+        assert_eq!(c.len("z").unwrap(), Some(50));
     }
 
     #[test]
