@@ -679,6 +679,34 @@ mod tests {
         s.delete("a").unwrap();
     }
 
+    /// Room set aside before the disk filled takes writes up to its length; setting aside
+    /// more takes space, setting aside what is already there takes none.
+    #[test]
+    fn reserved_room_takes_writes_when_full() {
+        let s = FaultStore::new(MemStore::new());
+        s.write_at("log", 0, b"1234").unwrap();
+        s.reserve("log", 16).unwrap();
+        s.set_plan(FaultPlan {
+            full_from: Some(s.attempts() + 1),
+            ..Default::default()
+        });
+        let full = |r: Result<()>| {
+            let e = r.unwrap_err();
+            assert!(
+                matches!(&e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC)),
+                "{e}"
+            );
+        };
+        s.write_at("log", 4, &[5; 12]).unwrap();
+        full(s.write_at("log", 16, b"x"));
+        s.reserve("log", 16).unwrap();
+        s.reserve("log", 8).unwrap();
+        full(s.reserve("log", 17));
+        full(s.reserve("other", 1));
+        s.reserve("other", 0).unwrap();
+        assert_eq!(s.read_all("log").unwrap().unwrap().len(), 16);
+    }
+
     #[test]
     fn dropped_write() {
         let s = FaultStore::new_mem();
@@ -714,6 +742,14 @@ mod tests {
         let mut buf = [0u8; 8];
         s.read_at("x.d", 8, &mut buf).unwrap();
         assert_eq!(buf, [1, 0, 0, 0, 0, 0, 0, 0]);
+        // The bit is flipped, not set; a read of nothing flips nothing.
+        s.inner().write_at("x.d", 16, &[0xff; 2]).unwrap();
+        assert_eq!(s.read_at("x.d", 16, &mut buf).unwrap(), 2);
+        assert_eq!(buf[..2], [0xfe, 0xff]);
+        let mut buf = [0u8; 8];
+        assert_eq!(s.read_at("x.d", 18, &mut buf).unwrap(), 0);
+        assert_eq!(buf, [0; 8]);
+        s.inner().set_len("x.d", 16).unwrap();
         assert_ne!(s.read_all("x.d").unwrap().unwrap(), vec![0u8; 16]);
         assert_eq!(s.read_all("y.d").unwrap().unwrap(), vec![0u8; 16]);
         assert_eq!(s.inner().read_all("x.d").unwrap().unwrap(), vec![0u8; 16]);

@@ -275,6 +275,11 @@ mod tests {
         assert!(c.modified("c").is_some());
         c.reserve("z", 50).unwrap();
         assert_eq!(c.len("z").unwrap(), Some(50));
+        // And the fault wrapper.
+        let dir = tempfile::tempdir().unwrap();
+        let f = FaultStore::new(LocalDirStore::open(dir.path()).unwrap());
+        keeps_the_contract(&f);
+        assert!(f.modified("c").is_some());
     }
 
     #[test]
