@@ -543,6 +543,60 @@ mod tests {
         let s = LocalDirStore::create(missing.join("deeper")).unwrap();
         s.write_at("x", 0, b"1").unwrap();
         assert!(missing.join("deeper/x").is_file());
+        // A regular file is no root, and neither is a path through one (the system's
+        // reason, not "does not exist").
+        let file = missing.join("deeper/x");
+        let err = LocalDirStore::open(&file).unwrap_err();
+        assert!(err.to_string().contains("not a directory"), "{err}");
+        let err = LocalDirStore::open(file.join("y")).unwrap_err();
+        assert!(
+            matches!(&err, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOTDIR)),
+            "{err}"
+        );
+    }
+
+    /// The probe finds the file system's largest file exactly: that length can be set,
+    /// one byte more cannot; the probe leaves nothing behind.
+    #[test]
+    fn the_largest_file_is_probed_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = dir.path().join("probe");
+        let max = probe_max_len(&tmp);
+        assert!(!tmp.exists());
+        assert!(max > 1 << 32 && max < u64::MAX, "{max}");
+        let f = File::create(dir.path().join("big")).unwrap();
+        f.set_len(max).unwrap();
+        let e = f.set_len(max + 1).unwrap_err();
+        assert!(
+            matches!(e.raw_os_error(), Some(libc::EFBIG) | Some(libc::EINVAL)),
+            "{e}"
+        );
+        let (_d, s) = store();
+        assert_eq!(s.max_object_len(), max, "same file system");
+    }
+
+    /// Directories made by another handle on the same root (another process, an earlier
+    /// open) are used as they are.
+    #[test]
+    fn parents_made_by_another_handle_are_used() {
+        let (dir, s) = store();
+        s.write_at("a/b/x.d", 0, b"1").unwrap();
+        let other = LocalDirStore::open(dir.path()).unwrap();
+        other.write_at("a/b/y.d", 0, b"2").unwrap();
+        other.write_at("a/c/z.d", 0, b"3").unwrap();
+        let mut names = s.list().unwrap();
+        names.sort();
+        assert_eq!(names, ["a/b/x.d", "a/b/y.d", "a/c/z.d"]);
+        // Only the directory that got a new entry is dirty: a/ (for c/) and a/c/ (for z.d).
+        let dirty = other.dirty_dirs.lock().unwrap().clone();
+        let want: HashSet<PathBuf> = [
+            dir.path().join("a"),
+            dir.path().join("a/b"),
+            dir.path().join("a/c"),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(dirty, want);
     }
 
     #[test]
@@ -554,6 +608,18 @@ mod tests {
         assert_eq!(s.read_all("a/b/c.d").unwrap().unwrap(), b"\0\0\0\0xyz");
         s.write_at("a/b/c.d", 1, b"Q").unwrap();
         assert_eq!(s.read_all("a/b/c.d").unwrap().unwrap(), b"\0Q\0\0xyz");
+        let made: HashSet<PathBuf> = [
+            dir.path().to_path_buf(),
+            dir.path().join("a"),
+            dir.path().join("a/b"),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(
+            *s.dirty_dirs.lock().unwrap(),
+            made,
+            "each new entry's directory"
+        );
         s.sync(&["a/b/c.d".to_string()]).unwrap();
         assert!(s.dirty_dirs.lock().unwrap().is_empty());
         s.sync_all().unwrap();
