@@ -555,6 +555,20 @@ mod tests {
         );
     }
 
+    /// A read goes through the handle a write left open, and a write through one a read
+    /// left (no open per call).
+    #[test]
+    fn reads_and_writes_share_one_handle() {
+        let (_d, s) = store();
+        s.write_at("x.d", 0, b"1").unwrap();
+        let handle = || s.handles.lock().unwrap()["x.d"].file.clone();
+        let h = handle();
+        let mut b = [0u8; 1];
+        s.read_at("x.d", 0, &mut b).unwrap();
+        s.write_at("x.d", 1, b"2").unwrap();
+        assert!(Arc::ptr_eq(&h, &handle()));
+    }
+
     /// The probe finds the file system's largest file exactly: that length can be set,
     /// one byte more cannot; the probe leaves nothing behind.
     #[test]
