@@ -567,6 +567,37 @@ mod tests {
         s.read_at("x.d", 0, &mut b).unwrap();
         s.write_at("x.d", 1, b"2").unwrap();
         assert!(Arc::ptr_eq(&h, &handle()));
+        // Below the bound, every object keeps its handle.
+        s.write_at("y.d", 0, b"1").unwrap();
+        s.read_at("x.d", 0, &mut b).unwrap();
+        s.write_at("z.d", 0, b"1").unwrap();
+        assert_eq!(s.handles.lock().unwrap().len(), 3);
+        assert!(Arc::ptr_eq(&h, &handle()));
+    }
+
+    /// What counts as a store that may be read but not written.
+    #[test]
+    fn read_only_errors() {
+        let e = |n| io::Error::from_raw_os_error(n);
+        assert!(is_read_only_error(&e(libc::EROFS)));
+        assert!(is_read_only_error(&e(libc::EACCES)));
+        for other in [libc::ENOENT, libc::EIO, libc::ENOSPC, libc::EISDIR] {
+            assert!(!is_read_only_error(&e(other)), "{other}");
+        }
+    }
+
+    /// The length of what is not an object: none for a directory or a path through an
+    /// object, an error for a name the file system refuses.
+    #[test]
+    fn lengths_of_what_is_not_an_object() {
+        let (_d, s) = store();
+        s.write_at("a/x.d", 0, b"1").unwrap();
+        assert_eq!(s.len("a").unwrap(), None);
+        assert_eq!(s.len("a/x.d/y").unwrap(), None);
+        assert_eq!(s.len("b/y").unwrap(), None);
+        let long = "n".repeat(300);
+        assert!(s.len(&long).is_err());
+        assert!(s.read_at("a", 0, &mut [0u8; 4]).is_err());
     }
 
     /// The probe finds the file system's largest file exactly: that length can be set,
