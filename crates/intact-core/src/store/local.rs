@@ -600,6 +600,53 @@ mod tests {
         assert!(s.read_at("a", 0, &mut [0u8; 4]).is_err());
     }
 
+    /// The calls a sync makes, as recorded: up to [`SYNCFS_THRESHOLD`] objects, an
+    /// `fdatasync` each and a fsync of each directory that got an entry; past it one
+    /// `syncfs`. A deletion dirties its directory; deleting what is not there does not.
+    #[test]
+    fn the_calls_a_sync_makes() {
+        let d = tempfile::tempdir().unwrap();
+        let log = Arc::new(FsLog::new(d.path()));
+        let s = LocalDirStore::open_logged(d.path(), Arc::clone(&log)).unwrap();
+        let names: Vec<String> = (0..=SYNCFS_THRESHOLD).map(|i| format!("o/{i}.d")).collect();
+        for n in &names {
+            s.write_at(n, 0, b"x").unwrap();
+        }
+        let count = |from: usize, f: &dyn Fn(&FsCall) -> bool| {
+            log.calls()[from..].iter().filter(|c| f(c)).count()
+        };
+        let at = log.len();
+        s.sync(&names[..SYNCFS_THRESHOLD]).unwrap();
+        assert_eq!(
+            count(at, &|c| matches!(c, FsCall::Fsync(_))),
+            SYNCFS_THRESHOLD
+        );
+        assert_eq!(
+            count(at, &|c| matches!(c, FsCall::FsyncDir(_))),
+            2,
+            "o/ and the root"
+        );
+        assert_eq!(count(at, &|c| matches!(c, FsCall::Syncfs)), 0);
+        let at = log.len();
+        s.sync(&names).unwrap();
+        assert_eq!(log.calls()[at..], [FsCall::Syncfs]);
+        let at = log.len();
+        s.sync(&[]).unwrap();
+        assert_eq!(log.len(), at);
+        // A deletion dirties its directory, which the next sync_all covers.
+        s.delete("o/0.d").unwrap();
+        s.delete("o/0.d").unwrap();
+        s.delete("o/1.d/under").unwrap();
+        assert!(s.delete("o").is_err(), "a directory is no object");
+        assert_eq!(
+            *s.dirty_dirs.lock().unwrap(),
+            HashSet::from([d.path().join("o")])
+        );
+        s.sync_all().unwrap();
+        assert!(s.dirty_dirs.lock().unwrap().is_empty());
+        assert_eq!(log.calls().last(), Some(&FsCall::Syncfs));
+    }
+
     /// The probe finds the file system's largest file exactly: that length can be set,
     /// one byte more cannot; the probe leaves nothing behind.
     #[test]
