@@ -601,6 +601,70 @@ mod tests {
         assert_eq!(s.load().unwrap().unwrap(), &fits[..400]);
     }
 
+    /// Behind an `Arc`, a state directory keeps the same contract: every call reaches it.
+    #[test]
+    fn an_arc_forwards_every_call() {
+        let (_d, s) = local();
+        let a = Arc::new(s.clone());
+        check_store(&a);
+        check_locks(&a);
+        assert_eq!(a.location(), s.location());
+        assert_eq!(a.modified(), None);
+        a.store(b"x").unwrap();
+        assert!(a.modified().is_some());
+        assert_eq!(a.modified(), s.modified());
+        a.remove().unwrap();
+        assert_eq!(s.load().unwrap(), None);
+        assert_eq!(s.volume_id(), "00ff");
+        assert!(s.location().ends_with("state/00ff"));
+    }
+
+    /// The calls that make the anchor durable, as recorded: a first store replaces the
+    /// file (create, write, fsync, rename, fsync of the directory), the next ones write a
+    /// slot in place and sync it, a removal unlinks and syncs the directory.
+    #[test]
+    fn the_calls_that_make_the_anchor_durable() {
+        let d = tempfile::tempdir().unwrap();
+        let log = Arc::new(FsLog::new(d.path()));
+        let s = LocalStateDir::new(d.path().join("state"), "00ff")
+            .unwrap()
+            .with_log(Arc::clone(&log));
+        let anchor = PathBuf::from("state/00ff/anchor");
+        let dir = PathBuf::from("state/00ff");
+        s.store(b"first").unwrap();
+        let calls = log.calls();
+        let kinds: Vec<_> = calls
+            .iter()
+            .map(|c| match c {
+                FsCall::Create(_) => "create",
+                FsCall::Write { .. } => "write",
+                FsCall::Fsync(_) => "fsync",
+                FsCall::Rename { .. } => "rename",
+                FsCall::FsyncDir(_) => "fsync-dir",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(kinds, ["create", "write", "fsync", "rename", "fsync-dir"]);
+        assert!(matches!(&calls[3], FsCall::Rename { to, .. } if *to == anchor));
+        assert_eq!(calls[4], FsCall::FsyncDir(dir.clone()));
+        let at = log.len();
+        s.store(b"second").unwrap();
+        let calls = log.calls();
+        assert!(
+            matches!(&calls[at], FsCall::Write { path, off, .. } if *path == anchor && *off == SLOT as u64)
+        );
+        assert_eq!(calls[at + 1..], [FsCall::Fsync(anchor.clone())]);
+        let at = log.len();
+        s.remove().unwrap();
+        assert_eq!(
+            log.calls()[at..],
+            [FsCall::Unlink(anchor), FsCall::FsyncDir(dir)]
+        );
+        let at = log.len();
+        s.remove().unwrap();
+        assert_eq!(log.len(), at, "nothing to remove");
+    }
+
     #[test]
     fn local_locks() {
         let (_d, s) = local();
