@@ -665,6 +665,16 @@ mod tests {
         assert_eq!(log.len(), at, "nothing to remove");
     }
 
+    /// An anchor that cannot be read is an error, never "no anchor" (which would send the
+    /// user to recreate a volume that exists).
+    #[test]
+    fn an_unreadable_anchor_is_an_error() {
+        let (_d, s) = local();
+        fs::create_dir_all(s.anchor_path()).unwrap();
+        let e = s.load().unwrap_err();
+        assert!(matches!(e, Error::Io { .. }), "{e}");
+    }
+
     #[test]
     fn local_locks() {
         let (_d, s) = local();
