@@ -673,6 +673,9 @@ mod tests {
         fs::create_dir_all(s.anchor_path()).unwrap();
         let e = s.load().unwrap_err();
         assert!(matches!(e, Error::Io { .. }), "{e}");
+        let e = s.remove().unwrap_err();
+        assert!(matches!(e, Error::Io { .. }), "{e}");
+        assert!(s.anchor_path().is_dir());
     }
 
     #[test]
