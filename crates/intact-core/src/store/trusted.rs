@@ -712,6 +712,7 @@ mod tests {
     #[test]
     fn mem_round_trip_and_locks() {
         let s = MemTrusted::new();
+        assert!(s.location().contains("in-memory"));
         check_store(&s);
         check_locks(&s);
         let c = s.clone();
