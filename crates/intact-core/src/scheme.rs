@@ -14,6 +14,7 @@ use crate::tree::{
     CounterIntervals, MerkleTree, NodeCache, NodeHasher, NodeIo, TreeError, TreeState,
 };
 use crate::tx::Tx;
+use std::sync::Arc;
 
 mod mac_tree;
 mod none;
@@ -59,7 +60,8 @@ pub struct FileState {
     /// Object names.
     pub names: ObjectNames,
     /// Derived keys.
-    pub keys: FileKeys,
+    /// Derived keys (shared with a write sealed without the engine lock, [`SealPlan`]).
+    pub keys: Arc<FileKeys>,
     /// Leaf count and root (for `aead`: block count; root unused).
     pub tree: TreeState,
     /// Write counters (paper §4, as intervals).
@@ -144,6 +146,41 @@ pub trait Scheme: Sync {
     ) -> Result<bool> {
         Ok(false)
     }
+    /// Update split in three, so that a write's encryption runs without the engine lock
+    /// (docs/design.md, "Writes sealed without the engine lock"). First, with the file's
+    /// state at hand: what a run of `count` full blocks at `first` will be written under.
+    /// `None` where the scheme does all of its work in [`Scheme::write_blocks`].
+    fn seal_plan(
+        &self,
+        _env: &Env,
+        _f: &FileState,
+        _first: u64,
+        _count: u64,
+    ) -> Result<Option<SealPlan>> {
+        Ok(None)
+    }
+    /// Second, holding no lock: encrypts the run in place under `plan` and returns its
+    /// leaves. Reads no file state.
+    fn seal_run(&self, _env: &Env, _plan: &SealPlan, _data: &mut [u8]) -> Vec<Hash> {
+        Vec::new()
+    }
+    /// Third, with the file's state at hand again: stores a run sealed by
+    /// [`Scheme::seal_run`] (`data` its ciphertext, `leaves` what it returned) as
+    /// [`Scheme::write_blocks`] would have. `Ok(false)`, changing nothing, when the plan no
+    /// longer holds for the file as it is now (another file, or a counter that is not fresh
+    /// for these blocks any more: they were written, cut or punched since, or the session's
+    /// counters were reserved anew); the caller then writes the plaintext.
+    fn write_sealed(
+        &self,
+        _env: &Env,
+        _f: &mut FileState,
+        _tx: &mut Tx,
+        _plan: &SealPlan,
+        _data: &[u8],
+        _leaves: &[Hash],
+    ) -> Result<bool> {
+        Ok(false)
+    }
     /// The initial tree state of an empty file.
     fn empty(&self, env: &Env, id: &FileId) -> TreeState;
     /// The length of the data object of a file of `blocks` blocks: the longest object the
@@ -151,6 +188,19 @@ pub trait Scheme: Sync {
     fn data_len(&self, bs: usize, blocks: u64) -> u64 {
         blocks.saturating_mul(bs as u64)
     }
+}
+
+/// What a run of full blocks is written under, chosen with the file's state at hand and
+/// used without it ([`Scheme::seal_plan`]).
+pub struct SealPlan {
+    /// The file's keys.
+    pub keys: Arc<FileKeys>,
+    /// The file's id (a plan applies to this file only).
+    pub id: FileId,
+    /// The run's first block.
+    pub first: u64,
+    /// Its write counter.
+    pub ctr: u64,
 }
 
 /// The implementation of a scheme id, wrapped so that every call is measured (blocks,
@@ -226,6 +276,34 @@ impl<S: Scheme> Scheme for Metered<S> {
         let _a = Account::new(env.metrics);
         let _f = FileAccount::new(env.metrics, f.id, 0, 0);
         self.0.punch(env, f, tx, first, count)
+    }
+    fn seal_plan(
+        &self,
+        env: &Env,
+        f: &FileState,
+        first: u64,
+        count: u64,
+    ) -> Result<Option<SealPlan>> {
+        self.0.seal_plan(env, f, first, count)
+    }
+    fn seal_run(&self, env: &Env, plan: &SealPlan, data: &mut [u8]) -> Vec<Hash> {
+        // The encryption's time and the file's share of it; the blocks count when stored.
+        let _a = Account::new(env.metrics);
+        let _f = FileAccount::new(env.metrics, plan.id, 0, 0);
+        self.0.seal_run(env, plan, data)
+    }
+    fn write_sealed(
+        &self,
+        env: &Env,
+        f: &mut FileState,
+        tx: &mut Tx,
+        plan: &SealPlan,
+        data: &[u8],
+        leaves: &[Hash],
+    ) -> Result<bool> {
+        let _a = Account::new(env.metrics);
+        let _f = FileAccount::new(env.metrics, f.id, 0, (data.len() / env.bs) as u64);
+        self.0.write_sealed(env, f, tx, plan, data, leaves)
     }
     fn empty(&self, env: &Env, id: &FileId) -> TreeState {
         self.0.empty(env, id)
@@ -499,14 +577,9 @@ impl MtEint {
         }
     }
 
-    fn leaf_hash(env: &Env, f: &FileState, index: u64, ctr: u64, plain: &[u8]) -> Hash {
-        env.leaf_key.mac(&[
-            b"leaf",
-            &f.id,
-            &index.to_le_bytes(),
-            &ctr.to_le_bytes(),
-            plain,
-        ])
+    fn leaf_hash(env: &Env, id: &FileId, index: u64, ctr: u64, plain: &[u8]) -> Hash {
+        env.leaf_key
+            .mac(&[b"leaf", id, &index.to_le_bytes(), &ctr.to_le_bytes(), plain])
     }
 
     fn tree_err(f: &FileState, e: TreeError) -> Error {
@@ -553,8 +626,17 @@ impl MtEint {
         Ok(())
     }
 
-    /// Encrypts a run in place under counter `ctr`; returns the leaves.
-    fn seal(&self, env: &Env, f: &FileState, first: u64, ctr: u64, ct: &mut [u8]) -> Vec<Hash> {
+    /// Encrypts a run of file `id` in place under counter `ctr`; returns the leaves. Needs
+    /// only the file's keys: [`Scheme::seal_run`] calls it without any lock.
+    fn seal(
+        &self,
+        env: &Env,
+        keys: &FileKeys,
+        id: &FileId,
+        first: u64,
+        ctr: u64,
+        ct: &mut [u8],
+    ) -> Vec<Hash> {
         let bs = env.bs;
         let count = ct.len() / bs;
         let mut leaves = Vec::with_capacity(count);
@@ -563,16 +645,15 @@ impl MtEint {
             let blk = &mut ct[k * bs..(k + 1) * bs];
             if self.cbc {
                 leaves.push(timed(Phase::HashMac, || {
-                    Self::leaf_hash(env, f, i, ctr, blk)
+                    Self::leaf_hash(env, id, i, ctr, blk)
                 }));
                 let _t = phase(Phase::Encrypt);
-                f.keys.cbc.encrypt(f.keys.cbc_iv(i, ctr), blk);
+                keys.cbc.encrypt(keys.cbc_iv(i, ctr), blk);
             } else {
                 let _t = phase(Phase::Encrypt);
-                let tag =
-                    f.keys
-                        .gcm
-                        .seal(FileKeys::nonce(i, ctr), &block_aad(MT_LABEL, &f.id, i), blk);
+                let tag = keys
+                    .gcm
+                    .seal(FileKeys::nonce(i, ctr), &block_aad(MT_LABEL, id, i), blk);
                 let mut leaf = [0u8; 32];
                 leaf[..TAG_LEN].copy_from_slice(&tag);
                 leaves.push(leaf);
@@ -603,7 +684,7 @@ impl MtEint {
             timed(Phase::Encrypt, || {
                 f.keys.cbc.decrypt(f.keys.cbc_iv(i, ctr), buf)
             });
-            let h = timed(Phase::HashMac, || Self::leaf_hash(env, f, i, ctr, buf));
+            let h = timed(Phase::HashMac, || Self::leaf_hash(env, &f.id, i, ctr, buf));
             if !crate::crypto::ct_eq(&h, leaf) {
                 buf.fill(0);
                 return Err(f.tampered(i, "block does not match its Merkle leaf"));
@@ -623,6 +704,59 @@ impl MtEint {
             .map_err(|_| f.tampered(i, "AES-GCM authentication failed"))?;
         }
         Ok(())
+    }
+
+    /// Whether `ctr` is still fresh for blocks `[first, first + count)`: above every counter
+    /// they have (a block's counter only grows, so above every one it had), above every
+    /// deleted block's, and inside the session's reservation. What [`MtEint::next_ctr`]
+    /// chooses is, until the state changes.
+    fn fresh(env: &Env, f: &FileState, first: u64, count: u64, ctr: u64) -> bool {
+        ctr > f.ctrs.max_in(first, count)
+            && ctr > f.ctr_hw
+            && ctr >= env.ctr_floor
+            && ctr < env.ctr_limit
+    }
+
+    /// Stores a run sealed under `ctr` (`data` its ciphertext): the tree's leaves (updated
+    /// over the file's blocks, appended past them), the data, the counters.
+    #[allow(clippy::too_many_arguments)]
+    fn store_sealed(
+        env: &Env,
+        f: &mut FileState,
+        tx: &mut Tx,
+        first: u64,
+        ctr: u64,
+        data: &[u8],
+        leaves: &[Hash],
+    ) -> Result<()> {
+        let bs = env.bs;
+        let (n, count) = check_write(f, bs, first, data.len())?;
+        if leaves.len() as u64 != count {
+            return Err(Error::Invalid(format!(
+                "{} leaves for a run of {count} blocks",
+                leaves.len()
+            )));
+        }
+        let over = (n - first).min(count) as usize;
+        let tree = Self::tree(env, f);
+        let mut ts = f.tree;
+        let mut io = Nodes::entering(env, tx, f);
+        {
+            let _t = phase(Phase::Tree);
+            if over > 0 {
+                tree.update(&mut ts, &mut io, first, &leaves[..over])
+                    .map_err(|e| Self::tree_err(f, e))?;
+            }
+            if over < leaves.len() {
+                tree.append(&mut ts, &mut io, &leaves[over..])
+                    .map_err(|e| Self::tree_err(f, e))?;
+            }
+        }
+        let inline = io.inline;
+        tx.write_at(&f.names.data, first * bs as u64, data)?;
+        f.tree = ts;
+        f.ctrs.set_range(first, count, ctr);
+        Self::settle(env, f, tx, inline)
     }
 
     /// The next write counter for a run: above every counter the run's blocks had, above
@@ -702,30 +836,47 @@ impl Scheme for MtEint {
         first: u64,
         data: &mut [u8],
     ) -> Result<()> {
-        let bs = env.bs;
-        let (n, count) = check_write(f, bs, first, data.len())?;
+        let (_, count) = check_write(f, env.bs, first, data.len())?;
         let ctr = Self::next_ctr(env, f, first, count)?;
-        let leaves = self.seal(env, f, first, ctr, data);
-        let over = (n - first).min(count) as usize;
-        let tree = Self::tree(env, f);
-        let mut ts = f.tree;
-        let mut io = Nodes::entering(env, tx, f);
-        {
-            let _t = phase(Phase::Tree);
-            if over > 0 {
-                tree.update(&mut ts, &mut io, first, &leaves[..over])
-                    .map_err(|e| Self::tree_err(f, e))?;
-            }
-            if over < leaves.len() {
-                tree.append(&mut ts, &mut io, &leaves[over..])
-                    .map_err(|e| Self::tree_err(f, e))?;
-            }
+        let leaves = self.seal(env, &f.keys, &f.id, first, ctr, data);
+        Self::store_sealed(env, f, tx, first, ctr, data, &leaves)
+    }
+
+    fn seal_plan(
+        &self,
+        env: &Env,
+        f: &FileState,
+        first: u64,
+        count: u64,
+    ) -> Result<Option<SealPlan>> {
+        check_limit(first.saturating_add(count))?;
+        Ok(Some(SealPlan {
+            keys: Arc::clone(&f.keys),
+            id: f.id,
+            first,
+            ctr: Self::next_ctr(env, f, first, count)?,
+        }))
+    }
+
+    fn seal_run(&self, env: &Env, plan: &SealPlan, data: &mut [u8]) -> Vec<Hash> {
+        self.seal(env, &plan.keys, &plan.id, plan.first, plan.ctr, data)
+    }
+
+    fn write_sealed(
+        &self,
+        env: &Env,
+        f: &mut FileState,
+        tx: &mut Tx,
+        plan: &SealPlan,
+        data: &[u8],
+        leaves: &[Hash],
+    ) -> Result<bool> {
+        let count = (data.len() / env.bs) as u64;
+        if plan.id != f.id || !Self::fresh(env, f, plan.first, count, plan.ctr) {
+            return Ok(false);
         }
-        let inline = io.inline;
-        tx.write_at(&f.names.data, first * bs as u64, data)?;
-        f.tree = ts;
-        f.ctrs.set_range(first, count, ctr);
-        Self::settle(env, f, tx, inline)
+        Self::store_sealed(env, f, tx, plan.first, plan.ctr, data, leaves)?;
+        Ok(true)
     }
 
     fn resize(&self, env: &Env, f: &mut FileState, tx: &mut Tx, blocks: u64) -> Result<()> {
@@ -875,7 +1026,7 @@ pub(crate) mod fixture {
                 subject: Subject::Inode(2),
                 id: fid,
                 names: ObjectNames::of(&fid),
-                keys: FileKeys::derive(&self.master, &fid),
+                keys: Arc::new(FileKeys::derive(&self.master, &fid)),
                 tree,
                 ctrs: CounterIntervals::new(),
                 ctr_hw: 0,
@@ -1106,7 +1257,7 @@ mod tests {
             subject: f.subject.clone(),
             id: f.id,
             names: ObjectNames::of(&f.id),
-            keys: FileKeys::derive(&super::fixture::master(), &f.id),
+            keys: Arc::new(FileKeys::derive(&super::fixture::master(), &f.id)),
             tree: f.tree,
             ctrs: f.ctrs.clone(),
             ctr_hw: f.ctr_hw,
@@ -1503,6 +1654,177 @@ mod tests {
             let mut out = vec![0u8; env.bs];
             sch.read_blocks(&env, &f, tx, 0, &mut out).unwrap();
             assert_eq!(out, vec![3u8; env.bs], "{id:?}");
+        }
+    }
+
+    /// Stores `data` at `first` the way the volume does for a large write: plans with the
+    /// state, seals without it, stores with it. Returns what [`Scheme::write_sealed`] said.
+    fn write_in_three(
+        sch: &dyn Scheme,
+        env: &Env,
+        f: &mut FileState,
+        tx: &mut Tx,
+        first: u64,
+        data: &[u8],
+    ) -> bool {
+        let plan = sch
+            .seal_plan(env, f, first, (data.len() / env.bs) as u64)
+            .unwrap()
+            .expect("mt-eint plans");
+        let mut ct = data.to_vec();
+        let leaves = sch.seal_run(env, &plan, &mut ct);
+        sch.write_sealed(env, f, tx, &plan, &ct, &leaves).unwrap()
+    }
+
+    /// A run sealed without the file's state (docs/design.md, "Writes sealed without the
+    /// engine lock") is stored exactly as [`Scheme::write_blocks`] stores it: the same
+    /// counters, root, tree nodes and ciphertext, for an append, an overwrite, a run that
+    /// does both and a file of one block (its node inline), in both modes of MT-EINT.
+    #[test]
+    fn a_run_sealed_in_three_steps_is_stored_as_write_blocks_stores_it() {
+        for id in [SchemeId::MtEintGcm, SchemeId::MtEintCbc] {
+            for inline in [false, true] {
+                let sch = scheme(id);
+                let (mut a, mut b) = (Fixture::new(64), Fixture::new(64));
+                a.inline_leaf = inline;
+                b.inline_leaf = inline;
+                let (mut fa, mut fb) = (a.file(id), b.file(id));
+                let runs: [(u64, usize, u8); 5] =
+                    [(0, 1, 1), (0, 3, 2), (1, 4, 3), (5, 2, 4), (2, 1, 5)];
+                for (first, blocks, byte) in runs {
+                    let data = random_bytes(byte as u64, blocks * 64);
+                    let (env, tx) = a.parts();
+                    sch.write_blocks(&env, &mut fa, tx, first, &mut data.clone())
+                        .unwrap();
+                    let (env, tx) = b.parts();
+                    assert!(
+                        write_in_three(sch, &env, &mut fb, tx, first, &data),
+                        "{id:?}: a fresh plan is stored"
+                    );
+                    let what = format!("{id:?}, inline {inline}, run at {first}");
+                    assert_eq!(fa.tree, fb.tree, "{what}");
+                    assert_eq!(fa.ctrs, fb.ctrs, "{what}");
+                    assert_eq!(fa.inline, fb.inline, "{what}");
+                    for name in [&fa.names.data, &fa.names.meta] {
+                        let la = a.tx.len(name).unwrap();
+                        assert_eq!(la, b.tx.len(name).unwrap(), "{what}: {name}");
+                        let mut ba = vec![0u8; la.unwrap_or(0) as usize];
+                        let mut bb = ba.clone();
+                        a.tx.read_at(name, 0, &mut ba).unwrap();
+                        b.tx.read_at(name, 0, &mut bb).unwrap();
+                        assert_eq!(ba, bb, "{what}: {name}");
+                    }
+                }
+                let (env, tx) = b.parts();
+                let (env_a, tx_a) = a.parts();
+                assert_eq!(
+                    read_all(sch, &env, &fb, tx).unwrap(),
+                    read_all(sch, &env_a, &fa, tx_a).unwrap()
+                );
+            }
+        }
+    }
+
+    /// A sealed run is stored only while its counter is still fresh for its blocks; else
+    /// it is refused and nothing changes, and the caller writes the plaintext. Stale: a
+    /// block of the run written since (even one), or written and cut off since (its
+    /// counter is then in `ctr_hw`), the session's counters reserved anew (a floor above
+    /// the plan's), a counter at the session's limit, another file. Not stale: a block
+    /// written outside the run, the run cut off with counters below the plan's.
+    #[test]
+    fn a_sealed_run_whose_counter_is_no_longer_fresh_is_refused() {
+        type Change = fn(&dyn Scheme, &mut Env, &mut FileState, &mut Tx);
+        let cases: [(&str, Change, bool); 8] = [
+            ("nothing", |_, _, _, _| {}, true),
+            (
+                "a block outside the run written",
+                |s, e, f, tx| s.write_blocks(e, f, tx, 3, &mut [9u8; 64]).unwrap(),
+                true,
+            ),
+            (
+                "a block of the run written",
+                |s, e, f, tx| s.write_blocks(e, f, tx, 2, &mut [9u8; 64]).unwrap(),
+                false,
+            ),
+            (
+                "the run cut off",
+                |s, e, f, tx| s.resize(e, f, tx, 1).unwrap(),
+                true,
+            ),
+            (
+                "a block of the run written, then cut off",
+                |s, e, f, tx| {
+                    s.write_blocks(e, f, tx, 2, &mut [9u8; 64]).unwrap();
+                    s.resize(e, f, tx, 1).unwrap()
+                },
+                false,
+            ),
+            (
+                "counters reserved anew",
+                |_, e, _, _| e.ctr_floor = 1 << 20,
+                false,
+            ),
+            ("the session's limit", |_, e, _, _| e.ctr_limit = 2, false),
+            ("another file", |_, _, f, _| f.id = [0xee; 16], false),
+        ];
+        for id in [SchemeId::MtEintGcm, SchemeId::MtEintCbc] {
+            for (what, change, stored) in cases {
+                let mut fx = Fixture::new(64);
+                let mut f = fx.file(id);
+                let sch = scheme(id);
+                let (mut env, tx) = fx.parts();
+                sch.write_blocks(&env, &mut f, tx, 0, &mut [1u8; 256])
+                    .unwrap();
+                let plan = sch.seal_plan(&env, &f, 1, 2).unwrap().expect("planned");
+                assert_eq!(plan.ctr, 2, "{id:?}: above the run's counters");
+                let mut ct = vec![7u8; 128];
+                let leaves = sch.seal_run(&env, &plan, &mut ct);
+                assert_ne!(ct, vec![7u8; 128], "{id:?}: encrypted in place");
+                change(sch, &mut env, &mut f, tx);
+                let (tree, ctrs) = (f.tree, f.ctrs.clone());
+                let r = sch.write_sealed(&env, &mut f, tx, &plan, &ct, &leaves);
+                assert_eq!(r.unwrap(), stored, "{id:?}: {what}");
+                if stored {
+                    assert_eq!(f.ctrs.get(1), 2, "{id:?}: {what}");
+                    let mut out = [0u8; 128];
+                    sch.read_blocks(&env, &f, tx, 1, &mut out).unwrap();
+                    assert_eq!(out, [7u8; 128], "{id:?}: {what}");
+                } else {
+                    assert_eq!((f.tree, &f.ctrs), (tree, &ctrs), "{id:?}: {what}");
+                }
+            }
+        }
+    }
+
+    /// The schemes whose write is one step decline to plan one, and refuse to store one
+    /// (the volume then writes the plaintext as before); MT-EINT plans, and refuses a run
+    /// past the block limit at the plan.
+    #[test]
+    fn only_mt_eint_seals_without_the_state() {
+        for id in SchemeId::ALL {
+            let mut fx = Fixture::new(64);
+            let mut f = fx.file(id);
+            let sch = scheme(id);
+            let (env, tx) = fx.parts();
+            let plan = sch.seal_plan(&env, &f, 0, 1).unwrap();
+            let mt = matches!(id, SchemeId::MtEintGcm | SchemeId::MtEintCbc);
+            assert_eq!(plan.is_some(), mt, "{id:?}");
+            if mt {
+                let far = sch.seal_plan(&env, &f, MAX_BLOCKS, 1);
+                assert!(far.is_err(), "{id:?}: past the block limit");
+                continue;
+            }
+            let plan = SealPlan {
+                keys: Arc::clone(&f.keys),
+                id: f.id,
+                first: 0,
+                ctr: 1,
+            };
+            let mut data = [5u8; 64];
+            assert!(sch.seal_run(&env, &plan, &mut data).is_empty(), "{id:?}");
+            let r = sch.write_sealed(&env, &mut f, tx, &plan, &data, &[]);
+            assert!(!r.unwrap(), "{id:?}");
+            assert_eq!(f.blocks(), 0, "{id:?}");
         }
     }
 }

@@ -708,7 +708,7 @@ fn fixed_file(
         subject: intact_core::Subject::Inode(2),
         id: FILE,
         names: ObjectNames::of(&FILE),
-        keys: FileKeys::derive(&m, &FILE),
+        keys: std::sync::Arc::new(FileKeys::derive(&m, &FILE)),
         tree: TreeState::empty(&hasher, &FILE),
         ctrs: CounterIntervals::new(),
         ctr_hw: 0,

@@ -4,6 +4,8 @@
 
 #[allow(unused_imports)]
 use super::*;
+use crate::crypto::Hash;
+use crate::scheme::SealPlan;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub(super) struct OpenFile {
@@ -168,7 +170,7 @@ impl OpenFile {
         let state = StateCell::new(FileState {
             subject,
             id: inode.id,
-            keys: crypto::FileKeys::derive(&keys.master, &inode.id),
+            keys: Arc::new(crypto::FileKeys::derive(&keys.master, &inode.id)),
             names,
             tree: inode.tree,
             ctrs,
@@ -503,14 +505,9 @@ pub(super) fn stored_blocks(of: &OpenFile) -> u64 {
 /// the lock: copying would cost more than it saves).
 const VIEW_MAX: usize = 256 << 10;
 
-/// A read handed over by the engine to run without its lock ([`Inner::reader`]).
-pub(super) struct Reader {
-    /// The file's state: the read holds it (shared) throughout.
-    pub(super) state: Arc<RwLock<FileState>>,
-    /// The file's objects as the engine saw them ([`Tx::view`]).
-    view: Tx,
-    scheme: SchemeId,
-    size: u64,
+/// What an [`Env`] borrows from the engine, owned: for work handed over to run without the
+/// engine lock.
+struct OwnedEnv {
     keys: Arc<Keys>,
     cache: Arc<NodeCache>,
     metrics: Arc<Metrics>,
@@ -521,10 +518,22 @@ pub(super) struct Reader {
     inline_leaf: bool,
 }
 
-impl Reader {
-    /// Reads `buf` at `off` through the file's scheme; `state` is [`Reader::state`], held.
-    pub(super) fn read(mut self, state: &FileState, off: u64, buf: &mut [u8]) -> Result<usize> {
-        let env = Env {
+impl OwnedEnv {
+    fn of(inner: &Inner) -> Self {
+        OwnedEnv {
+            keys: Arc::clone(&inner.keys),
+            cache: Arc::clone(&inner.cache),
+            metrics: Arc::clone(&inner.metrics),
+            bs: inner.bs,
+            ctr_floor: inner.ctr_floor,
+            ctr_limit: inner.anchor.ctr_next,
+            max_object: inner.max_object,
+            inline_leaf: inner.inline_leaf,
+        }
+    }
+
+    fn env(&self) -> Env<'_> {
+        Env {
             bs: self.bs,
             hasher: &self.keys.hasher,
             leaf_key: &self.keys.leaf,
@@ -534,13 +543,66 @@ impl Reader {
             metrics: &self.metrics,
             max_object: self.max_object,
             inline_leaf: self.inline_leaf,
-        };
+        }
+    }
+}
+
+/// A read handed over by the engine to run without its lock ([`Inner::reader`]).
+pub(super) struct Reader {
+    /// The file's state: the read holds it (shared) throughout.
+    pub(super) state: Arc<RwLock<FileState>>,
+    /// The file's objects as the engine saw them ([`Tx::view`]).
+    view: Tx,
+    scheme: SchemeId,
+    size: u64,
+    env: OwnedEnv,
+}
+
+impl Reader {
+    /// Reads `buf` at `off` through the file's scheme; `state` is [`Reader::state`], held.
+    pub(super) fn read(mut self, state: &FileState, off: u64, buf: &mut [u8]) -> Result<usize> {
         let file = FileRead {
             scheme: self.scheme,
             size: self.size,
             dirty: &BTreeMap::new(),
         };
-        file.read(&env, &mut self.view, state, None, off, buf)
+        file.read(&self.env.env(), &mut self.view, state, None, off, buf)
+    }
+}
+
+/// Writes of at least this many bytes are encrypted without the engine lock, where the
+/// file's scheme allows it ([`Inner::sealer`]); below it, the second visit to the lock
+/// would cost more than the encryption it takes out.
+pub(super) const SEAL_UNLOCKED: usize = 64 << 10;
+
+/// A write's encryption handed over by the engine to run without its lock
+/// ([`Inner::sealer`]; docs/design.md, "Writes sealed without the engine lock").
+pub(super) struct Sealer {
+    plan: SealPlan,
+    scheme: SchemeId,
+    env: OwnedEnv,
+}
+
+/// A run encrypted by a [`Sealer`], to be stored by [`Inner::write_sealed`].
+pub(super) struct Sealed {
+    plan: SealPlan,
+    scheme: SchemeId,
+    /// The ciphertext.
+    data: Vec<u8>,
+    leaves: Vec<Hash>,
+}
+
+impl Sealer {
+    /// Encrypts a copy of `plain` (the write's bytes, full blocks) under the plan.
+    pub(super) fn seal(self, plain: &[u8]) -> Sealed {
+        let mut data = plain.to_vec();
+        let leaves = scheme(self.scheme).seal_run(&self.env.env(), &self.plan, &mut data);
+        Sealed {
+            plan: self.plan,
+            scheme: self.scheme,
+            data,
+            leaves,
+        }
     }
 }
 
@@ -594,14 +656,41 @@ impl Inner {
             view,
             scheme: of.inode.scheme,
             size,
-            keys: Arc::clone(&self.keys),
-            cache: Arc::clone(&self.cache),
-            metrics: Arc::clone(&self.metrics),
-            bs: self.bs,
-            ctr_floor: self.ctr_floor,
-            ctr_limit: self.anchor.ctr_next,
-            max_object: self.max_object,
-            inline_leaf: self.inline_leaf,
+            env: OwnedEnv::of(self),
+        }))
+    }
+
+    /// What a write of `len` bytes at `off` of file `ino` needs to be encrypted without the
+    /// engine lock, or `None` when it is written as any other: not whole blocks, a file the
+    /// `auto` policy observes, a scheme that does all of its work in
+    /// [`crate::scheme::Scheme::write_blocks`], or a length the file cannot reach (the write
+    /// itself then says why). The plan holds no lock and no state: the counter it chose is
+    /// checked again when the run is stored ([`Inner::write_sealed`]).
+    pub(super) fn sealer(&mut self, ino: u64, off: u64, len: usize) -> Result<Option<Sealer>> {
+        self.ensure_open(ino)?;
+        let bs = self.bs as u64;
+        let env = env!(self);
+        let of = &self.files[&ino];
+        let len = len as u64;
+        if of.inode.kind != Kind::File
+            || of.inode.auto
+            || len == 0
+            || !off.is_multiple_of(bs)
+            || !len.is_multiple_of(bs)
+            || off
+                .checked_add(len)
+                .is_none_or(|end| check_extent(&env, of, end).is_err())
+        {
+            return Ok(None);
+        }
+        let sch = scheme(of.inode.scheme);
+        let Some(plan) = sch.seal_plan(&env, &of.state.peek(), off / bs, len / bs)? else {
+            return Ok(None);
+        };
+        Ok(Some(Sealer {
+            plan,
+            scheme: of.inode.scheme,
+            env: OwnedEnv::of(self),
         }))
     }
 
@@ -636,6 +725,76 @@ impl Inner {
         self.maybe_commit();
         Ok(())
     }
+    /// Writes `plain` at `off` of file `ino` as [`Inner::write_ino`] does, storing the run
+    /// `sealed` encrypted without the engine lock when its plan still holds for the file
+    /// ([`crate::scheme::Scheme::write_sealed`]), and the plaintext through the scheme
+    /// otherwise (another scheme by now, or a counter that is no longer fresh: the file was
+    /// written, cut or reloaded meanwhile). Either way the result is the write's.
+    pub(super) fn write_sealed(
+        &mut self,
+        ino: u64,
+        off: u64,
+        plain: &[u8],
+        sealed: &Sealed,
+    ) -> Result<()> {
+        self.check_writable()?;
+        self.unsealed.refuse_if_full()?;
+        self.ensure_open(ino)?;
+        let env = env!(self);
+        let of = self.files.get_mut(&ino).expect("opened");
+        let bs = env.bs as u64;
+        let (first, count) = (off / bs, plain.len() as u64 / bs);
+        let end = off + plain.len() as u64;
+        if of.inode.scheme != sealed.scheme || of.inode.auto || sealed.plan.first != first {
+            return self.write_ino(ino, off, plain);
+        }
+        check_extent(&env, of, end)?;
+        let sch = scheme(of.inode.scheme);
+        let mut st = of.state.get();
+        let r = (|| {
+            if first > st.blocks() {
+                // The gap before the run: holes, as a flush makes them.
+                sch.resize(&env, &mut st, &mut self.tx, first)?;
+            }
+            sch.write_sealed(
+                &env,
+                &mut st,
+                &mut self.tx,
+                &sealed.plan,
+                &sealed.data,
+                &sealed.leaves,
+            )
+        })();
+        drop(st);
+        match r {
+            Err(e) => {
+                // The file's state may be half changed.
+                self.broke(&e);
+                return Err(e);
+            }
+            Ok(false) => return self.write_ino(ino, off, plain),
+            Ok(true) => {}
+        }
+        self.note_data(ino);
+        let of = self.files.get_mut(&ino).expect("opened");
+        // Dirty copies of the run's blocks are older than this write.
+        let before = of.dirty.len();
+        of.dirty.retain(|&b, _| b < first || b >= first + count);
+        self.dirty_bytes = self
+            .dirty_bytes
+            .saturating_sub((before - of.dirty.len()) * bs as usize);
+        of.inode.size = of.inode.size.max(end);
+        of.inode.mtime_ns = now_ns();
+        of.inode.ctime_ns = of.inode.mtime_ns;
+        of.record_dirty = true;
+        if of.written.0 != self.checkpoints_begun {
+            of.written = (self.checkpoints_begun, 0);
+        }
+        of.written.1 = of.written.1.saturating_add(plain.len());
+        self.maybe_commit();
+        Ok(())
+    }
+
     /// Writes a symlink's target, staged: logged with the request that creates the link,
     /// so that a crash never leaves a link without its target (direct writes of a request
     /// are checked after a crash and may be left out; docs/design.md, "The log").
@@ -722,5 +881,161 @@ impl Inner {
     /// pass over the idle ones).
     pub(super) fn records_over(&self, k: usize) -> bool {
         self.files.len() >= self.records + k * DIRTY_RECORDS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crypto::KdfParams;
+    use crate::store::{MemStore, MemTrusted, TrustedStore};
+
+    fn volume() -> (Volume, u64) {
+        let trusted = MemTrusted::new();
+        let vol = Volume::create(
+            Arc::new(MemStore::new()),
+            move |_| Ok(Box::new(trusted) as Box<dyn TrustedStore>),
+            b"pw",
+            &CreateOptions {
+                kdf: KdfParams::TEST,
+                ..Default::default()
+            },
+            &Options::default(),
+        )
+        .unwrap();
+        let ino = vol.create_file("/f", None).unwrap();
+        (vol, ino)
+    }
+
+    fn blocks(byte: u8, n: usize) -> Vec<u8> {
+        (0..n * 4096).map(|i| byte ^ (i / 4096) as u8).collect()
+    }
+
+    /// A large write planned, sealed without the engine lock and stored: the run goes
+    /// through the scheme at once under the planned counter (nothing left dirty), over an
+    /// earlier write into one of its blocks (which, when requests are not logged, waits in
+    /// memory, and is dropped: it is older than the run), and the file reads back the run,
+    /// also after a seal.
+    #[test]
+    fn a_sealed_write_is_stored_under_its_planned_counter() {
+        for all_or_nothing in [false, true] {
+            let (vol, ino) = volume();
+            vol.set_all_or_nothing(all_or_nothing);
+            vol.write_ino(ino, 2 * 4096 + 100, b"older").unwrap();
+            let run = blocks(0x40, 16);
+            let (sealed, dirty_bytes) = {
+                let mut g = vol.shared.lock();
+                let waiting = g.files[&ino].dirty.len();
+                assert_eq!(waiting, all_or_nothing as usize);
+                let s = g.sealer(ino, 0, run.len()).unwrap();
+                (s.expect("mt-eint seals"), g.dirty_bytes - waiting * 4096)
+            };
+            let ctr = sealed.plan.ctr;
+            let sealed = sealed.seal(&run);
+            {
+                let mut g = vol.shared.lock();
+                g.write_sealed(ino, 0, &run, &sealed).unwrap();
+                let of = &g.files[&ino];
+                assert!(of.dirty.is_empty(), "stored through the scheme at once");
+                assert_eq!(g.dirty_bytes, dirty_bytes, "the older block's bytes");
+                let st = of.state.peek();
+                assert_eq!(st.blocks(), 16);
+                assert_eq!(st.ctrs.max_in(0, 16), ctr);
+                assert_eq!(st.ctrs.runs(0, 16).count(), 1, "one counter for the run");
+            }
+            assert_eq!(vol.attr(ino).unwrap().size, run.len() as u64);
+            let mut back = vec![0u8; run.len()];
+            assert_eq!(vol.read_ino(ino, 0, &mut back).unwrap(), run.len());
+            assert_eq!(back, run);
+            vol.sync().unwrap();
+            assert_eq!(vol.read_ino(ino, 0, &mut back).unwrap(), run.len());
+            assert_eq!(back, run, "after the seal");
+            assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+        }
+    }
+
+    /// A sealed write overtaken between its plan and its storing is stored only if its
+    /// counter is still fresh, and otherwise written again from its plaintext: either way
+    /// the file holds the later write, and every block's new counter is above every one
+    /// the block had (no block stored twice under one counter). Overtaken by a write of
+    /// one of its blocks, pushed through the scheme by a seal (it took the plan's counter:
+    /// the run is written again, above it), or by a cut of the file (the cut blocks'
+    /// counters go to `ctr_hw`, below the plan's).
+    #[test]
+    fn a_sealed_write_overtaken_by_another_is_written_from_its_plaintext() {
+        for cut in [false, true] {
+            let (vol, ino) = volume();
+            vol.write_ino(ino, 0, &blocks(1, 8)).unwrap();
+            vol.sync().unwrap();
+            let run = blocks(0x80, 8);
+            let sealer = vol.shared.lock().sealer(ino, 0, run.len()).unwrap();
+            let sealer = sealer.expect("mt-eint seals");
+            let planned = sealer.plan.ctr;
+            let sealed = sealer.seal(&run);
+            if cut {
+                let size = SetAttr {
+                    size: Some(4096),
+                    ..Default::default()
+                };
+                vol.setattr(ino, &size).unwrap();
+            } else {
+                vol.write_ino(ino, 3 * 4096, &[9u8; 4096]).unwrap();
+            }
+            vol.sync().unwrap();
+            let (before, hw) = {
+                let g = vol.shared.lock();
+                let st = g.files[&ino].state.peek();
+                (st.ctrs.clone(), st.ctr_hw)
+            };
+            if !cut {
+                assert_eq!(before.get(3), planned, "the other write took the counter");
+            }
+            vol.shared
+                .lock()
+                .write_sealed(ino, 0, &run, &sealed)
+                .unwrap();
+            vol.sync().unwrap();
+            {
+                let g = vol.shared.lock();
+                let st = g.files[&ino].state.peek();
+                for b in 0..8 {
+                    let had = if b < before.blocks() {
+                        before.get(b)
+                    } else {
+                        0
+                    };
+                    let now = st.ctrs.get(b);
+                    assert!(now > had.max(hw), "cut {cut}, block {b}: counter {now}");
+                    if !cut {
+                        assert!(now > planned, "block {b}: written again, above the plan");
+                    }
+                }
+            }
+            let mut back = vec![0u8; run.len()];
+            assert_eq!(vol.read_ino(ino, 0, &mut back).unwrap(), run.len());
+            assert_eq!(back, run, "cut {cut}: the later write");
+            assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+        }
+    }
+
+    /// Writes the plan cannot take: not whole blocks, too small to be worth it at the
+    /// volume's entry (decided by the caller), a scheme that seals in one step.
+    #[test]
+    fn writes_that_are_not_sealed_without_the_lock() {
+        let (vol, ino) = volume();
+        let aead = vol.create_file("/a", Some(SchemeId::Aead)).unwrap();
+        let mut g = vol.shared.lock();
+        assert!(
+            g.sealer(ino, 100, 8192).unwrap().is_none(),
+            "unaligned start"
+        );
+        assert!(g.sealer(ino, 0, 8000).unwrap().is_none(), "partial block");
+        assert!(g.sealer(ino, 0, 0).unwrap().is_none(), "nothing");
+        assert!(g.sealer(aead, 0, 8192).unwrap().is_none(), "aead");
+        assert!(
+            g.sealer(ino, u64::MAX - 4095, 4096).unwrap().is_none(),
+            "no end"
+        );
+        assert!(g.sealer(ino, 4096, 8192).unwrap().is_some());
     }
 }

@@ -138,6 +138,10 @@ impl Inner {
                     self.metrics.forget_files([&of.inode.id]);
                 }
             }
+            // And what the transaction learnt of its objects (their lengths): the walk is
+            // one request, so the end of a request never comes to drop them (at 10^6 files
+            // they held over 300 MB of fsck's memory).
+            self.tx.forget_clean();
         }
         let mut lost = Vec::new();
         self.each_record(|ino, r| {
@@ -508,5 +512,49 @@ mod tests {
             [stray.as_str(), "f/zz/not-an-id.m"],
             "{name} is live"
         );
+    }
+
+    /// fsck is one request, so what the transaction learns of the objects it reads (their
+    /// lengths) is not dropped at a request's end: the walk drops it as it goes, and the
+    /// objects known stay near the transaction's bound however many files there are (at
+    /// 10^6 files they held over 300 MB).
+    #[test]
+    fn the_walk_forgets_the_objects_it_read() {
+        const FILES: usize = 6000;
+        let store = Arc::new(MemStore::new());
+        let trusted = MemTrusted::new();
+        let opts = CreateOptions {
+            kdf: KdfParams::TEST,
+            ..Default::default()
+        };
+        let t = trusted.clone();
+        let vol = Volume::create(
+            store.clone(),
+            move |_| Ok(Box::new(t) as Box<dyn TrustedStore>),
+            b"pw",
+            &opts,
+            &Options::default(),
+        )
+        .unwrap();
+        for d in 0..6 {
+            vol.mkdir(&format!("/d{d}")).unwrap();
+            for i in 0..FILES / 6 {
+                let path = format!("/d{d}/f{i}");
+                vol.create_file(&path, None).unwrap();
+                vol.write_path(&path, 0, b"x").unwrap();
+            }
+        }
+        drop(vol);
+        let vol = Volume::open(store, Box::new(trusted), b"pw", &Options::default()).unwrap();
+        let mut g = vol.shared.lock();
+        let mut checked = 0;
+        assert!(g.fsck(&mut |n| checked += n).unwrap().is_empty());
+        // Every file's block, and the directories' units.
+        assert!(
+            checked > FILES as u64 * g.bs as u64,
+            "{checked} bytes checked"
+        );
+        let known = g.tx.known();
+        assert!(known < FILES, "{known} objects known after the walk");
     }
 }
