@@ -503,11 +503,11 @@ pub(super) fn stored_blocks(of: &OpenFile) -> u64 {
 
 /// Staged bytes a read copies to go on without the engine lock (past them it runs under
 /// the lock: copying would cost more than it saves).
-const VIEW_MAX: usize = 256 << 10;
+pub(super) const VIEW_MAX: usize = 256 << 10;
 
 /// What an [`Env`] borrows from the engine, owned: for work handed over to run without the
 /// engine lock.
-struct OwnedEnv {
+pub(super) struct OwnedEnv {
     keys: Arc<Keys>,
     cache: Arc<NodeCache>,
     metrics: Arc<Metrics>,
@@ -519,7 +519,7 @@ struct OwnedEnv {
 }
 
 impl OwnedEnv {
-    fn of(inner: &Inner) -> Self {
+    pub(super) fn of(inner: &Inner) -> Self {
         OwnedEnv {
             keys: Arc::clone(&inner.keys),
             cache: Arc::clone(&inner.cache),
@@ -532,7 +532,7 @@ impl OwnedEnv {
         }
     }
 
-    fn env(&self) -> Env<'_> {
+    pub(super) fn env(&self) -> Env<'_> {
         Env {
             bs: self.bs,
             hasher: &self.keys.hasher,

@@ -1,7 +1,9 @@
 //! The checker (every block of every file), orphans, volume facts and integrity metrics.
 
+use super::file_io::{OwnedEnv, VIEW_MAX};
 #[allow(unused_imports)]
 use super::*;
+use std::sync::{Mutex, RwLock};
 
 /// Verifies every stored block of a file; returns every failure (one per failing block).
 pub(super) fn check_all_blocks(
@@ -10,19 +12,29 @@ pub(super) fn check_all_blocks(
     of: &mut OpenFile,
     progress: &mut dyn FnMut(u64),
 ) -> std::result::Result<(), Vec<Error>> {
+    check_state(env, tx, of.inode.scheme, &of.state.peek(), progress)
+}
+
+/// [`check_all_blocks`] of a file's state and objects (`tx` may be a view of them).
+fn check_state(
+    env: &Env,
+    tx: &mut Tx,
+    id: SchemeId,
+    st: &FileState,
+    progress: &mut dyn FnMut(u64),
+) -> std::result::Result<(), Vec<Error>> {
     const CHUNK: u64 = 256;
-    let sch = scheme(of.inode.scheme);
-    let st = of.state.peek();
+    let sch = scheme(id);
     let blocks = st.blocks();
     let mut errs = Vec::new();
-    let mut buf = vec![0u8; CHUNK as usize * env.bs];
+    let mut buf = vec![0u8; blocks.min(CHUNK) as usize * env.bs];
     let mut b = 0;
     while b < blocks {
         let n = (blocks - b).min(CHUNK);
         let chunk = &mut buf[..(n as usize * env.bs)];
-        if sch.read_blocks(env, &st, tx, b, chunk).is_err() {
+        if sch.read_blocks(env, st, tx, b, chunk).is_err() {
             for k in b..b + n {
-                if let Err(e) = sch.read_blocks(env, &st, tx, k, &mut chunk[..env.bs]) {
+                if let Err(e) = sch.read_blocks(env, st, tx, k, &mut chunk[..env.bs]) {
                     errs.push(e);
                 }
             }
@@ -34,6 +46,47 @@ pub(super) fn check_all_blocks(
         Ok(())
     } else {
         Err(errs)
+    }
+}
+
+/// A file's blocks to verify on a worker of [`Inner::fsck`], holding no engine state but
+/// the file's (shared) and a view of its objects, as a read without the engine lock does
+/// (docs/design.md, "Reads without the engine lock"): the walk holds the engine lock
+/// throughout, so nothing writes the file meanwhile.
+struct Check {
+    path: String,
+    state: Arc<RwLock<FileState>>,
+    view: Tx,
+    scheme: SchemeId,
+    /// The bytes it covers (the file's stored blocks).
+    bytes: u64,
+    /// The walk loaded the record for this check (and has dropped it since): the worker
+    /// drops the file's metrics after it, which its reads brought back.
+    loaded: bool,
+}
+
+/// What a worker sends back: the path, its failures, and the bytes it checked.
+type Checked = (String, Vec<Error>, u64);
+
+/// Workers of [`Inner::fsck`]: enough to keep the store busy (a cold walk waits for reads
+/// of small objects at random places) on every core.
+fn fsck_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()) * 2
+}
+
+/// A failure of `path` as fsck reports it.
+fn fsck_failure(path: &str, e: Error) -> FsckFailure {
+    match e {
+        Error::Tampered { block, what, .. } => FsckFailure {
+            path: path.to_string(),
+            block,
+            what,
+        },
+        other => FsckFailure {
+            path: path.to_string(),
+            block: None,
+            what: other.to_string(),
+        },
     }
 }
 
@@ -57,25 +110,73 @@ impl Reached {
 }
 
 impl Inner {
+    /// Checks every block of every file and directory reached from the root (and the
+    /// unlinked list), and lists records nothing reaches. The walk lists directories and
+    /// loads records; files' blocks are verified by [`fsck_workers`] threads meanwhile, each
+    /// through a view of the file's objects. Failures are sorted by path and block, lost
+    /// records last.
     pub(super) fn fsck(&mut self, progress: &mut dyn FnMut(u64)) -> Result<Vec<FsckFailure>> {
+        let workers = fsck_workers();
+        let (jobs, queue) = std::sync::mpsc::sync_channel::<Vec<Check>>(2 * workers);
+        let (done, results) = std::sync::mpsc::channel::<Checked>();
+        let queue = Mutex::new(queue);
+        let env = OwnedEnv::of(self);
+        std::thread::scope(|s| {
+            for _ in 0..workers {
+                let (queue, done, env) = (&queue, done.clone(), &env);
+                s.spawn(move || loop {
+                    let batch = queue.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                    let Ok(batch) = batch else { break };
+                    for mut job in batch {
+                        let env = env.env();
+                        let st = job.state.read().unwrap_or_else(|p| p.into_inner());
+                        let mut bytes = 0;
+                        let r =
+                            check_state(&env, &mut job.view, job.scheme, &st, &mut |n| bytes += n);
+                        if job.loaded {
+                            env.metrics.forget_files([&st.id]);
+                        }
+                        drop(st);
+                        let _ = done.send((job.path, r.err().unwrap_or_default(), bytes));
+                    }
+                });
+            }
+            drop(done);
+            // The walk drops its end of the queue when it returns: the workers then end.
+            let walked = self.fsck_walk(progress, jobs, &results);
+            let mut failures = Vec::new();
+            for (path, errs, bytes) in results.iter() {
+                progress(bytes);
+                failures.extend(errs.into_iter().map(|e| fsck_failure(&path, e)));
+            }
+            let (walk_failures, reached) = walked?;
+            failures.extend(walk_failures);
+            failures.sort_by(|a, b| (&a.path, a.block).cmp(&(&b.path, b.block)));
+            if let Some(reached) = reached {
+                self.fsck_lost(&reached, &mut failures)?;
+            }
+            Ok(failures)
+        })
+    }
+
+    /// The walk of [`Inner::fsck`]: checks the inode table, directories, extended
+    /// attribute sets and what cannot go to a worker here, and hands files to the workers
+    /// through `jobs`, draining `results` on the way (their failures come back through
+    /// `results`; the caller collects the rest). Returns its own failures and the inodes
+    /// it reached (`None`: the inode table itself failed, so nothing else was looked at).
+    fn fsck_walk(
+        &mut self,
+        progress: &mut dyn FnMut(u64),
+        jobs: std::sync::mpsc::SyncSender<Vec<Check>>,
+        results: &std::sync::mpsc::Receiver<Checked>,
+    ) -> Result<(Vec<FsckFailure>, Option<Reached>)> {
         let mut failures = Vec::new();
-        let fail = |path: &str, e: Error| match e {
-            Error::Tampered { block, what, .. } => FsckFailure {
-                path: path.to_string(),
-                block,
-                what,
-            },
-            other => FsckFailure {
-                path: path.to_string(),
-                block: None,
-                what: other.to_string(),
-            },
-        };
+        let fail = fsck_failure;
         // The whole inode table.
         let env = env!(self);
         if let Err(e) = check_all_blocks(&env, &mut self.tx, &mut self.itable, &mut |_| {}) {
             failures.extend(e.into_iter().map(|e| fail("<inode table>", e)));
-            return Ok(failures);
+            return Ok((failures, None));
         }
         // One bit per inode: memory flat in the number of files.
         let mut reached = Reached::new(self.header.count);
@@ -93,43 +194,75 @@ impl Inner {
                 }
             };
         }
+        // The inode table's block the last record came from, verified and decrypted (the
+        // walk reads the records of a directory's files, mostly neighbours, in turn).
+        let mut table: Option<(u64, Vec<u8>)> = None;
+        const BATCH_FILES: usize = 64;
+        const BATCH_BYTES: u64 = 1 << 20;
+        let (mut batch, mut batch_bytes) = (Vec::new(), 0);
         while let Some((path, ino)) = stack.pop() {
             reached.insert(ino);
+            while let Ok((path, errs, bytes)) = results.try_recv() {
+                progress(bytes);
+                failures.extend(errs.into_iter().map(|e| fail(&path, e)));
+            }
             // A record this walk reads is dropped once checked (the engine's resident
             // records stay as they were; memory stays flat however many files there are).
             let loaded = !self.files.contains_key(&ino);
-            if let Err(e) = self.ensure_open(ino) {
+            if let Err(e) = self.ensure_open_with(ino, |g, ino| g.read_record_from(ino, &mut table))
+            {
                 failures.push(fail(&path, e));
                 continue;
             }
-            let env = env!(self);
-            let of = self.files.get_mut(&ino).expect("opened");
-            match check_all_blocks(&env, &mut self.tx, of, progress) {
-                Err(errs) => failures.extend(errs.into_iter().map(|e| fail(&path, e))),
-                Ok(()) => {
-                    if of.inode.xattr != 0 {
-                        stack.push((
-                            format!("{path} (extended attributes)"),
-                            of.inode.xattr as u64,
-                        ));
+            let of = &self.files[&ino];
+            if of.inode.xattr != 0 {
+                stack.push((
+                    format!("{path} (extended attributes)"),
+                    of.inode.xattr as u64,
+                ));
+            }
+            let check = match of.inode.kind {
+                Kind::Dir | Kind::Xattr => None,
+                _ => self.fsck_check(ino, &path, loaded)?,
+            };
+            match check {
+                Some(c) => {
+                    // Small files go in batches (one hand-over each would cost more than
+                    // checking them). Sent, the walk waits while the queue is full: the
+                    // workers set the pace.
+                    batch_bytes += c.bytes;
+                    batch.push(c);
+                    if batch.len() >= BATCH_FILES || batch_bytes >= BATCH_BYTES {
+                        batch_bytes = 0;
+                        if jobs.send(std::mem::take(&mut batch)).is_err() {
+                            return Err(Error::Invalid("fsck's workers ended early".into()));
+                        }
                     }
-                    if of.inode.kind == Kind::Dir {
-                        let mut children = Vec::new();
-                        let r = self.dir_each(ino, &path, |_, e| {
-                            children.push((e.name, e.ino));
-                            Ok(())
-                        });
-                        if let Err(e) = r {
-                            failures.push(fail(&path, e));
+                }
+                None => {
+                    let env = env!(self);
+                    let of = self.files.get_mut(&ino).expect("opened");
+                    match check_all_blocks(&env, &mut self.tx, of, progress) {
+                        Err(errs) => failures.extend(errs.into_iter().map(|e| fail(&path, e))),
+                        Ok(()) if of.inode.kind == Kind::Dir => {
+                            let mut children = Vec::new();
+                            let r = self.dir_each(ino, &path, |_, e| {
+                                children.push((e.name, e.ino));
+                                Ok(())
+                            });
+                            if let Err(e) = r {
+                                failures.push(fail(&path, e));
+                            }
+                            for (name, child) in children.into_iter().rev() {
+                                let p = if path == "/" {
+                                    format!("/{name}")
+                                } else {
+                                    format!("{path}/{name}")
+                                };
+                                stack.push((p, child));
+                            }
                         }
-                        for (name, child) in children.into_iter().rev() {
-                            let p = if path == "/" {
-                                format!("/{name}")
-                            } else {
-                                format!("{path}/{name}")
-                            };
-                            stack.push((p, child));
-                        }
+                        Ok(()) => {}
                     }
                 }
             }
@@ -143,23 +276,86 @@ impl Inner {
             // they held over 300 MB of fsck's memory).
             self.tx.forget_clean();
         }
+        if !batch.is_empty() && jobs.send(batch).is_err() {
+            return Err(Error::Invalid("fsck's workers ended early".into()));
+        }
+        Ok((failures, Some(reached)))
+    }
+
+    /// Record `ino`, from `table` (the inode table's block last read, verified) or from the
+    /// block that holds it, read and verified whole and kept in `table`. Only for a walk
+    /// that changes nothing (fsck's holds the engine lock and writes nothing): the block
+    /// kept is not told of changes.
+    fn read_record_from(&mut self, ino: u64, table: &mut Option<(u64, Vec<u8>)>) -> Result<Inode> {
+        // A block of the table, or a record where blocks are smaller (block sizes are
+        // powers of two, so a unit holds whole records).
+        let unit = self.bs.max(RECORD_SIZE);
+        let per = (unit / RECORD_SIZE) as u64;
+        let (block, k) = (ino / per, (ino % per) as usize);
+        if table.as_ref().is_none_or(|(b, _)| *b != block) {
+            let mut buf = vec![0u8; unit];
+            let env = env!(self);
+            let n = file_read(
+                &env,
+                &mut self.tx,
+                &mut self.itable,
+                block * unit as u64,
+                &mut buf,
+            )?;
+            buf.truncate(n);
+            *table = Some((block, buf));
+        }
+        let buf = &table.as_ref().expect("read above").1;
+        match buf.get(k * RECORD_SIZE..(k + 1) * RECORD_SIZE) {
+            Some(r) => decode_record(ino, r),
+            None => Err(Error::tampered(
+                Subject::InodeTable,
+                None,
+                format!("inode {ino} is past the end of the table"),
+            )),
+        }
+    }
+
+    /// File `ino`'s check for a worker of [`Inner::fsck`], or `None` when it is checked by
+    /// the walk itself: its scheme's read index is not loaded, or its staged bytes are many
+    /// (the view would copy them).
+    fn fsck_check(&mut self, ino: u64, path: &str, loaded: bool) -> Result<Option<Check>> {
+        let of = &self.files[&ino];
+        let (id, n) = (of.inode.scheme, &of.state.names);
+        if !scheme(id).read_ready(&of.state.peek()) {
+            return Ok(None);
+        }
+        let Some(view) = self.tx.view(&[&n.data, &n.meta, &n.ctrs], VIEW_MAX)? else {
+            return Ok(None);
+        };
+        Ok(Some(Check {
+            path: path.to_string(),
+            bytes: of.state.blocks() * self.bs as u64,
+            state: of.state.share(),
+            view,
+            scheme: id,
+            loaded,
+        }))
+    }
+
+    /// Records in use that the walk did not reach: lost files.
+    fn fsck_lost(&mut self, reached: &Reached, failures: &mut Vec<FsckFailure>) -> Result<()> {
         let mut lost = Vec::new();
-        self.each_record(|ino, r| {
+        if let Err(e) = self.each_record(|ino, r| {
             if r.kind != Kind::Free && !reached.contains(ino) {
                 lost.push(ino);
             }
-        })
-        .or_else(|e| {
-            failures.push(fail("<inode table>", e));
-            Ok::<(), Error>(())
-        })?;
+        }) {
+            failures.push(fsck_failure("<inode table>", e));
+        }
         failures.extend(lost.into_iter().map(|ino| FsckFailure {
             path: format!("<inode {ino}>"),
             block: None,
             what: "allocated but not referenced by any directory (lost file)".into(),
         }));
-        Ok(failures)
+        Ok(())
     }
+
     /// Calls `f` with every inode record (root onwards) in order, resident files' as they
     /// are in memory. The inode table is read 256 records at a time (each of its blocks
     /// verified once, not once per record) and nothing is kept: memory stays flat however
@@ -556,5 +752,49 @@ mod tests {
         );
         let known = g.tx.known();
         assert!(known < FILES, "{known} objects known after the walk");
+    }
+
+    /// Files are checked by several workers at once: every damaged block of every file is
+    /// reported once, named by its path and block, in path order whatever order the
+    /// workers finished in, and every file's bytes count in the progress.
+    #[test]
+    fn workers_report_every_damaged_block_once_in_path_order() {
+        let store = Arc::new(MemStore::new());
+        let trusted = MemTrusted::new();
+        let vol = Volume::create(
+            store.clone(),
+            move |_| Ok(Box::new(trusted) as Box<dyn TrustedStore>),
+            b"pw",
+            &CreateOptions {
+                kdf: KdfParams::TEST,
+                ..Default::default()
+            },
+            &Options::default(),
+        )
+        .unwrap();
+        vol.mkdir("/d").unwrap();
+        for i in 0..64 {
+            let path = format!("/d/f{i:02}");
+            vol.create_file(&path, None).unwrap();
+            vol.write_path(&path, 0, &[i as u8; 3 * 4096]).unwrap();
+        }
+        vol.sync().unwrap();
+        let mut want = Vec::new();
+        for i in (0..64).step_by(5) {
+            let path = format!("/d/f{i:02}");
+            let id = hex::decode(vol.stat(&path).unwrap().file_id).unwrap();
+            let name = ObjectNames::of(&id.try_into().unwrap()).data;
+            let block = (i % 3) as u64;
+            store
+                .with_object(&name, |o| o[block as usize * 4096 + 17] ^= 1)
+                .unwrap();
+            want.push((path, Some(block)));
+        }
+        let mut checked = 0;
+        let failures = vol.fsck(&mut |n| checked += n).unwrap();
+        let got: Vec<(String, Option<u64>)> =
+            failures.iter().map(|f| (f.path.clone(), f.block)).collect();
+        assert_eq!(got, want);
+        assert!(checked >= 64 * 3 * 4096, "{checked} bytes counted");
     }
 }

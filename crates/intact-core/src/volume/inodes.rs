@@ -134,6 +134,16 @@ impl Inner {
         Ok(())
     }
     pub(super) fn ensure_open(&mut self, ino: u64) -> Result<()> {
+        self.ensure_open_with(ino, Self::read_record)
+    }
+
+    /// [`Inner::ensure_open`], reading the record with `read` (fsck's walk reads the inode
+    /// table a block at a time).
+    pub(super) fn ensure_open_with(
+        &mut self,
+        ino: u64,
+        read: impl FnOnce(&mut Self, u64) -> Result<Inode>,
+    ) -> Result<()> {
         if self.files.contains_key(&ino) {
             return Ok(());
         }
@@ -149,7 +159,7 @@ impl Inner {
                 "directory entry points outside the inode table",
             ));
         }
-        let inode = self.read_record(ino)?;
+        let inode = read(self, ino)?;
         if inode.kind == Kind::Free {
             return Err(Error::tampered(
                 Subject::Inode(ino),
