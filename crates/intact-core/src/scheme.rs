@@ -1001,6 +1001,11 @@ pub(crate) mod fixture {
             }
         }
 
+        /// What the scheme's calls were measured at.
+        pub(crate) fn metrics(&self) -> &Metrics {
+            &self.metrics
+        }
+
         /// The context and the transaction, borrowed at once.
         pub(crate) fn parts(&mut self) -> (Env<'_>, &mut Tx) {
             let env = Env {
@@ -1715,6 +1720,13 @@ mod tests {
                         assert_eq!(ba, bb, "{what}: {name}");
                     }
                 }
+                // Measured alike: the blocks written and the bytes of data and integrity.
+                let (ma, mb) = (a.metrics().file(&fa.id), b.metrics().file(&fb.id));
+                assert_eq!(mb.blocks_written, 1 + 3 + 4 + 2 + 1);
+                assert_eq!(
+                    (ma.blocks_written, ma.data, ma.integrity),
+                    (mb.blocks_written, mb.data, mb.integrity)
+                );
                 let (env, tx) = b.parts();
                 let (env_a, tx_a) = a.parts();
                 assert_eq!(

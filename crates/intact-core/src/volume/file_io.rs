@@ -197,6 +197,14 @@ impl OpenFile {
         })
     }
 
+    /// Counts `len` bytes written in checkpoint number `checkpoint` ([`OpenFile::written`]).
+    pub(super) fn note_written(&mut self, checkpoint: u64, len: usize) {
+        if self.written.0 != checkpoint {
+            self.written = (checkpoint, 0);
+        }
+        self.written.1 = self.written.1.saturating_add(len);
+    }
+
     pub(super) fn is_dirty(&self) -> bool {
         !self.dirty.is_empty() || self.record_dirty || self.dir_dirty || self.xattrs_dirty
     }
@@ -709,10 +717,7 @@ impl Inner {
         let of = self.files.get_mut(&ino).expect("opened");
         let before = of.dirty.len();
         file_write(&env, &mut self.tx, of, off, data)?;
-        if of.written.0 != self.checkpoints_begun {
-            of.written = (self.checkpoints_begun, 0);
-        }
-        of.written.1 = of.written.1.saturating_add(data.len());
+        of.note_written(self.checkpoints_begun, data.len());
         self.dirty_bytes += of.dirty.len().saturating_sub(before) * env.bs;
         if of.dirty.len() * env.bs >= FILE_DIRTY_LIMIT {
             self.dirty_bytes = self.dirty_bytes.saturating_sub(of.dirty.len() * env.bs);
@@ -787,10 +792,7 @@ impl Inner {
         of.inode.mtime_ns = now_ns();
         of.inode.ctime_ns = of.inode.mtime_ns;
         of.record_dirty = true;
-        if of.written.0 != self.checkpoints_begun {
-            of.written = (self.checkpoints_begun, 0);
-        }
-        of.written.1 = of.written.1.saturating_add(plain.len());
+        of.note_written(self.checkpoints_begun, plain.len());
         self.maybe_commit();
         Ok(())
     }
@@ -911,47 +913,103 @@ mod tests {
         (0..n * 4096).map(|i| byte ^ (i / 4096) as u8).collect()
     }
 
-    /// A large write planned, sealed without the engine lock and stored: the run goes
-    /// through the scheme at once under the planned counter (nothing left dirty), over an
-    /// earlier write into one of its blocks (which, when requests are not logged, waits in
-    /// memory, and is dropped: it is older than the run), and the file reads back the run,
-    /// also after a seal.
+    /// A large write planned, sealed without the engine lock and stored: the run (blocks
+    /// 4..20 of 24) goes through the scheme at once under the planned counter. An earlier
+    /// write into one of its blocks is dropped (older than the run); earlier writes around
+    /// it stay. When requests are not logged, those writes wait in memory as dirty blocks,
+    /// which is what the run must drop or keep. The file reads back the run and the writes
+    /// around it, also after a seal.
     #[test]
     fn a_sealed_write_is_stored_under_its_planned_counter() {
         for all_or_nothing in [false, true] {
             let (vol, ino) = volume();
+            let mut want = blocks(1, 24);
+            vol.write_ino(ino, 0, &want).unwrap();
+            vol.sync().unwrap();
             vol.set_all_or_nothing(all_or_nothing);
-            vol.write_ino(ino, 2 * 4096 + 100, b"older").unwrap();
+            for (at, bytes) in [
+                (100, &b"before"[..]),
+                (5 * 4096 + 100, b"older"),
+                (22 * 4096 + 9, b"after"),
+            ] {
+                vol.write_ino(ino, at, bytes).unwrap();
+                want[at as usize..at as usize + bytes.len()].copy_from_slice(bytes);
+            }
             let run = blocks(0x40, 16);
+            want[4 * 4096..20 * 4096].copy_from_slice(&run);
             let (sealed, dirty_bytes) = {
                 let mut g = vol.shared.lock();
                 let waiting = g.files[&ino].dirty.len();
-                assert_eq!(waiting, all_or_nothing as usize);
-                let s = g.sealer(ino, 0, run.len()).unwrap();
-                (s.expect("mt-eint seals"), g.dirty_bytes - waiting * 4096)
+                assert_eq!(waiting, 3 * all_or_nothing as usize);
+                let s = g.sealer(ino, 4 * 4096, run.len()).unwrap();
+                (s.expect("mt-eint seals"), g.dirty_bytes)
             };
             let ctr = sealed.plan.ctr;
+            assert_eq!(sealed.plan.first, 4);
             let sealed = sealed.seal(&run);
+            assert_eq!(sealed.leaves.len(), 16);
             {
                 let mut g = vol.shared.lock();
-                g.write_sealed(ino, 0, &run, &sealed).unwrap();
+                g.write_sealed(ino, 4 * 4096, &run, &sealed).unwrap();
                 let of = &g.files[&ino];
-                assert!(of.dirty.is_empty(), "stored through the scheme at once");
-                assert_eq!(g.dirty_bytes, dirty_bytes, "the older block's bytes");
+                let dirty: Vec<u64> = of.dirty.keys().copied().collect();
+                let kept = if all_or_nothing { vec![0, 22] } else { vec![] };
+                assert_eq!(dirty, kept, "only the run's dirty block is dropped");
+                let dropped = all_or_nothing as usize * 4096;
+                assert_eq!(g.dirty_bytes, dirty_bytes - dropped);
                 let st = of.state.peek();
-                assert_eq!(st.blocks(), 16);
-                assert_eq!(st.ctrs.max_in(0, 16), ctr);
-                assert_eq!(st.ctrs.runs(0, 16).count(), 1, "one counter for the run");
+                assert_eq!(st.blocks(), 24);
+                assert_eq!(st.ctrs.max_in(4, 16), ctr);
+                assert_eq!(st.ctrs.runs(4, 16).count(), 1, "one counter for the run");
             }
-            assert_eq!(vol.attr(ino).unwrap().size, run.len() as u64);
-            let mut back = vec![0u8; run.len()];
-            assert_eq!(vol.read_ino(ino, 0, &mut back).unwrap(), run.len());
-            assert_eq!(back, run);
+            assert_eq!(vol.attr(ino).unwrap().size, want.len() as u64);
+            let mut back = vec![0u8; want.len()];
+            assert_eq!(vol.read_ino(ino, 0, &mut back).unwrap(), want.len());
+            assert!(back == want, "all or nothing {all_or_nothing}");
             vol.sync().unwrap();
-            assert_eq!(vol.read_ino(ino, 0, &mut back).unwrap(), run.len());
-            assert_eq!(back, run, "after the seal");
+            assert_eq!(vol.read_ino(ino, 0, &mut back).unwrap(), want.len());
+            assert!(
+                back == want,
+                "all or nothing {all_or_nothing}: after the seal"
+            );
             assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
         }
+    }
+
+    /// A sealed run past the end of the file: the gap before it becomes holes (zeros), as a
+    /// flush makes them.
+    #[test]
+    fn a_sealed_write_past_the_end_leaves_holes_before_it() {
+        let (vol, ino) = volume();
+        let run = blocks(0x20, 16);
+        let sealed = vol.shared.lock().sealer(ino, 10 * 4096, run.len()).unwrap();
+        let sealed = sealed.expect("mt-eint seals").seal(&run);
+        vol.shared
+            .lock()
+            .write_sealed(ino, 10 * 4096, &run, &sealed)
+            .unwrap();
+        let mut back = vec![1u8; 26 * 4096];
+        assert_eq!(vol.read_ino(ino, 0, &mut back).unwrap(), back.len());
+        assert!(back[..10 * 4096].iter().all(|&b| b == 0), "holes");
+        assert!(back[10 * 4096..] == run[..]);
+        vol.sync().unwrap();
+        assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+    }
+
+    /// At the volume's entry: writes of [`SEAL_UNLOCKED`] bytes or more are sealed without
+    /// the lock (stored at once, nothing left in memory even when requests are not logged),
+    /// smaller ones are written as before (left dirty until a flush).
+    #[test]
+    fn writes_from_the_threshold_on_are_sealed_without_the_lock() {
+        let (vol, ino) = volume();
+        vol.set_all_or_nothing(true);
+        vol.write_ino(ino, 0, &blocks(3, SEAL_UNLOCKED / 4096))
+            .unwrap();
+        assert!(vol.shared.lock().files[&ino].dirty.is_empty(), "sealed");
+        let small = blocks(4, SEAL_UNLOCKED / 4096 - 1);
+        vol.write_ino(ino, 0, &small).unwrap();
+        let waiting = vol.shared.lock().files[&ino].dirty.len();
+        assert_eq!(waiting, small.len() / 4096, "written as before");
     }
 
     /// A sealed write overtaken between its plan and its storing is stored only if its
@@ -1024,7 +1082,14 @@ mod tests {
     fn writes_that_are_not_sealed_without_the_lock() {
         let (vol, ino) = volume();
         let aead = vol.create_file("/a", Some(SchemeId::Aead)).unwrap();
+        let auto = vol.create_file("/auto", None).unwrap();
         let mut g = vol.shared.lock();
+        g.ensure_open(auto).unwrap();
+        g.files.get_mut(&auto).expect("opened").inode.auto = true;
+        assert!(
+            g.sealer(auto, 0, 8192).unwrap().is_none(),
+            "observed by the policy"
+        );
         assert!(
             g.sealer(ino, 100, 8192).unwrap().is_none(),
             "unaligned start"
@@ -1036,6 +1101,9 @@ mod tests {
             g.sealer(ino, u64::MAX - 4095, 4096).unwrap().is_none(),
             "no end"
         );
-        assert!(g.sealer(ino, 4096, 8192).unwrap().is_some());
+        let plan = g.sealer(ino, 4096, 8192).unwrap().expect("whole blocks");
+        assert_eq!(plan.plan.first, 1);
+        drop(g);
+        assert_eq!(plan.seal(&[0u8; 8192]).leaves.len(), 2);
     }
 }
