@@ -927,11 +927,14 @@ mod tests {
             vol.write_ino(ino, 0, &want).unwrap();
             vol.sync().unwrap();
             vol.set_all_or_nothing(all_or_nothing);
-            for (at, bytes) in [
-                (100, &b"before"[..]),
+            let writes: [(u64, &[u8]); 5] = [
+                (100, b"before"),
+                (4 * 4096 + 7, b"older, the run's first block"),
                 (5 * 4096 + 100, b"older"),
+                (19 * 4096 + 4000, b"older, its last"),
                 (22 * 4096 + 9, b"after"),
-            ] {
+            ];
+            for (at, bytes) in writes {
                 vol.write_ino(ino, at, bytes).unwrap();
                 want[at as usize..at as usize + bytes.len()].copy_from_slice(bytes);
             }
@@ -940,7 +943,7 @@ mod tests {
             let (sealed, dirty_bytes) = {
                 let mut g = vol.shared.lock();
                 let waiting = g.files[&ino].dirty.len();
-                assert_eq!(waiting, 3 * all_or_nothing as usize);
+                assert_eq!(waiting, 5 * all_or_nothing as usize);
                 let s = g.sealer(ino, 4 * 4096, run.len()).unwrap();
                 (s.expect("mt-eint seals"), g.dirty_bytes)
             };
@@ -955,7 +958,7 @@ mod tests {
                 let dirty: Vec<u64> = of.dirty.keys().copied().collect();
                 let kept = if all_or_nothing { vec![0, 22] } else { vec![] };
                 assert_eq!(dirty, kept, "only the run's dirty block is dropped");
-                let dropped = all_or_nothing as usize * 4096;
+                let dropped = all_or_nothing as usize * 3 * 4096;
                 assert_eq!(g.dirty_bytes, dirty_bytes - dropped);
                 let st = of.state.peek();
                 assert_eq!(st.blocks(), 24);
