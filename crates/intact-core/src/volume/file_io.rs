@@ -197,6 +197,15 @@ impl OpenFile {
         })
     }
 
+    /// After a write that ends at byte `end`: the size grows to it, the times change, the
+    /// record is to be written.
+    pub(super) fn wrote_to(&mut self, end: u64) {
+        self.inode.size = self.inode.size.max(end);
+        self.inode.mtime_ns = now_ns();
+        self.inode.ctime_ns = self.inode.mtime_ns;
+        self.record_dirty = true;
+    }
+
     /// Counts `len` bytes written in checkpoint number `checkpoint` ([`OpenFile::written`]).
     pub(super) fn note_written(&mut self, checkpoint: u64, len: usize) {
         if self.written.0 != checkpoint {
@@ -397,10 +406,7 @@ pub(super) fn file_write(
         blk[(s - b * bs) as usize..(e - b * bs) as usize].copy_from_slice(src);
         of.dirty.insert(b, blk);
     }
-    of.inode.size = of.inode.size.max(end);
-    of.inode.mtime_ns = now_ns();
-    of.inode.ctime_ns = of.inode.mtime_ns;
-    of.record_dirty = true;
+    of.wrote_to(end);
     Ok(())
 }
 
@@ -788,10 +794,7 @@ impl Inner {
         self.dirty_bytes = self
             .dirty_bytes
             .saturating_sub((before - of.dirty.len()) * bs as usize);
-        of.inode.size = of.inode.size.max(end);
-        of.inode.mtime_ns = now_ns();
-        of.inode.ctime_ns = of.inode.mtime_ns;
-        of.record_dirty = true;
+        of.wrote_to(end);
         of.note_written(self.checkpoints_begun, plain.len());
         self.maybe_commit();
         Ok(())
@@ -889,22 +892,10 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crypto::KdfParams;
-    use crate::store::{MemStore, MemTrusted, TrustedStore};
+    use crate::store::{MemStore, MemTrusted};
 
     fn volume() -> (Volume, u64) {
-        let trusted = MemTrusted::new();
-        let vol = Volume::create(
-            Arc::new(MemStore::new()),
-            move |_| Ok(Box::new(trusted) as Box<dyn TrustedStore>),
-            b"pw",
-            &CreateOptions {
-                kdf: KdfParams::TEST,
-                ..Default::default()
-            },
-            &Options::default(),
-        )
-        .unwrap();
+        let vol = test_volume(Arc::new(MemStore::new()), &MemTrusted::new());
         let ino = vol.create_file("/f", None).unwrap();
         (vol, ino)
     }

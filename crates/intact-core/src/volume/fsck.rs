@@ -308,11 +308,7 @@ impl Inner {
         let buf = &table.as_ref().expect("read above").1;
         match buf.get(k * RECORD_SIZE..(k + 1) * RECORD_SIZE) {
             Some(r) => decode_record(ino, r),
-            None => Err(Error::tampered(
-                Subject::InodeTable,
-                None,
-                format!("inode {ino} is past the end of the table"),
-            )),
+            None => Err(super::inodes::past_table_end(ino)),
         }
     }
 
@@ -386,13 +382,7 @@ impl Inner {
                         i,
                         &decode_record(i, &buf[k * RECORD_SIZE..(k + 1) * RECORD_SIZE])?,
                     ),
-                    None => {
-                        return Err(Error::tampered(
-                            Subject::InodeTable,
-                            None,
-                            format!("inode {i} is past the end of the table"),
-                        ))
-                    }
+                    None => return Err(super::inodes::past_table_end(i)),
                 }
             }
             ino += n;
@@ -634,8 +624,7 @@ impl Volume {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crypto::KdfParams;
-    use crate::store::{MemStore, MemTrusted, TrustedStore};
+    use crate::store::{MemStore, MemTrusted};
 
     /// A file no directory names is reported lost, and only it: the walk's bitset spans
     /// several words (200 files), and the unreferenced record lies past the first. The
@@ -645,18 +634,7 @@ mod tests {
     fn a_file_no_directory_names_is_lost_and_no_other() {
         let store = Arc::new(MemStore::new());
         let trusted = MemTrusted::new();
-        let t = trusted.clone();
-        let vol = Volume::create(
-            store.clone(),
-            move |_| Ok(Box::new(t) as Box<dyn TrustedStore>),
-            b"pw",
-            &CreateOptions {
-                kdf: KdfParams::TEST,
-                ..Default::default()
-            },
-            &Options::default(),
-        )
-        .unwrap();
+        let vol = test_volume(store.clone(), &trusted);
         for i in 0..200 {
             vol.create_file(&format!("/f{i}"), None).unwrap();
         }
@@ -719,19 +697,7 @@ mod tests {
         const FILES: usize = 6000;
         let store = Arc::new(MemStore::new());
         let trusted = MemTrusted::new();
-        let opts = CreateOptions {
-            kdf: KdfParams::TEST,
-            ..Default::default()
-        };
-        let t = trusted.clone();
-        let vol = Volume::create(
-            store.clone(),
-            move |_| Ok(Box::new(t) as Box<dyn TrustedStore>),
-            b"pw",
-            &opts,
-            &Options::default(),
-        )
-        .unwrap();
+        let vol = test_volume(store.clone(), &trusted);
         for d in 0..6 {
             vol.mkdir(&format!("/d{d}")).unwrap();
             for i in 0..FILES / 6 {
@@ -762,18 +728,7 @@ mod tests {
     fn workers_report_every_damaged_block_once_in_path_order() {
         let store = Arc::new(MemStore::new());
         let trusted = MemTrusted::new();
-        let t = trusted.clone();
-        let vol = Volume::create(
-            store.clone(),
-            move |_| Ok(Box::new(t) as Box<dyn TrustedStore>),
-            b"pw",
-            &CreateOptions {
-                kdf: KdfParams::TEST,
-                ..Default::default()
-            },
-            &Options::default(),
-        )
-        .unwrap();
+        let vol = test_volume(store.clone(), &trusted);
         vol.mkdir("/d").unwrap();
         // Not a multiple of a worker's batch: the last batch is sent at the walk's end.
         for i in 0..70 {

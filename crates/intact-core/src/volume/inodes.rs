@@ -68,11 +68,7 @@ impl Inner {
             &mut b,
         )?;
         if n != RECORD_SIZE {
-            return Err(Error::tampered(
-                Subject::InodeTable,
-                None,
-                format!("inode {ino} is past the end of the table"),
-            ));
+            return Err(past_table_end(ino));
         }
         decode_record(ino, &b)
     }
@@ -526,4 +522,14 @@ impl Inner {
         }
         self.names = keep;
     }
+}
+
+/// A record the inode table does not hold: the table is shorter than an inode number
+/// that something authentic names.
+pub(super) fn past_table_end(ino: u64) -> Error {
+    Error::tampered(
+        Subject::InodeTable,
+        None,
+        format!("inode {ino} is past the end of the table"),
+    )
 }

@@ -514,6 +514,27 @@ pub fn create_local(
     )
 }
 
+/// A volume for the engine's unit tests: on `store`, its anchor in `trusted`, default
+/// options, password `pw`, the test KDF.
+#[cfg(test)]
+pub(crate) fn test_volume(
+    store: Arc<crate::store::MemStore>,
+    trusted: &crate::store::MemTrusted,
+) -> Volume {
+    let t = trusted.clone();
+    Volume::create(
+        store,
+        move |_| Ok(Box::new(t) as Box<dyn TrustedStore>),
+        b"pw",
+        &CreateOptions {
+            kdf: KdfParams::TEST,
+            ..Default::default()
+        },
+        &Options::default(),
+    )
+    .expect("a test volume")
+}
+
 /// Reads and parses the config of the volume in `store`.
 pub fn read_config(store: &dyn UntrustedStore) -> Result<Config> {
     let bytes = store.read_all(CONFIG_NAME)?.ok_or_else(|| {
