@@ -554,6 +554,9 @@ fn failed_commits_under_concurrent_writers_lose_nothing_acknowledged() {
     for t in 0..THREADS {
         vol.create_file(&format!("/t{t}"), None).unwrap();
     }
+    // Made before the faults begin: a create that meets one would fail the test, not what
+    // it tests (the big writer makes it again when a failure takes it away).
+    vol.create_file("/big", None).unwrap();
     vol.sync().unwrap();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let faults = {
@@ -604,7 +607,6 @@ fn failed_commits_under_concurrent_writers_lose_nothing_acknowledged() {
     // also hit a write halfway through a file (the engine mends before the next request).
     let big = {
         let vol = vol.clone();
-        vol.create_file("/big", None).unwrap();
         std::thread::spawn(move || {
             let mut failed = 0;
             for r in 0..ROUNDS {
