@@ -57,6 +57,7 @@ fn create(store: Arc<dyn UntrustedStore>, trusted: &MemTrusted, scheme: SchemeId
             kdf: KdfParams::TEST,
             inline_leaf: true,
             dir_tree: true,
+            inline_mac: true,
         },
         &opts(),
     )

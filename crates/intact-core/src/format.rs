@@ -12,6 +12,12 @@ pub const RECORD_SIZE: usize = 256;
 /// Where a record keeps its inline Merkle node (record flag bit 2): the last 32 bytes, which
 /// the trusted counters of a one-leaf tree (one interval, 29 bytes from byte 128) never use.
 pub const INLINE_NODE_AT: usize = RECORD_SIZE - 32;
+/// Size of a `mac-tree` record's inline leaf (record flag bit 2 on a `mac-tree` record):
+/// level-0 node 0's first counter `N_0` (8), its node tag (16) and block 0's tag `T_0` (16).
+pub const MAC_INLINE_LEN: usize = 40;
+/// Where a `mac-tree` record keeps its inline leaf: the last 40 bytes, which its trusted
+/// counters (always the empty form, 13 bytes from byte 128) never use.
+pub const MAC_INLINE_AT: usize = RECORD_SIZE - MAC_INLINE_LEN;
 /// Bytes of trusted storage for counter intervals per file (L_ctr, paper §4.2): 7 intervals.
 pub const L_CTR: usize = 112;
 /// Bytes reserved in the record for the trusted counters.
@@ -269,6 +275,10 @@ pub struct Inode {
     /// record instead of a `.m` object, on volumes with the [`INLINE_LEAF`] feature: a small
     /// file is then one object in the store (docs/file-format.md §4).
     pub inline_node: Option<Hash>,
+    /// The level-0 bytes of a `mac-tree` file with at most one leaf counter (`m <= 1`),
+    /// kept in the record instead of a `.m` object on volumes with the [`INLINE_MAC`]
+    /// feature: `N_0 || node tag || T_0` (docs/file-format.md §4 and §7.6).
+    pub inline_mac: Option<[u8; MAC_INLINE_LEN]>,
 }
 
 impl Inode {
@@ -294,6 +304,7 @@ impl Inode {
             link: 0,
             counters: TrustedCounters::Inline(CounterIntervals::new()),
             inline_node: None,
+            inline_mac: None,
         }
     }
 
@@ -326,6 +337,11 @@ impl Inode {
         };
         1 + 8
             + if self.inline_node.is_some() { 32 } else { 0 }
+            + if self.inline_mac.is_some() {
+                MAC_INLINE_LEN as u64
+            } else {
+                0
+            }
             + match self.scheme {
                 SchemeId::Aead => 0,
                 SchemeId::MacTree => 8 + 8 + 1 + 1,
@@ -341,7 +357,7 @@ impl Inode {
         b[1] = self.scheme.code();
         b[2] = self.auto as u8
             | (self.scheme_set as u8) << 1
-            | (self.inline_node.is_some() as u8) << 2;
+            | ((self.inline_node.is_some() || self.inline_mac.is_some()) as u8) << 2;
         b[4..8].copy_from_slice(&self.mode.to_le_bytes());
         b[8..12].copy_from_slice(&self.uid.to_le_bytes());
         b[12..16].copy_from_slice(&self.gid.to_le_bytes());
@@ -356,12 +372,16 @@ impl Inode {
         b[80..112].copy_from_slice(&self.tree.root);
         b[112..120].copy_from_slice(&self.ctr_hw.to_le_bytes());
         b[120..128].copy_from_slice(&self.link.to_le_bytes());
-        let ctrs_end = match &self.inline_node {
-            Some(node) => {
+        let ctrs_end = match (&self.inline_node, &self.inline_mac) {
+            (Some(node), _) => {
                 b[INLINE_NODE_AT..RECORD_SIZE].copy_from_slice(node);
                 INLINE_NODE_AT
             }
-            None => 128 + TCTR_SIZE,
+            (None, Some(leaf)) => {
+                b[MAC_INLINE_AT..RECORD_SIZE].copy_from_slice(leaf);
+                MAC_INLINE_AT
+            }
+            (None, None) => 128 + TCTR_SIZE,
         };
         self.counters
             .encode_into(&mut b[128..ctrs_end])
@@ -386,15 +406,23 @@ impl Inode {
         root.copy_from_slice(&b[80..112]);
         let mut id = [0u8; 16];
         id.copy_from_slice(&b[56..72]);
-        let inline_node = (b[2] & 4 != 0).then(|| {
+        // Flag bit 2: the inline part of the tree, whose form the scheme decides.
+        let inline = b[2] & 4 != 0;
+        let mac = scheme == SchemeId::MacTree;
+        let inline_node = (inline && !mac).then(|| {
             let mut n = [0u8; 32];
             n.copy_from_slice(&b[INLINE_NODE_AT..RECORD_SIZE]);
             n
         });
-        let ctrs_end = if inline_node.is_some() {
-            INLINE_NODE_AT
-        } else {
-            128 + TCTR_SIZE
+        let inline_mac = (inline && mac).then(|| {
+            let mut n = [0u8; MAC_INLINE_LEN];
+            n.copy_from_slice(&b[MAC_INLINE_AT..RECORD_SIZE]);
+            n
+        });
+        let ctrs_end = match (inline, mac) {
+            (false, _) => 128 + TCTR_SIZE,
+            (true, false) => INLINE_NODE_AT,
+            (true, true) => MAC_INLINE_AT,
         };
         Some(Inode {
             kind,
@@ -419,6 +447,7 @@ impl Inode {
             link: u64_at(120),
             counters: TrustedCounters::decode(&b[128..ctrs_end]).ok()?,
             inline_node,
+            inline_mac,
         })
     }
 }
@@ -624,8 +653,15 @@ pub const INLINE_LEAF: &str = "inline-leaf";
 /// whole at every checkpoint that changes it.
 pub const DIR_TREE: &str = "dir-tree";
 
+/// Feature flag: a `mac-tree` file with at most one leaf counter keeps its level-0 bytes
+/// (`N_0`, the node tag and `T_0`) in its inode record ([`Inode::inline_mac`]), so a small
+/// `mac-tree` file is one object, as [`INLINE_LEAF`] makes a small `mt-eint` file. Set
+/// with [`INLINE_LEAF`] on every volume created since it exists; a volume without it keeps
+/// every `mac-tree` file's level 0 in `.m`.
+pub const INLINE_MAC: &str = "inline-mac-leaf";
+
 /// Known feature flags.
-pub const KNOWN_FEATURES: &[&str] = &[INLINE_LEAF, DIR_TREE];
+pub const KNOWN_FEATURES: &[&str] = &[INLINE_LEAF, DIR_TREE, INLINE_MAC];
 
 impl Config {
     /// The bytes authenticated together with the wrapped key: every field but the envelope.

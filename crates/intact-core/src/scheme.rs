@@ -49,6 +49,9 @@ pub struct Env<'a> {
     /// One-leaf Merkle trees keep their node in the record ([`FileState::inline`]; the
     /// volume's [`crate::format::INLINE_LEAF`] feature).
     pub inline_leaf: bool,
+    /// `mac-tree` trees of one leaf counter keep their level 0 in the record
+    /// ([`FileState::inline_mac`]; the volume's [`crate::format::INLINE_MAC`] feature).
+    pub inline_mac: bool,
 }
 
 /// A file's state while open: identity, keys, and the trusted state TS_F in usable form.
@@ -75,6 +78,10 @@ pub struct FileState {
     /// one leaf), kept in the record instead of the `.m` object. `Some` exactly when the
     /// tree has one leaf (between operations); `None` for other schemes.
     pub inline: Option<Hash>,
+    /// `mac-tree` on a volume with inline `mac-tree` leaves: level 0's bytes (`N_0`, node
+    /// 0's tag, `T_0`) while the tree has exactly one leaf counter, kept in the record
+    /// instead of the `.m` object (docs/file-format.md §7.6); `None` otherwise.
+    pub inline_mac: Option<[u8; crate::format::MAC_INLINE_LEN]>,
 }
 
 impl FileState {
@@ -969,6 +976,8 @@ pub(crate) mod fixture {
         pub(crate) bs: usize,
         /// [`Env::inline_leaf`] (off unless a test sets it).
         pub(crate) inline_leaf: bool,
+        /// [`Env::inline_mac`] (off unless a test sets it).
+        pub(crate) inline_mac: bool,
         /// [`Env::ctr_limit`]: the session's counters stay below it.
         pub(crate) ctr_limit: u64,
         pub(crate) tx: Tx,
@@ -996,6 +1005,7 @@ pub(crate) mod fixture {
                 metrics: Metrics::new(),
                 bs,
                 inline_leaf: false,
+                inline_mac: false,
                 ctr_limit: u64::MAX >> 1,
                 tx: Tx::new(Arc::new(MemStore::new())),
             }
@@ -1018,6 +1028,7 @@ pub(crate) mod fixture {
                 metrics: &self.metrics,
                 max_object: u64::MAX,
                 inline_leaf: self.inline_leaf,
+                inline_mac: self.inline_mac,
             };
             (env, &mut self.tx)
         }
@@ -1037,6 +1048,7 @@ pub(crate) mod fixture {
                 ctr_hw: 0,
                 rtree: super::RTreeIndex::for_scheme(id),
                 inline: None,
+                inline_mac: None,
             }
         }
     }
@@ -1268,6 +1280,7 @@ mod tests {
             ctr_hw: f.ctr_hw,
             rtree: RTreeIndex::for_scheme(id),
             inline: f.inline,
+            inline_mac: f.inline_mac,
         }
     }
 
@@ -1557,6 +1570,114 @@ mod tests {
         let mut stored2 = vec![0u8; 64];
         tx.read_at(&f.names.data, 128, &mut stored2).unwrap();
         assert_ne!(stored, stored2, "a new counter each time");
+    }
+
+    /// A `mac-tree` file of one leaf counter keeps its level 0 in the record (on a volume
+    /// with inline `mac-tree` leaves), and nothing else differs: the same sequence of
+    /// writes, truncations, hole extensions and growth past one counter (next to the
+    /// first, and far away, deepening the tree) gives the same trusted state, the same
+    /// `.d` and `.c` bytes, and the same `.m` bytes once the tree has left the record, as on
+    /// a volume without it. While inline, `.m` has no bytes.
+    #[test]
+    fn mac_tree_level_0_in_the_record_changes_only_where_it_is_kept() {
+        let write = |at: u64, fill: u8| {
+            move |sch: &dyn Scheme, env: &Env, f: &mut FileState, tx: &mut Tx| {
+                let mut d = vec![fill; 64];
+                sch.write_blocks(env, f, tx, at, &mut d).unwrap();
+            }
+        };
+        type Op = Box<dyn Fn(&dyn Scheme, &Env, &mut FileState, &mut Tx)>;
+        let runs: [(&str, Vec<Op>, u64); 3] = [
+            (
+                "grows next to block 0",
+                vec![
+                    Box::new(write(0, 1)),
+                    Box::new(write(0, 2)),
+                    Box::new(
+                        |sch: &dyn Scheme, env: &Env, f: &mut FileState, tx: &mut Tx| {
+                            sch.resize(env, f, tx, 0).unwrap();
+                            sch.resize(env, f, tx, 1).unwrap();
+                        },
+                    ),
+                    Box::new(write(0, 3)),
+                    Box::new(write(1, 4)),
+                    Box::new(write(0, 5)),
+                ],
+                4,
+            ),
+            (
+                "grows far away",
+                vec![
+                    Box::new(write(0, 6)),
+                    Box::new(
+                        |sch: &dyn Scheme, env: &Env, f: &mut FileState, tx: &mut Tx| {
+                            sch.resize(env, f, tx, 200).unwrap();
+                            let mut d = vec![7u8; 64];
+                            sch.write_blocks(env, f, tx, 200, &mut d).unwrap();
+                        },
+                    ),
+                ],
+                1,
+            ),
+            (
+                "starts past a hole",
+                vec![
+                    Box::new(
+                        |sch: &dyn Scheme, env: &Env, f: &mut FileState, tx: &mut Tx| {
+                            sch.resize(env, f, tx, 3).unwrap();
+                        },
+                    ),
+                    Box::new(write(2, 8)),
+                ],
+                0,
+            ),
+        ];
+        for (what, ops, inline_steps) in runs {
+            let mut states = Vec::new();
+            for inline in [false, true] {
+                let mut fx = Fixture::new(64);
+                fx.inline_mac = inline;
+                let mut f = fx.file(SchemeId::MacTree);
+                let (env, tx) = fx.parts();
+                let sch = scheme(SchemeId::MacTree);
+                let mut seen = Vec::new();
+                for (k, op) in ops.iter().enumerate() {
+                    op(sch, &env, &mut f, tx);
+                    let m = MacTreeState::decode(&f.tree.root).unwrap().m;
+                    let meta = tx.len(&f.names.meta).unwrap().unwrap_or(0);
+                    if inline && (k as u64) < inline_steps {
+                        assert_eq!(m, 1, "{what}, step {k}");
+                        assert!(f.inline_mac.is_some(), "{what}, step {k}");
+                        assert_eq!(meta, 0, "{what}, step {k}: no .m while inline");
+                    } else {
+                        assert!(f.inline_mac.is_none(), "{what}, step {k}");
+                    }
+                    let mut out = vec![0u8; 64 * f.tree.leaves as usize];
+                    sch.read_blocks(&env, &f, tx, 0, &mut out).unwrap();
+                    let mut objects = Vec::new();
+                    for name in [&f.names.data, &f.names.meta, &f.names.ctrs] {
+                        let len = tx.len(name).unwrap().unwrap_or(0);
+                        let mut b = vec![0u8; len as usize];
+                        tx.read_at(name, 0, &mut b).unwrap();
+                        objects.push(b);
+                    }
+                    if f.inline_mac.is_some() {
+                        objects[1].clear();
+                    }
+                    seen.push((f.tree, f.inline_mac.is_some(), out, objects));
+                }
+                states.push(seen);
+            }
+            for (k, (a, b)) in states[0].iter().zip(&states[1]).enumerate() {
+                assert_eq!(a.0, b.0, "{what}, step {k}: trusted state");
+                assert_eq!(a.2, b.2, "{what}, step {k}: contents");
+                assert_eq!(a.3[0], b.3[0], "{what}, step {k}: .d");
+                assert_eq!(a.3[2], b.3[2], "{what}, step {k}: .c");
+                if !b.1 {
+                    assert_eq!(a.3[1], b.3[1], "{what}, step {k}: .m");
+                }
+            }
+        }
     }
 
     /// RTree leaves that are not neighbours in RArr are verified as separate runs: blocks

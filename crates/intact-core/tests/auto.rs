@@ -124,6 +124,7 @@ fn a_volume_whose_default_is_auto() {
         kdf: intact_core::crypto::KdfParams::TEST,
         inline_leaf: true,
         dir_tree: true,
+        inline_mac: true,
     };
     let t = trusted.clone();
     let vol = intact_core::Volume::create(

@@ -241,6 +241,7 @@ fn crash_during_create_never_looks_like_tampering() {
                 kdf: intact_core::crypto::KdfParams::TEST,
                 inline_leaf: true,
                 dir_tree: true,
+                inline_mac: true,
             },
             &intact_core::Options {
                 records: records(),

@@ -315,6 +315,7 @@ fn record_with<S>(
             kdf: intact_core::crypto::KdfParams::TEST,
             inline_leaf: true,
             dir_tree: true,
+            inline_mac: true,
         },
         &opts(),
     )

@@ -285,6 +285,7 @@ fn example_inode() -> Inode {
         link: 0,
         counters: TrustedCounters::Inline(counters),
         inline_node: None,
+        inline_mac: None,
     }
 }
 
@@ -384,6 +385,55 @@ fn inode_record() {
     let mut mac = ino.clone();
     mac.scheme = SchemeId::MacTree;
     assert_eq!(mac.trusted_bytes_used(), 27);
+    // A one-block mac-tree file on a volume with inline mac-tree leaves: flag bit 2, TS_F
+    // (m 1, root counter 7, depth 1, arity 2^6) in 80..112, the empty counter form, and
+    // N_0 || node 0's tag || T_0 in 216..256 (docs/file-format.md §4, §7.6). By hand.
+    let mut m1 = one.clone();
+    m1.scheme = SchemeId::MacTree;
+    m1.ctr_hw = 0;
+    m1.counters = TrustedCounters::Inline(CounterIntervals::new());
+    m1.tree.root = intact_core::scheme::MacTreeState {
+        m: 1,
+        depth: 1,
+        arity_log2: 6,
+        root: 7,
+    }
+    .encode();
+    m1.inline_node = None;
+    let mut leaf = [0x22u8; 40];
+    leaf[..8].copy_from_slice(&7u64.to_le_bytes());
+    leaf[8..24].fill(0x11);
+    m1.inline_mac = Some(leaf);
+    let by_hand = [
+        "01080400a4010000e8030000640000000100000009000000e803000000000000",
+        "15cd853dfe9c9717b1680871fe9c9717e31a4757fe9c97170707070707070707",
+        // id, leaves 1, m 1, root counter 7
+        "0707070707070707010000000000000001000000000000000700000000000000",
+        // depth 1, log2 arity 6, 14 zero bytes; ctr_hw 0; link 0
+        "0106000000000000000000000000000000000000000000000000000000000000",
+        "0000000000000000000000000000000000000000000000000000000000000000",
+        "0000000000000000000000000000000000000000000000000000000000000000",
+        // the empty counter form ends the zeros; N_0 = 7 at 216
+        "0000000000000000000000000000000000000000000000000700000000000000",
+        "1111111111111111111111111111111122222222222222222222222222222222",
+    ]
+    .concat();
+    assert_eq!(
+        hx(m1.encode()),
+        by_hand,
+        "mac-tree record with an inline leaf"
+    );
+    assert_eq!(Inode::decode(&m1.encode()).as_ref(), Some(&m1));
+    assert_eq!(m1.trusted_bytes_used(), 9 + 18 + 40);
+    // The same bytes read as another scheme's record are an inline Merkle node (224..256)
+    // over counters that end at 224: never the mac-tree form.
+    let mut other = m1.encode();
+    other[1] = 2;
+    let read = Inode::decode(&other);
+    assert!(
+        read.as_ref().is_none_or(|r| r.inline_mac.is_none()),
+        "{read:?}"
+    );
     // Flag bit 2 with counters that reach into bytes 224..256 is refused, not misread.
     let mut bad = one.encode();
     bad[129] = 6; // six intervals: 13 + 96 bytes, past byte 224
@@ -714,6 +764,7 @@ fn fixed_file(
         ctr_hw: 0,
         rtree: intact_core::scheme::RTreeIndex::for_scheme(scheme),
         inline: None,
+        inline_mac: None,
     };
     (f, hasher, leaf)
 }
@@ -739,6 +790,7 @@ fn rand_eint_vectors() {
         metrics: &metrics,
         max_object: u64::MAX,
         inline_leaf: false,
+        inline_mac: false,
     };
     let store = Arc::new(MemStore::new());
     let mut tx = Tx::new(store.clone());
@@ -810,6 +862,7 @@ fn comp_eint_vectors() {
             metrics: &metrics,
             max_object: u64::MAX,
             inline_leaf: false,
+            inline_mac: false,
         };
         let store = Arc::new(MemStore::new());
         let mut tx = Tx::new(store.clone());

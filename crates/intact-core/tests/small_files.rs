@@ -52,16 +52,16 @@ fn new_volume(store: &Arc<MemStore>, trusted: &MemTrusted, scheme: SchemeId) -> 
 }
 
 #[test]
-fn a_one_block_file_is_one_object_under_every_scheme_but_mac_tree() {
-    // `mac-tree` keeps its block's (counter, tag) leaf in `.m` still (docs/design.md,
-    // "Known limits").
+fn a_one_block_file_is_one_object_under_every_scheme() {
     const ONE: &[&str] = &["d"];
     for (scheme, data, want) in [
         (SchemeId::Aead, noise(1, 1024), ONE),
         (SchemeId::MtEintGcm, noise(2, 1024), ONE),
         (SchemeId::MtEintCbc, noise(3, 1024), ONE),
         (SchemeId::None, noise(4, 1024), ONE),
-        (SchemeId::MacTree, noise(5, 1024), &["d", "m"]),
+        (SchemeId::MacTree, noise(5, 1024), ONE),
+        (SchemeId::MacTree, noise(11, B), ONE),
+        (SchemeId::MacTree, vec![], &[]),
         (SchemeId::RandEint, noise(6, 1024), ONE),
         (SchemeId::CompEint, text(7, 1024), ONE),
         (SchemeId::CompEintZstd, text(8, 1024), ONE),
@@ -100,19 +100,6 @@ fn a_one_block_file_is_one_object_under_every_scheme_but_mac_tree() {
 #[test]
 fn the_inline_node_follows_the_leaf_count() {
     for scheme in [SchemeId::MtEintGcm, SchemeId::MtEintCbc] {
-        let store = Arc::new(MemStore::new());
-        let trusted = MemTrusted::new();
-        let vol = new_volume(&store, &trusted, scheme);
-        let mut model: Vec<u8> = Vec::new();
-        let p = "/f";
-        vol.create_file(p, Some(scheme)).unwrap();
-        let mut vol = Some(vol);
-        // (what to do, the objects that hold bytes afterwards)
-        type Step = (
-            &'static str,
-            fn(&Volume, &mut Vec<u8>),
-            &'static [&'static str],
-        );
         let steps: [Step; 9] = [
             (
                 "one byte",
@@ -192,25 +179,157 @@ fn the_inline_node_follows_the_leaf_count() {
                 &["d"],
             ),
         ];
-        for (what, step, want) in steps {
-            let v = vol.as_ref().unwrap();
-            step(v, &mut model);
-            assert_eq!(read_all(v, p).unwrap(), model, "{scheme:?}: {what}");
-            v.sync().unwrap();
-            let mut got = kinds(&store, v, p);
-            got.retain(|k| k != "c");
-            assert_eq!(got, want, "{scheme:?}: {what}");
-            drop(vol.take());
-            let v = open(store.clone(), &trusted).unwrap();
-            assert_eq!(
-                read_all(&v, p).unwrap(),
-                model,
-                "{scheme:?}: {what}, reopened"
-            );
-            assert_eq!(fsck(&v), Vec::<String>::new());
-            vol = Some(v);
-        }
+        walk(scheme, &steps);
     }
+}
+
+/// A step of [`walk`]: what to do to `/f` (and its model), and the kinds of objects that
+/// hold bytes afterwards (`.c` left out).
+type Step = (
+    &'static str,
+    fn(&Volume, &mut Vec<u8>),
+    &'static [&'static str],
+);
+
+/// Runs `steps` on a new file `/f` of `scheme`; after each, checks the content, the
+/// objects, and (after a seal and a reopen) the content again and fsck.
+fn walk(scheme: SchemeId, steps: &[Step]) {
+    let store = Arc::new(MemStore::new());
+    let trusted = MemTrusted::new();
+    let vol = new_volume(&store, &trusted, scheme);
+    let mut model: Vec<u8> = Vec::new();
+    let p = "/f";
+    vol.create_file(p, Some(scheme)).unwrap();
+    let mut vol = Some(vol);
+    for (what, step, want) in steps {
+        let v = vol.as_ref().unwrap();
+        step(v, &mut model);
+        assert_eq!(read_all(v, p).unwrap(), model, "{scheme:?}: {what}");
+        v.sync().unwrap();
+        let mut got = kinds(&store, v, p);
+        got.retain(|k| k != "c");
+        assert_eq!(got, *want, "{scheme:?}: {what}");
+        drop(vol.take());
+        let v = open(store.clone(), &trusted).unwrap();
+        assert_eq!(
+            read_all(&v, p).unwrap(),
+            model,
+            "{scheme:?}: {what}, reopened"
+        );
+        assert_eq!(fsck(&v), Vec::<String>::new());
+        vol = Some(v);
+    }
+}
+
+/// Under `mac-tree`, level 0 (the first leaf counter, node 0's tag, block 0's tag) stays in
+/// the record while the tree has one leaf counter, through overwrites, a cut to nothing
+/// (the counter is kept: Yun et al.'s Delete) and a hole over it; it moves to `.m` when a
+/// second block is written, and stays there (counters are never dropped, so the tree never
+/// shrinks back). A file whose first write lands past a hole has its level 0 in `.m`.
+#[test]
+fn a_mac_tree_file_keeps_level_0_in_its_record_while_it_has_one_counter() {
+    let one_counter: [Step; 6] = [
+        (
+            "one byte",
+            |v, m| {
+                v.write_path("/f", 0, b"x").unwrap();
+                *m = b"x".to_vec();
+            },
+            &["d"],
+        ),
+        (
+            "overwrite the block",
+            |v, m| {
+                v.write_path("/f", 0, b"yz").unwrap();
+                *m = b"yz".to_vec();
+            },
+            &["d"],
+        ),
+        (
+            "cut to nothing",
+            |v, m| {
+                v.truncate("/f", 0).unwrap();
+                m.clear();
+            },
+            &[],
+        ),
+        (
+            "a hole over the kept counter",
+            |v, m| {
+                v.truncate("/f", 100).unwrap();
+                m.resize(100, 0);
+            },
+            &[],
+        ),
+        (
+            "write the block again",
+            |v, m| {
+                v.write_path("/f", 50, b"again").unwrap();
+                m[50..55].copy_from_slice(b"again");
+            },
+            &["d"],
+        ),
+        (
+            "a whole block",
+            |v, m| {
+                let d = pattern(3, B);
+                v.write_path("/f", 0, &d).unwrap();
+                *m = d;
+            },
+            &["d"],
+        ),
+    ];
+    let growing: [Step; 3] = [
+        (
+            "grow to three blocks",
+            |v, m| {
+                let d = pattern(1, 2 * B + 10);
+                v.write_path("/f", 100, &d).unwrap();
+                m.resize(100, 0);
+                m.extend_from_slice(&d);
+            },
+            &["d", "m"],
+        ),
+        (
+            "cut to one block",
+            |v, m| {
+                v.truncate("/f", 3000).unwrap();
+                m.truncate(3000);
+            },
+            &["d", "m"],
+        ),
+        (
+            "overwrite it",
+            |v, m| {
+                v.write_path("/f", 10, b"again").unwrap();
+                m[10..15].copy_from_slice(b"again");
+            },
+            &["d", "m"],
+        ),
+    ];
+    let steps: Vec<Step> = one_counter.iter().chain(&growing).copied().collect();
+    walk(SchemeId::MacTree, &steps);
+    walk(
+        SchemeId::MacTree,
+        &[
+            (
+                "a hole of three blocks",
+                |v, m| {
+                    v.truncate("/f", 3 * B as u64).unwrap();
+                    m.resize(3 * B, 0);
+                },
+                &[],
+            ),
+            (
+                "its last block written",
+                |v, m| {
+                    v.write_path("/f", 2 * B as u64, b"end").unwrap();
+                    m[2 * B..2 * B + 3].copy_from_slice(b"end");
+                },
+                &["d", "m"],
+            ),
+        ],
+    );
 }
 
 /// The record authenticates the one node, so the data object of a one-block file cannot be
@@ -285,6 +404,7 @@ fn a_volume_without_inline_leaves_keeps_its_nodes_in_objects() {
             kdf: KdfParams::TEST,
             inline_leaf: false,
             dir_tree: false,
+            inline_mac: false,
         },
         &Options::default(),
     )
@@ -302,5 +422,99 @@ fn a_volume_without_inline_leaves_keeps_its_nodes_in_objects() {
     vol.sync().unwrap();
     assert_eq!(kinds(&store, &vol, "/f"), ["d", "m"]);
     assert_eq!(read_all(&vol, "/f").unwrap(), b"small and more");
+    assert_eq!(fsck(&vol), Vec::<String>::new());
+}
+
+/// Under `mac-tree` too, the record authenticates a one-block file: a replayed or another
+/// file's `.d` is caught naming block 0, and a `.m` planted beside it (another file's level
+/// 0, copied under its name) is never read.
+#[test]
+fn a_one_block_mac_tree_file_is_fresh_and_ignores_a_planted_tree_object() {
+    let store = Arc::new(MemStore::new());
+    let trusted = MemTrusted::new();
+    let vol = new_volume(&store, &trusted, SchemeId::MacTree);
+    for p in ["/a", "/b", "/big"] {
+        vol.create_file(p, None).unwrap();
+    }
+    vol.write_path("/a", 0, b"version 1").unwrap();
+    vol.write_path("/b", 0, b"the other file").unwrap();
+    vol.write_path("/big", 0, &pattern(1, 3 * B)).unwrap();
+    vol.sync().unwrap();
+    let (na, nb, nbig) = (names(&vol, "/a"), names(&vol, "/b"), names(&vol, "/big"));
+    let old = store.snapshot()[&na.data].clone();
+    vol.write_path("/a", 0, b"version 2").unwrap();
+    vol.sync().unwrap();
+    let new = store.snapshot()[&na.data].clone();
+    let want = read_all(&vol, "/a").unwrap();
+    assert_eq!(kinds(&store, &vol, "/a"), ["d"]);
+    drop(vol);
+
+    let planted = store.snapshot()[&nbig.meta].clone();
+    store.write_at(&na.meta, 0, &planted).unwrap();
+    let vol = open(store.clone(), &trusted).unwrap();
+    assert_eq!(read_all(&vol, "/a").unwrap(), want);
+    drop(vol);
+
+    for (what, bytes) in [
+        ("replayed", &old),
+        ("another file's", &store.snapshot()[&nb.data].clone()),
+    ] {
+        store.set_len(&na.data, 0).unwrap();
+        store.write_at(&na.data, 0, bytes).unwrap();
+        let vol = open(store.clone(), &trusted).unwrap();
+        let e = read_all(&vol, "/a").unwrap_err();
+        assert!(e.is_tampered(), "{what}: {e}");
+        assert!(e.to_string().contains("block 0"), "{what}: {e}");
+    }
+
+    store.set_len(&na.data, 0).unwrap();
+    store.write_at(&na.data, 0, &new).unwrap();
+    let vol = open(store.clone(), &trusted).unwrap();
+    assert_eq!(read_all(&vol, "/a").unwrap(), want);
+}
+
+/// A volume made with inline Merkle leaves but before inline `mac-tree` leaves (as the
+/// intact before this one made them) keeps a small `mac-tree` file's level 0 in `.m`,
+/// across sessions, while its `mt-eint` files keep their node in the record.
+#[test]
+fn a_volume_without_inline_mac_tree_leaves_keeps_level_0_in_objects() {
+    let store = Arc::new(MemStore::new());
+    let trusted = MemTrusted::new();
+    let t = trusted.clone();
+    let vol = Volume::create(
+        store.clone(),
+        move |_| Ok(Box::new(t) as Box<dyn TrustedStore>),
+        PW,
+        &CreateOptions {
+            kdf: KdfParams::TEST,
+            scheme: SchemeId::MacTree,
+            inline_mac: false,
+            ..CreateOptions::default()
+        },
+        &Options::default(),
+    )
+    .unwrap();
+    vol.create_file("/m", None).unwrap();
+    vol.create_file("/e", Some(SchemeId::MtEintGcm)).unwrap();
+    vol.write_path("/m", 0, b"small").unwrap();
+    vol.write_path("/e", 0, b"small").unwrap();
+    vol.sync().unwrap();
+    assert_eq!(kinds(&store, &vol, "/m"), ["d", "m"]);
+    assert_eq!(kinds(&store, &vol, "/e"), ["d"]);
+    drop(vol);
+    let config = store.snapshot()["intact.conf"].clone();
+    let config: serde_json::Value = serde_json::from_slice(&config).unwrap();
+    assert_eq!(
+        config["features"],
+        serde_json::json!(["inline-leaf", "dir-tree"])
+    );
+    let vol = open(store.clone(), &trusted).unwrap();
+    vol.write_path("/m", 5, b" and more").unwrap();
+    vol.create_file("/n", None).unwrap();
+    vol.write_path("/n", 0, b"new").unwrap();
+    vol.sync().unwrap();
+    assert_eq!(kinds(&store, &vol, "/m"), ["d", "m"]);
+    assert_eq!(kinds(&store, &vol, "/n"), ["d", "m"]);
+    assert_eq!(read_all(&vol, "/m").unwrap(), b"small and more");
     assert_eq!(fsck(&vol), Vec::<String>::new());
 }

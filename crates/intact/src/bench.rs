@@ -381,6 +381,7 @@ fn run_scheme(
         kdf: KdfParams::TEST,
         inline_leaf: true,
         dir_tree: true,
+        inline_mac: true,
     };
     let store: Arc<dyn UntrustedStore> = Arc::new(LocalDirStore::open(&cipher)?);
     let vol = Volume::create(

@@ -103,6 +103,7 @@ pub fn dir(a: &DirArgs, cache_bytes: usize, json: bool) -> Result<()> {
             kdf: KdfParams::TEST,
             inline_leaf: true,
             dir_tree: a.format == "tree",
+            inline_mac: true,
         },
         &Options {
             cache_bytes,

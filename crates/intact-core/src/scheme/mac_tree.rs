@@ -3,6 +3,7 @@
 use super::{check_limit, check_write, Env, FileState, Scheme};
 use crate::crypto::FileId;
 use crate::error::{Error, Result};
+use crate::format::MAC_INLINE_LEN;
 use crate::metrics::{timed, Phase};
 pub use crate::tree::mac::MacTreeState;
 use crate::tree::mac::{nonce, MacIo, MacTree as Tree, MacTreeError, Obj, HOLE, NONCE_ENC};
@@ -28,23 +29,119 @@ pub const DEFAULT_ARITY_LOG2: u8 = 6;
 /// the kept counters as holes.
 pub struct MacTree;
 
+/// The two objects of a file's tree, as [`MacIo`] sees them. While `inline` is `Some`
+/// (a tree of at most one leaf counter on a volume with [`crate::format::INLINE_MAC`]),
+/// level 0 is not in `.m`: its only bytes that can be non-zero, `N_0`, node 0's tag and
+/// `T_0`, are kept in the record ([`FileState::inline_mac`]) and every other byte of the
+/// level-0 object reads as zero, as it would from `.m`. A write that puts a non-zero byte
+/// anywhere else (the tree grew past one leaf counter) first moves the inline bytes into
+/// `.m` at their places, so the tree code sees the same bytes either way.
 struct Io<'a> {
     tx: &'a mut Tx,
     leaves: &'a str,
     upper: &'a str,
+    inline: Option<[u8; MAC_INLINE_LEN]>,
+    /// The tree's arity `a` (node 0's tag and `T_0` are at `8a` in the level-0 object).
+    a: u64,
+}
+
+impl<'a> Io<'a> {
+    /// For reading, or for a change of a tree whose level 0 stays where it is.
+    fn of(tx: &'a mut Tx, f: &'a FileState, ts: &MacTreeState) -> Self {
+        Io {
+            tx,
+            leaves: &f.names.meta,
+            upper: &f.names.ctrs,
+            inline: f.inline_mac,
+            a: 1 << ts.arity_log2,
+        }
+    }
+
+    /// For an operation that changes the tree: a tree with no leaf counter yet, on a volume
+    /// with inline `mac-tree` leaves, starts with its level 0 in the record (so a file's
+    /// first block never creates a `.m` object).
+    fn entering(env: &Env, tx: &'a mut Tx, f: &'a FileState, ts: &MacTreeState) -> Self {
+        let mut io = Self::of(tx, f, ts);
+        if env.inline_mac && ts.m == 0 {
+            io.inline = Some([0; MAC_INLINE_LEN]);
+        }
+        io
+    }
+
+    /// Where the inline bytes sit in the level-0 object: `(offset in the object, offset in
+    /// the inline bytes, length)`. `N_0` first; node 0's tag and `T_0` follow the node's
+    /// `a` counters.
+    fn places(a: u64) -> [(u64, usize, usize); 2] {
+        [(0, 0, 8), (8 * a, 8, 32)]
+    }
+
+    /// Writes the inline bytes into `.m` at their places and leaves the record's form.
+    fn spill(&mut self) -> Result<()> {
+        if let Some(b) = self.inline.take() {
+            if b != [0; MAC_INLINE_LEN] {
+                for (at, from, len) in Self::places(self.a) {
+                    self.tx.write_at(self.leaves, at, &b[from..from + len])?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl MacIo for Io<'_> {
     fn read(&mut self, obj: Obj, off: u64, buf: &mut [u8]) -> Result<()> {
         let name = match obj {
-            Obj::Leaves => self.leaves,
+            Obj::Leaves => {
+                if let Some(b) = &self.inline {
+                    buf.fill(0);
+                    for (at, from, len) in Self::places(self.a) {
+                        let lo = at.max(off);
+                        let hi = (at + len as u64).min(off + buf.len() as u64);
+                        if lo < hi {
+                            let src = from + (lo - at) as usize;
+                            buf[(lo - off) as usize..(hi - off) as usize]
+                                .copy_from_slice(&b[src..src + (hi - lo) as usize]);
+                        }
+                    }
+                    return Ok(());
+                }
+                self.leaves
+            }
             Obj::Upper => self.upper,
         };
         self.tx.read_at(name, off, buf).map(|_| ())
     }
     fn write(&mut self, obj: Obj, off: u64, data: &[u8]) -> Result<()> {
         let name = match obj {
-            Obj::Leaves => self.leaves,
+            Obj::Leaves => {
+                if let Some(b) = &mut self.inline {
+                    let places = Self::places(self.a);
+                    let inside = |p: u64| {
+                        places
+                            .iter()
+                            .any(|&(at, _, len)| (at..at + len as u64).contains(&p))
+                    };
+                    let fits = data
+                        .iter()
+                        .enumerate()
+                        .all(|(k, &v)| v == 0 || inside(off + k as u64));
+                    if fits {
+                        for (at, from, len) in places {
+                            let lo = at.max(off);
+                            let hi = (at + len as u64).min(off + data.len() as u64);
+                            if lo < hi {
+                                let dst = from + (lo - at) as usize;
+                                b[dst..dst + (hi - lo) as usize].copy_from_slice(
+                                    &data[(lo - off) as usize..(hi - off) as usize],
+                                );
+                            }
+                        }
+                        return Ok(());
+                    }
+                    self.spill()?;
+                }
+                self.leaves
+            }
             Obj::Upper => self.upper,
         };
         self.tx.write_at(name, off, data)
@@ -82,6 +179,35 @@ impl MacTree {
         }
     }
 
+    /// After an operation that changed the tree (its level 0 inline or not, as `inline`
+    /// says): restores the rule of [`FileState::inline_mac`]. Level 0 stays in the record
+    /// while the tree has exactly one leaf counter (`m = 1`; `m` never decreases, so a tree
+    /// that left the record never comes back), and is in `.m` once it has more; a tree with
+    /// none has neither.
+    fn settle(
+        f: &mut FileState,
+        tx: &mut Tx,
+        ts: &MacTreeState,
+        inline: Option<[u8; MAC_INLINE_LEN]>,
+    ) -> Result<()> {
+        f.inline_mac = match (ts.m, inline) {
+            (0, _) | (_, None) => None,
+            (1, Some(b)) => Some(b),
+            (_, Some(b)) => {
+                let mut io = Io {
+                    tx,
+                    leaves: &f.names.meta,
+                    upper: &f.names.ctrs,
+                    inline: Some(b),
+                    a: 1 << ts.arity_log2,
+                };
+                io.spill()?;
+                None
+            }
+        };
+        Ok(())
+    }
+
     /// CTR keystream of block `i` at counter `ctr`: `AES(<i, k, ctr>_e)` for k = 0, 1, ...
     fn xor(f: &FileState, i: u64, ctr: u64, blk: &mut [u8]) {
         timed(Phase::Encrypt, || {
@@ -104,11 +230,7 @@ impl Scheme for MacTree {
         let ts = Self::state(f)?;
         let tree = Self::tree(env, f);
         let leaves = {
-            let mut io = Io {
-                tx,
-                leaves: &f.names.meta,
-                upper: &f.names.ctrs,
-            };
+            let mut io = Io::of(tx, f, &ts);
             tree.read_leaves(&ts, &mut io, first, count)
                 .map_err(|e| Self::err(f, e))?
         };
@@ -144,45 +266,43 @@ impl Scheme for MacTree {
         let tree = Self::tree(env, f);
         let ctr = Cell::new(0u64);
         let (floor, limit, hw) = (env.ctr_floor, env.ctr_limit, f.ctr_hw);
-        let new_ts = {
-            let mut io = Io {
-                tx,
-                leaves: &f.names.meta,
-                upper: &f.names.ctrs,
-            };
+        let (new_ts, inline) = {
+            let mut io = Io::entering(env, tx, f, &ts);
             let fs: &FileState = f;
-            tree.update(
-                &ts,
-                &mut io,
-                first,
-                first + count,
-                floor,
-                limit,
-                &mut |old| {
-                    // The counter rule: above every counter the run had (hole marks
-                    // stripped), the session floor and any deleted block's counter.
-                    let max = old.iter().map(|c| c & !HOLE).max().unwrap_or(0);
-                    let c = (max + 1).max(floor).max(hw + 1);
-                    if c >= limit || c & HOLE != 0 {
-                        return Err(MacTreeError::Exhausted);
-                    }
-                    ctr.set(c);
-                    Ok(())
-                },
-                &mut |i, _old| {
-                    let c = ctr.get();
-                    let k = (i - first) as usize;
-                    let blk = &mut data[k * bs..(k + 1) * bs];
-                    Self::xor(fs, i, c, blk);
-                    (c, Some(tree.block_tag(i, c, blk)))
-                },
-            )
-            .map_err(|e| Self::err(f, e))?
+            let new_ts = tree
+                .update(
+                    &ts,
+                    &mut io,
+                    first,
+                    first + count,
+                    floor,
+                    limit,
+                    &mut |old| {
+                        // The counter rule: above every counter the run had (hole marks
+                        // stripped), the session floor and any deleted block's counter.
+                        let max = old.iter().map(|c| c & !HOLE).max().unwrap_or(0);
+                        let c = (max + 1).max(floor).max(hw + 1);
+                        if c >= limit || c & HOLE != 0 {
+                            return Err(MacTreeError::Exhausted);
+                        }
+                        ctr.set(c);
+                        Ok(())
+                    },
+                    &mut |i, _old| {
+                        let c = ctr.get();
+                        let k = (i - first) as usize;
+                        let blk = &mut data[k * bs..(k + 1) * bs];
+                        Self::xor(fs, i, c, blk);
+                        (c, Some(tree.block_tag(i, c, blk)))
+                    },
+                )
+                .map_err(|e| Self::err(fs, e))?;
+            (new_ts, io.inline)
         };
         tx.write_at(&f.names.data, first * bs as u64, data)?;
         f.tree.root = new_ts.encode();
         f.tree.leaves = n.max(first + count);
-        Ok(())
+        Self::settle(f, tx, &new_ts, inline)
     }
 
     /// Truncation keeps the leaf counters (Yun et al.: Delete never resets a counter, so
@@ -198,11 +318,7 @@ impl Scheme for MacTree {
             let end = blocks.min(ts.m);
             if n < end {
                 let tree = Self::tree(env, f);
-                let mut io = Io {
-                    tx,
-                    leaves: &f.names.meta,
-                    upper: &f.names.ctrs,
-                };
+                let mut io = Io::of(tx, f, &ts);
                 let new_ts = tree
                     .update(
                         &ts,
@@ -215,7 +331,9 @@ impl Scheme for MacTree {
                         &mut |_, old| (if old == 0 { 0 } else { old | HOLE }, None),
                     )
                     .map_err(|e| Self::err(f, e))?;
+                let inline = io.inline;
                 f.tree.root = new_ts.encode();
+                Self::settle(f, tx, &new_ts, inline)?;
             }
         }
         f.tree.leaves = blocks;

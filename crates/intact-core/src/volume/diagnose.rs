@@ -515,6 +515,7 @@ mod tests {
                 kdf: KdfParams::TEST,
                 inline_leaf: true,
                 dir_tree: true,
+                inline_mac: true,
             },
             &Options::default(),
         )

@@ -155,6 +155,17 @@ impl OpenFile {
                 "an inline Merkle node in a record whose tree is not one leaf",
             ));
         }
+        let one_counter = || {
+            inode.scheme == SchemeId::MacTree
+                && crate::scheme::MacTreeState::decode(&inode.tree.root).is_some_and(|t| t.m == 1)
+        };
+        if inode.inline_mac.is_some() && !one_counter() {
+            return Err(Error::tampered(
+                subject,
+                None,
+                "an inline mac-tree leaf in a record whose tree has not exactly one leaf counter",
+            ));
+        }
         let fresh = inode.scheme.uses_counter_intervals();
         let covered = match inode.scheme.partial_tree() {
             true => inode.tree.leaves <= ctrs.blocks(),
@@ -177,6 +188,7 @@ impl OpenFile {
             ctr_hw: inode.ctr_hw,
             rtree: crate::scheme::RTreeIndex::for_scheme(inode.scheme),
             inline: inode.inline_node,
+            inline_mac: inode.inline_mac,
         });
         Ok(OpenFile {
             inode,
@@ -495,6 +507,7 @@ pub(super) fn finish_record(keys: &Keys, tx: &mut Tx, of: &mut OpenFile) -> Resu
     of.inode.counters = tc;
     of.inode.tree = st.tree;
     of.inode.inline_node = st.inline;
+    of.inode.inline_mac = st.inline_mac;
     of.inode.ctr_hw = st.ctr_hw;
     Ok(())
 }
@@ -530,6 +543,7 @@ pub(super) struct OwnedEnv {
     ctr_limit: u64,
     max_object: u64,
     inline_leaf: bool,
+    inline_mac: bool,
 }
 
 impl OwnedEnv {
@@ -543,6 +557,7 @@ impl OwnedEnv {
             ctr_limit: inner.anchor.ctr_next,
             max_object: inner.max_object,
             inline_leaf: inner.inline_leaf,
+            inline_mac: inner.inline_mac,
         }
     }
 
@@ -557,6 +572,7 @@ impl OwnedEnv {
             metrics: &self.metrics,
             max_object: self.max_object,
             inline_leaf: self.inline_leaf,
+            inline_mac: self.inline_mac,
         }
     }
 }
@@ -893,6 +909,7 @@ impl Inner {
 mod tests {
     use super::*;
     use crate::store::{MemStore, MemTrusted};
+    use crate::tree::TreeState;
 
     fn volume() -> (Volume, u64) {
         let vol = test_volume(Arc::new(MemStore::new()), &MemTrusted::new());
@@ -902,6 +919,64 @@ mod tests {
 
     fn blocks(byte: u8, n: usize) -> Vec<u8> {
         (0..n * 4096).map(|i| byte ^ (i / 4096) as u8).collect()
+    }
+
+    /// A record whose inline tree does not fit its tree (an inline Merkle node beside more
+    /// or fewer than one leaf, an inline mac-tree leaf beside more or fewer than one leaf
+    /// counter, or either under the other's scheme) is refused as damaged when it is
+    /// loaded; each fitting one loads.
+    #[test]
+    fn an_inline_tree_that_does_not_fit_its_record_is_refused() {
+        let (vol, _) = volume();
+        let mut g = vol.shared.lock();
+        let keys = Arc::clone(&g.keys);
+        let mac = |m: u64| TreeState {
+            leaves: m,
+            root: crate::scheme::MacTreeState {
+                m,
+                depth: u8::from(m > 0),
+                arity_log2: 6,
+                root: m,
+            }
+            .encode(),
+        };
+        let merkle = |leaves: u64| TreeState {
+            leaves,
+            root: [3; 32],
+        };
+        let cases = [
+            (SchemeId::MtEintGcm, merkle(1), true, false, true),
+            (SchemeId::MtEintCbc, merkle(1), true, false, true),
+            (SchemeId::MtEintGcm, merkle(2), true, false, false),
+            (SchemeId::MtEintGcm, merkle(0), true, false, false),
+            (SchemeId::Aead, merkle(1), true, false, false),
+            (SchemeId::MacTree, mac(1), false, true, true),
+            (SchemeId::MacTree, mac(2), false, true, false),
+            (SchemeId::MacTree, mac(0), false, true, false),
+            (SchemeId::MtEintGcm, merkle(1), false, true, false),
+            (SchemeId::MtEintGcm, mac(1), false, true, false),
+            (SchemeId::MacTree, mac(1), true, false, false),
+        ];
+        for (scheme, tree, node, leaf, fits) in cases {
+            let mut inode = Inode::new(Kind::File, scheme, [9; 16], tree, 0);
+            inode.inline_node = node.then_some([1; 32]);
+            inode.inline_mac = leaf.then_some([2; crate::format::MAC_INLINE_LEN]);
+            if scheme.uses_counter_intervals() {
+                let mut c = crate::tree::CounterIntervals::new();
+                c.set_range(0, tree.leaves, 5);
+                inode.counters = TrustedCounters::Inline(c);
+            }
+            let r = OpenFile::load(inode, &keys, &mut g.tx, Subject::Inode(7));
+            let what = format!("{scheme:?}, {tree:?}, node {node}, leaf {leaf}");
+            match r {
+                Ok(_) => assert!(fits, "{what}: loaded"),
+                Err(e) => {
+                    assert!(!fits, "{what}: {e}");
+                    assert!(e.is_tampered(), "{what}: {e}");
+                    assert!(e.to_string().contains("inline"), "{what}: {e}");
+                }
+            }
+        }
     }
 
     /// A large write planned, sealed without the engine lock and stored: the run (blocks

@@ -345,6 +345,7 @@ fn merge_data(cur: &mut Inode, d: &Inode) {
     cur.ctr_hw = d.ctr_hw;
     cur.counters = d.counters.clone();
     cur.inline_node = d.inline_node;
+    cur.inline_mac = d.inline_mac;
 }
 
 /// Takes the attribute fields of `a` (a record item) into `cur`.
@@ -1060,6 +1061,7 @@ impl Inner {
                     rec.counters = TrustedCounters::Inline(crate::tree::CounterIntervals::new());
                     rec.ctr_hw = 0;
                     rec.inline_node = None;
+                    rec.inline_mac = None;
                     let mut of =
                         OpenFile::load(rec, &self.keys, &mut self.tx, Subject::Inode(ino))?;
                     match of.inode.kind {

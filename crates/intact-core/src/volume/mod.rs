@@ -35,6 +35,7 @@ macro_rules! env {
             metrics: &$s.metrics,
             max_object: $s.max_object,
             inline_leaf: $s.inline_leaf,
+            inline_mac: $s.inline_mac,
         }
     };
 }
@@ -166,6 +167,10 @@ pub struct CreateOptions {
     /// Directories are B+-trees of units ([`DIR_TREE`]). `false` makes them one sorted
     /// list each, as intact made them before, which older versions of intact open.
     pub dir_tree: bool,
+    /// `mac-tree` trees of one leaf counter keep their level 0 in the inode record, so that
+    /// a small `mac-tree` file is one object ([`INLINE_MAC`]). `false` makes a volume as
+    /// intact made them before, which older versions of intact open.
+    pub inline_mac: bool,
 }
 
 impl Default for CreateOptions {
@@ -177,6 +182,7 @@ impl Default for CreateOptions {
             kdf: KdfParams::DEFAULT,
             inline_leaf: true,
             dir_tree: true,
+            inline_mac: true,
         }
     }
 }
@@ -414,6 +420,8 @@ struct Inner {
     max_object: u64,
     /// The volume has the [`INLINE_LEAF`] feature.
     inline_leaf: bool,
+    /// The volume has the [`INLINE_MAC`] feature.
+    inline_mac: bool,
     /// The volume has the [`DIR_TREE`] feature.
     dir_tree: bool,
     tx: Tx,
@@ -582,11 +590,15 @@ impl Volume {
             },
             kdf: copts.kdf,
             salt: hex::encode(salt),
-            features: [(copts.inline_leaf, INLINE_LEAF), (copts.dir_tree, DIR_TREE)]
-                .iter()
-                .filter(|(on, _)| *on)
-                .map(|(_, f)| f.to_string())
-                .collect(),
+            features: [
+                (copts.inline_leaf, INLINE_LEAF),
+                (copts.dir_tree, DIR_TREE),
+                (copts.inline_mac, INLINE_MAC),
+            ]
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, f)| f.to_string())
+            .collect(),
             wrapped_key: String::new(),
         };
         let kek = crypto::password_key(password, &salt, copts.kdf)?;
@@ -721,6 +733,7 @@ impl Volume {
             },
             default_auto: config.scheme == AUTO,
             inline_leaf: config.features.iter().any(|f| f == INLINE_LEAF),
+            inline_mac: config.features.iter().any(|f| f == INLINE_MAC),
             dir_tree: config.features.iter().any(|f| f == DIR_TREE),
             config,
             keys: Arc::new(keys),

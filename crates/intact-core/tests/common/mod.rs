@@ -37,6 +37,7 @@ pub fn create<T: TrustedStore + Clone + 'static>(
         kdf: KdfParams::TEST,
         inline_leaf: true,
         dir_tree: true,
+        inline_mac: true,
     };
     create_with(store, trusted, &copts)
 }

@@ -81,6 +81,12 @@ pub fn workload_at(
     step(&m, points);
     put(&mut m, "/f2", 0, &pattern(3, 10 * bs + 1))?;
     step(&m, points);
+    // A small file: one block, its tree inline in its record where the scheme can.
+    vol.create_file("/s", None)?;
+    m.insert("/s".into(), vec![]);
+    step(&m, points);
+    put(&mut m, "/s", 0, &pattern(11, bs / 3))?;
+    step(&m, points);
     sync(&m, points, done)?;
 
     vol.truncate("/f1", (bs + bs / 2) as u64)?;
@@ -107,6 +113,8 @@ pub fn workload_at(
     step(&m, points);
     put(&mut m, "/f3", 0, &pattern(6, bs / 2))?;
     step(&m, points);
+    put(&mut m, "/s", 5, &pattern(12, 10))?; // overwritten, still one block
+    step(&m, points);
     sync(&m, points, done)?;
 
     put(&mut m, "/d/f2", 0, &pattern(7, 12 * bs + 1))?;
@@ -118,6 +126,8 @@ pub fn workload_at(
     step(&m, points);
     vol.create_file("/d/f4", None)?;
     m.insert("/d/f4".into(), vec![]);
+    step(&m, points);
+    put(&mut m, "/s", bs - 1, &pattern(13, 2))?; // grows past one block
     step(&m, points);
     sync(&m, points, done)?;
 
