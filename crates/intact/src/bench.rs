@@ -33,6 +33,13 @@ pub enum BenchCmd {
     /// per operation, and bytes written per create, at every power of ten, with their
     /// ratios to 10^3 (issue 18). Use a release build.
     Dir(crate::bench_dir::DirArgs),
+    /// Oprea–Reiter's trace experiment (2007 §7.2 Fig. 10; 2006 §6 Figs. 16, 17): the
+    /// LAIR, DEASNA and HOME02 traces, synthetic with Table 3's counts (or real ones with
+    /// --trace), replayed under MT-EINT, RAND-EINT and COMP-EINT with all-low, all-high and
+    /// half high-entropy blocks: time, integrity bandwidth and untrusted storage relative
+    /// to MT-EINT, and counter intervals against trusted storage per file. Use a release
+    /// build.
+    Traces(crate::bench_trace::TracesArgs),
 }
 
 /// Arguments of `intact bench schemes`.

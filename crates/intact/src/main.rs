@@ -16,11 +16,13 @@ use std::sync::{Arc, Mutex};
 mod alarm;
 mod bench;
 mod bench_dir;
+mod bench_trace;
 mod disk;
 mod disk_bench;
 mod mount;
 mod nbd;
 mod scrub;
+mod trace;
 
 /// Exit codes (documented in the README).
 pub(crate) mod code {
@@ -1199,6 +1201,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench {
             what: bench::BenchCmd::Dir(a),
         } => bench_dir::dir(a, cli.cache_bytes.unwrap_or(16 << 20), cli.json)?,
+        Cmd::Bench {
+            what: bench::BenchCmd::Traces(a),
+        } => bench_trace::traces(a, cli.cache_bytes.unwrap_or(1024), cli.json)?,
         Cmd::AcceptStore { yes } => alarm::accept_store(&cli, *yes)?,
         Cmd::Scrub {
             rate,

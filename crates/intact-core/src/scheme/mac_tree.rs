@@ -347,3 +347,42 @@ impl Scheme for MacTree {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::SchemeId;
+    use crate::scheme::fixture::Fixture;
+
+    /// A tree past one leaf counter whose level 0 is still in the record (which the object
+    /// I/O never leaves behind: it moves the bytes at the write that grows the tree) is
+    /// settled by writing the 40 bytes to `.m` at their places: `N_0` at 0, node 0's tag
+    /// and `T_0` at `8a`.
+    #[test]
+    fn settle_moves_level_0_out_of_the_record_past_one_counter() {
+        let mut fx = Fixture::new(64);
+        fx.inline_mac = true;
+        let mut f = fx.file(SchemeId::MacTree);
+        let (_, tx) = fx.parts();
+        let mut leaf = [0u8; MAC_INLINE_LEN];
+        for (k, b) in leaf.iter_mut().enumerate() {
+            *b = k as u8 + 1;
+        }
+        let mut ts = MacTreeState::empty(DEFAULT_ARITY_LOG2);
+        ts.m = 1;
+        MacTree::settle(&mut f, tx, &ts, Some(leaf)).unwrap();
+        assert_eq!(f.inline_mac, Some(leaf));
+        assert_eq!(tx.len(&f.names.meta).unwrap(), None);
+        ts.m = 2;
+        MacTree::settle(&mut f, tx, &ts, Some(leaf)).unwrap();
+        assert_eq!(f.inline_mac, None);
+        let mut m = vec![0u8; 8 * 64 + 32];
+        tx.read_at(&f.names.meta, 0, &mut m).unwrap();
+        assert_eq!(m[..8], leaf[..8]);
+        assert!(m[8..8 * 64].iter().all(|&b| b == 0));
+        assert_eq!(m[8 * 64..], leaf[8..]);
+        ts.m = 0;
+        MacTree::settle(&mut f, tx, &ts, Some(leaf)).unwrap();
+        assert_eq!(f.inline_mac, None, "no counter: neither");
+    }
+}
