@@ -40,6 +40,11 @@ pub enum BenchCmd {
     /// to MT-EINT, and counter intervals against trusted storage per file. Use a release
     /// build.
     Traces(crate::bench_trace::TracesArgs),
+    /// Yun–Shi–Kim's evaluation (2009 §5, Fig. 5): encryption against authentication
+    /// under their 16-ary SHA-1 Merkle tree and their MAC tree (the cryptography alone),
+    /// and a sequential write and read through the file system under none, aead, mac-tree
+    /// and mt-eint. Use a release build.
+    Yun(crate::bench_yun::YunArgs),
 }
 
 /// Arguments of `intact bench schemes`.

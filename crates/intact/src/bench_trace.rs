@@ -53,6 +53,10 @@ pub struct TracesArgs {
     /// Where the temporary volumes go.
     #[arg(long, default_value = "/var/tmp")]
     workdir: PathBuf,
+    /// Replays of each trace, scheme and content, alternating (times are given as the
+    /// range over them).
+    #[arg(long, default_value_t = 3)]
+    runs: u32,
 }
 
 /// What a replay writes into blocks.
@@ -133,8 +137,9 @@ pub struct Run {
     pub trace: String,
     pub scheme: String,
     pub content: Content,
-    /// Replay and final seal, seconds.
-    pub secs: f64,
+    /// Replay and final seal, seconds: one per run (the other fields are the same in
+    /// every run, the replay being deterministic).
+    pub secs: Vec<f64>,
     pub blocks_written: u64,
     pub blocks_read: u64,
     /// `US_F` bytes read or written per block accessed.
@@ -173,6 +178,9 @@ pub fn replay(
         },
         &Options {
             cache_bytes,
+            // Every file's record stays resident, so that its measured counts (kept with
+            // the record) cover the whole replay.
+            records: t.files as usize + 1024,
             ..Options::default()
         },
     )?;
@@ -216,7 +224,7 @@ pub fn replay(
         trace: t.name.clone(),
         scheme: scheme.name().to_string(),
         content,
-        secs,
+        secs: vec![secs],
         blocks_written: 0,
         blocks_read: 0,
         integrity_bandwidth: 0.0,
@@ -232,9 +240,18 @@ pub fn replay(
         let fi = vol.file_integrity(&p)?;
         let m = fi.measured;
         let b = before.get(f).copied().unwrap_or_default();
-        r.blocks_written += m.blocks_written - b.0;
-        r.blocks_read += m.blocks_read - b.1;
-        us += (m.integrity.read_bytes - b.2) + (m.integrity.write_bytes - b.3);
+        let now = (
+            m.blocks_written,
+            m.blocks_read,
+            m.integrity.read_bytes,
+            m.integrity.write_bytes,
+        );
+        if now.0 < b.0 || now.1 < b.1 || now.2 < b.2 || now.3 < b.3 {
+            bail!("{p}: its measured counts went back (its record was dropped)");
+        }
+        r.blocks_written += now.0 - b.0;
+        r.blocks_read += now.1 - b.1;
+        us += (now.2 - b.2) + (now.3 - b.3);
         r.integrity_bytes += fi.integrity_bytes;
         trusted += fi.trusted_bytes;
         if scheme.uses_counter_intervals() {
@@ -363,11 +380,29 @@ fn rel(x: f64, base: f64) -> String {
     format!("{:+.1} %", 100.0 * (x / base - 1.0))
 }
 
+/// `v`'s range as `show` writes its ends ("a" when they agree, else "a to b").
+fn span(v: &[f64], show: impl Fn(f64) -> String) -> String {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if v.is_empty() {
+        return "n/a".into();
+    }
+    let (a, b) = (show(lo), show(hi));
+    if a == b {
+        a
+    } else {
+        format!("{a} to {b}")
+    }
+}
+
 /// Runs `intact bench traces`.
 pub fn traces(a: &TracesArgs, cache_bytes: usize, json: bool) -> Result<()> {
     const BS: u32 = 4096;
     if !(a.scale > 0.0 && a.scale <= 1.0) {
         bail!("--scale must be in (0, 1]");
+    }
+    if a.runs == 0 {
+        bail!("--runs must be at least 1");
     }
     let schemes: Vec<SchemeId> = if a.schemes.is_empty() {
         vec![SchemeId::MtEintGcm, SchemeId::RandEint, SchemeId::CompEint]
@@ -420,19 +455,27 @@ pub fn traces(a: &TracesArgs, cache_bytes: usize, json: bool) -> Result<()> {
             "trace {}: {} files, {} block writes, {} block reads",
             t.name, counts.files, counts.writes, counts.reads
         );
-        let mut runs = Vec::new();
-        for &c in &contents {
-            for &s in &schemes {
-                let r = replay(t, s, c, cache_bytes, &a.workdir, BS)?;
-                eprintln!(
-                    "  {:<5} {:<12} {:>8.2} s  IB {:>7.2} B/block  US {:>11} B  (every read checked)",
-                    c.name(),
-                    r.scheme,
-                    r.secs,
-                    r.integrity_bandwidth,
-                    r.integrity_bytes
-                );
-                runs.push(r);
+        let mut runs: Vec<Run> = Vec::new();
+        for k in 0..a.runs {
+            for &c in &contents {
+                for &s in &schemes {
+                    let r = replay(t, s, c, cache_bytes, &a.workdir, BS)?;
+                    eprintln!(
+                        "  run {k}: {:<5} {:<12} {:>8.2} s  IB {:>7.2} B/block  US {:>11} B  (every read checked)",
+                        c.name(),
+                        r.scheme,
+                        r.secs[0],
+                        r.integrity_bandwidth,
+                        r.integrity_bytes
+                    );
+                    match runs
+                        .iter_mut()
+                        .find(|x| x.content == c && x.scheme == r.scheme)
+                    {
+                        Some(x) => x.secs.extend(r.secs),
+                        None => runs.push(r),
+                    }
+                }
             }
         }
         reports.push(TraceReport {
@@ -507,16 +550,23 @@ fn markdown(r: &Report) -> String {
                 .runs
                 .iter()
                 .find(|b| b.content == run.content && b.scheme == SchemeId::MtEintGcm.name());
-            let (bt, bi, bu) = base.map_or((0.0, 0.0, 0.0), |b| {
-                (b.secs, b.integrity_bandwidth, b.integrity_bytes as f64)
+            let (bt, bi, bu) = base.map_or((&[][..], 0.0, 0.0), |b| {
+                (&b.secs[..], b.integrity_bandwidth, b.integrity_bytes as f64)
             });
             let _ = writeln!(
                 o,
-                "| {} | {} | {:.2} | {} | {:.2} | {} | {} | {} | {:.1} |",
+                "| {} | {} | {} | {} | {:.2} | {} | {} | {} | {:.1} |",
                 run.content.label(),
                 run.scheme,
-                run.secs,
-                rel(run.secs, bt),
+                span(&run.secs, |x| format!("{x:.2}")),
+                span(
+                    &run.secs
+                        .iter()
+                        .zip(bt)
+                        .map(|(x, b)| x / b)
+                        .collect::<Vec<_>>(),
+                    |r| format!("{:+.0} %", 100.0 * (r - 1.0))
+                ),
                 run.integrity_bandwidth,
                 rel(run.integrity_bandwidth, bi),
                 run.integrity_bytes,

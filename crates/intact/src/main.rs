@@ -17,6 +17,7 @@ mod alarm;
 mod bench;
 mod bench_dir;
 mod bench_trace;
+mod bench_yun;
 mod disk;
 mod disk_bench;
 mod mount;
@@ -1204,6 +1205,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench {
             what: bench::BenchCmd::Traces(a),
         } => bench_trace::traces(a, cli.cache_bytes.unwrap_or(1024), cli.json)?,
+        Cmd::Bench {
+            what: bench::BenchCmd::Yun(a),
+        } => bench_yun::yun(a, cli.json)?,
         Cmd::AcceptStore { yes } => alarm::accept_store(&cli, *yes)?,
         Cmd::Scrub {
             rate,

@@ -318,7 +318,9 @@ fn bench_traces_replays_synthetic_and_real_traces() {
     }
     assert!(ib("high", "mt-eint") > 0.0);
     for x in runs {
-        assert!(x["secs"].as_f64().unwrap() > 0.0, "{x}");
+        let secs = x["secs"].as_array().unwrap();
+        assert_eq!(secs.len(), 3, "{x}");
+        assert!(secs.iter().all(|s| s.as_f64().unwrap() > 0.0), "{x}");
         assert_eq!(x["intervals"].as_array().unwrap().len(), 9, "{x}");
     }
     assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0, "left behind");
@@ -378,4 +380,66 @@ fn bench_traces_replays_synthetic_and_real_traces() {
     let out = run(&["--profiles", "nowhere"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown trace"));
+    let out = run(&["--profiles", "lair", "--runs", "0"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--runs"));
+}
+
+/// `intact bench yun` (docs/performance.md, "Yun, Shi and Kim's Fig. 5"): both
+/// constructions and the four schemes through the file system, a split per run, every
+/// byte checked, the Markdown table naming the paper's claim; bad arguments refused.
+#[test]
+fn bench_yun_splits_encryption_from_authentication() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |json: bool, args: &[&str]| {
+        let mut c = Command::new(BIN);
+        if json {
+            c.arg("--json");
+        }
+        c.args(["bench", "yun", "--workdir"])
+            .arg(tmp.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = run(true, &["--mb", "2", "--runs", "2"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for c in ["hash_tree", "mac_tree"] {
+        let runs = r[c].as_array().unwrap();
+        assert_eq!(runs.len(), 2, "{c}");
+        for x in runs {
+            for k in [
+                "write_encrypt_ms",
+                "write_auth_ms",
+                "read_encrypt_ms",
+                "read_auth_ms",
+            ] {
+                assert!(x[k].as_f64().unwrap() > 0.0, "{c} {k}: {x}");
+            }
+        }
+    }
+    let engine = r["engine"].as_array().unwrap();
+    let names: Vec<&str> = engine.iter().map(|e| e[0].as_str().unwrap()).collect();
+    assert_eq!(names, ["none", "aead", "mac-tree", "mt-eint"]);
+    for e in engine {
+        assert_eq!(e[1].as_array().unwrap().len(), 2, "{e}");
+    }
+    let out = run(false, &["--mb", "1", "--runs", "1"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("16-ary SHA-1/128 Merkle tree") && text.contains("about 0.5"),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "left behind"
+    );
+    assert!(!run(false, &["--mb", "0"]).status.success());
 }
