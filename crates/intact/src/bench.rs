@@ -45,6 +45,12 @@ pub enum BenchCmd {
     /// and a sequential write and read through the file system under none, aead, mac-tree
     /// and mt-eint. Use a release build.
     Yun(crate::bench_yun::YunArgs),
+    /// Oprea–Reiter's file experiments (2006 §6 Tables 2, 3, 5, Figs. 12, 13; 2007 §7.1
+    /// Figs. 7–9): five corpora from this machine (text, objects, executables, images,
+    /// compressed), their random-looking blocks per block size, and MT-EINT, RAND-EINT and
+    /// COMP-EINT over a node-cache sweep and a block-size sweep, beside the published
+    /// numbers; then the trace experiment (`bench traces`). Use a release build.
+    OpreaReiter(crate::bench_or::OpreaReiterArgs),
 }
 
 /// Arguments of `intact bench schemes`.
@@ -75,29 +81,36 @@ pub struct SchemesArgs {
 }
 
 /// One data set: the files (content held in memory to verify what is read back).
-struct DataSet {
-    name: String,
-    roots: Vec<RootSummary>,
-    files: Vec<SrcFile>,
+pub(crate) struct DataSet {
+    pub(crate) name: String,
+    pub(crate) roots: Vec<RootSummary>,
+    pub(crate) files: Vec<SrcFile>,
 }
 
-struct SrcFile {
-    path: PathBuf,
-    data: Vec<u8>,
+pub(crate) struct SrcFile {
+    pub(crate) path: PathBuf,
+    pub(crate) data: Vec<u8>,
+}
+
+/// Where and how [`run_scheme`] makes its volume.
+pub(crate) struct RunParams {
+    pub(crate) workdir: PathBuf,
+    pub(crate) block_size: u32,
 }
 
 #[derive(Serialize, Clone)]
-struct RootSummary {
+pub(crate) struct RootSummary {
     root: String,
     files: usize,
     bytes: u64,
 }
 
-const COMPRESSED_EXT: &[&str] = &["gz", "xz", "zst", "bz2", "jpg", "jpeg", "png", "crate"];
+pub(crate) const COMPRESSED_EXT: &[&str] =
+    &["gz", "xz", "zst", "bz2", "jpg", "jpeg", "png", "crate"];
 /// Other binary formats kept out of the text set.
 const BINARY_EXT: &[&str] = &["zip", "pdf", "gif", "ico", "woff", "woff2", "ttf", "otf"];
 
-fn ext_of(p: &Path) -> String {
+pub(crate) fn ext_of(p: &Path) -> String {
     p.extension()
         .and_then(|e| e.to_str())
         .unwrap_or("")
@@ -159,7 +172,12 @@ fn fill(
     s
 }
 
-fn gather(name: &str, roots: &[PathBuf], cap: u64, keep: &dyn Fn(&Path, &[u8]) -> bool) -> DataSet {
+pub(crate) fn gather(
+    name: &str,
+    roots: &[PathBuf],
+    cap: u64,
+    keep: &dyn Fn(&Path, &[u8]) -> bool,
+) -> DataSet {
     let mut files = Vec::new();
     let mut summaries = Vec::new();
     let mut used = 0u64;
@@ -218,46 +236,46 @@ fn high_set(cap: u64) -> DataSet {
 
 /// What one scheme measured on one data set.
 #[derive(Serialize, Clone)]
-struct SchemeResult {
-    scheme: String,
-    files: usize,
-    bytes: u64,
-    write_secs: f64,
-    read_secs: f64,
-    write_mb_s: f64,
-    read_mb_s: f64,
+pub(crate) struct SchemeResult {
+    pub(crate) scheme: String,
+    pub(crate) files: usize,
+    pub(crate) bytes: u64,
+    pub(crate) write_secs: f64,
+    pub(crate) read_secs: f64,
+    pub(crate) write_mb_s: f64,
+    pub(crate) read_mb_s: f64,
     /// Blocks written / read through the scheme, summed over the data set's files.
-    blocks_written: u64,
-    blocks_read: u64,
+    pub(crate) blocks_written: u64,
+    pub(crate) blocks_read: u64,
     /// `US_F` bytes of the data set's files accessed while writing (read, written) and
     /// while reading back (read).
-    us_read_while_writing: u64,
-    us_written: u64,
-    us_read: u64,
+    pub(crate) us_read_while_writing: u64,
+    pub(crate) us_written: u64,
+    pub(crate) us_read: u64,
     /// `US_F` bytes read per block read (reading back, cold).
-    read_bandwidth: f64,
+    pub(crate) read_bandwidth: f64,
     /// `US_F` bytes written per block written.
-    write_bandwidth: f64,
+    pub(crate) write_bandwidth: f64,
     /// The same over the whole volume (directories and the inode table included).
-    volume_read_bandwidth: f64,
-    volume_write_bandwidth: f64,
+    pub(crate) volume_read_bandwidth: f64,
+    pub(crate) volume_write_bandwidth: f64,
     /// Untrusted storage for integrity of the data set's files.
-    meta_object_bytes: u64,
-    ctrs_object_bytes: u64,
-    data_overhead_bytes: u64,
-    integrity_bytes: u64,
-    integrity_pct: f64,
+    pub(crate) meta_object_bytes: u64,
+    pub(crate) ctrs_object_bytes: u64,
+    pub(crate) data_overhead_bytes: u64,
+    pub(crate) integrity_bytes: u64,
+    pub(crate) integrity_pct: f64,
     /// TS_F bytes in use, summed and per file.
-    trusted_bytes: u64,
-    trusted_bytes_per_file: f64,
-    write_time: PhaseTimes,
-    read_time: PhaseTimes,
+    pub(crate) trusted_bytes: u64,
+    pub(crate) trusted_bytes_per_file: f64,
+    pub(crate) write_time: PhaseTimes,
+    pub(crate) read_time: PhaseTimes,
     /// Throughput over the wall time less the time waiting for the store (the CPU cost).
-    write_mb_s_excl_store: f64,
-    read_mb_s_excl_store: f64,
+    pub(crate) write_mb_s_excl_store: f64,
+    pub(crate) read_mb_s_excl_store: f64,
     /// The whole volume's counters over the write and the read phase.
-    write_volume: MetricsSnapshot,
-    read_volume: MetricsSnapshot,
+    pub(crate) write_volume: MetricsSnapshot,
+    pub(crate) read_volume: MetricsSnapshot,
 }
 
 #[derive(Serialize)]
@@ -363,16 +381,16 @@ pub(crate) const PW: &[u8] = b"intact bench (a throwaway volume)";
 const CHUNK: usize = 1 << 20;
 
 /// Syncs and drops the page cache (root only); whether it did.
-fn drop_caches() -> bool {
+pub(crate) fn drop_caches() -> bool {
     let _ = std::process::Command::new("sync").status();
     std::fs::write("/proc/sys/vm/drop_caches", b"3\n").is_ok()
 }
 
 /// `scheme`: `None` runs the `auto` policy (a volume whose default is `auto`).
-fn run_scheme(
+pub(crate) fn run_scheme(
     set: &DataSet,
     scheme: Option<SchemeId>,
-    a: &SchemesArgs,
+    a: &RunParams,
     cache_bytes: usize,
     drop_cache: bool,
 ) -> Result<(SchemeResult, bool)> {
@@ -534,7 +552,7 @@ fn civil(days: i64) -> (i64, u32, u32) {
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
-fn now_utc() -> String {
+pub(crate) fn now_utc() -> String {
     let s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
@@ -549,7 +567,7 @@ fn now_utc() -> String {
     )
 }
 
-fn machine() -> String {
+pub(crate) fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|c| {
@@ -627,7 +645,11 @@ pub fn schemes(a: &SchemesArgs, cache_bytes: usize, json: bool) -> Result<()> {
         );
         let mut results = Vec::new();
         for &s in &schemes {
-            let (r, dropped) = run_scheme(set, s, a, cache_bytes, want_drop)?;
+            let params = RunParams {
+                workdir: a.workdir.clone(),
+                block_size: a.block_size,
+            };
+            let (r, dropped) = run_scheme(set, s, &params, cache_bytes, want_drop)?;
             dropped_all &= dropped;
             eprintln!(
                 "  {:<15} write {:>8.1} MB/s  read {:>8.1} MB/s  (verified)",

@@ -59,6 +59,24 @@ pub struct TracesArgs {
     runs: u32,
 }
 
+impl TracesArgs {
+    /// The three synthetic traces at `scale`, `runs` replays each, under every scheme and
+    /// content of Fig. 10 (as `intact bench oprea-reiter` runs them).
+    pub fn quick(scale: f64, runs: u32, workdir: PathBuf) -> TracesArgs {
+        TracesArgs {
+            profiles: Vec::new(),
+            scale,
+            seed: 1,
+            trace: Vec::new(),
+            format: "nfsdump".into(),
+            schemes: Vec::new(),
+            contents: Vec::new(),
+            workdir,
+            runs,
+        }
+    }
+}
+
 /// What a replay writes into blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -364,8 +382,9 @@ struct TraceReport {
     trace_intervals: Vec<u64>,
 }
 
+/// What `intact bench traces` measured.
 #[derive(Serialize)]
-struct Report {
+pub struct Report {
     command: String,
     release_build: bool,
     cache_bytes: usize,
@@ -397,6 +416,17 @@ fn span(v: &[f64], show: impl Fn(f64) -> String) -> String {
 
 /// Runs `intact bench traces`.
 pub fn traces(a: &TracesArgs, cache_bytes: usize, json: bool) -> Result<()> {
+    let report = run(a, cache_bytes)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", markdown(&report));
+    }
+    Ok(())
+}
+
+/// Replays the traces `a` names; the report.
+pub fn run(a: &TracesArgs, cache_bytes: usize) -> Result<Report> {
     const BS: u32 = 4096;
     if !(a.scale > 0.0 && a.scale <= 1.0) {
         bail!("--scale must be in (0, 1]");
@@ -498,15 +528,11 @@ pub fn traces(a: &TracesArgs, cache_bytes: usize, json: bool) -> Result<()> {
         block_size: BS,
         traces: reports,
     };
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", markdown(&report));
-    }
-    Ok(())
+    Ok(report)
 }
 
-fn markdown(r: &Report) -> String {
+/// The report as Markdown.
+pub fn markdown(r: &Report) -> String {
     use std::fmt::Write;
     let mut o = String::new();
     let _ = writeln!(o, "# intact bench traces\n");

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 mod alarm;
 mod bench;
 mod bench_dir;
+mod bench_or;
 mod bench_trace;
 mod bench_yun;
 mod disk;
@@ -1208,6 +1209,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench {
             what: bench::BenchCmd::Yun(a),
         } => bench_yun::yun(a, cli.json)?,
+        Cmd::Bench {
+            what: bench::BenchCmd::OpreaReiter(a),
+        } => bench_or::oprea_reiter(a, cli.json)?,
         Cmd::AcceptStore { yes } => alarm::accept_store(&cli, *yes)?,
         Cmd::Scrub {
             rate,
