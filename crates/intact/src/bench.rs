@@ -51,6 +51,11 @@ pub enum BenchCmd {
     /// COMP-EINT over a node-cache sweep and a block-size sweep, beside the published
     /// numbers; then the trace experiment (`bench traces`). Use a release build.
     OpreaReiter(crate::bench_or::OpreaReiterArgs),
+    /// Every paper's experiments that exist here (Oprea–Reiter's files and traces, Yun et
+    /// al.'s Fig. 5, Burke et al.'s PAC headline), rerun and written into one report with
+    /// figures (docs/evaluation.md): each claim, the published numbers, ours, a verdict,
+    /// and why they differ. `--quick` runs in minutes. Use a release build.
+    Report(crate::bench_report::ReportArgs),
 }
 
 /// Arguments of `intact bench schemes`.

@@ -66,7 +66,7 @@ const TABLE_2: [(f64, u64, f64, f64, f64); 5] = [
 ];
 
 /// Table 3 of the 2006 report: fraction of random-looking blocks at 128 .. 4096 bytes.
-const TABLE_3: [[f64; 6]; 5] = [
+pub const TABLE_3: [[f64; 6]; 5] = [
     [0.1075, 0.087, 0.0652, 0.0524, 0.0409, 0.0351],
     [0.0003, 0.0002, 0.0002, 0.0002, 0.0002, 0.0001],
     [0.003, 0.0019, 0.0015, 0.0013, 0.0011, 0.0009],
@@ -218,28 +218,62 @@ impl Point {
     }
 }
 
+/// One corpus: where it came from, its statistics, its random-looking blocks.
 #[derive(Serialize)]
-struct CorpusReport {
-    name: String,
-    roots: Vec<crate::bench::RootSummary>,
-    stats: Stats,
-    random_fraction: Vec<(u32, f64)>,
+pub struct CorpusReport {
+    pub name: String,
+    pub roots: Vec<crate::bench::RootSummary>,
+    pub stats: Stats,
+    pub random_fraction: Vec<(u32, f64)>,
 }
 
+/// What the file experiments measured.
 #[derive(Serialize)]
-struct Report {
-    command: String,
-    machine: String,
-    release_build: bool,
-    mb: u64,
-    page_cache_dropped: bool,
-    corpora: Vec<CorpusReport>,
-    cache_sweep: Vec<Point>,
-    block_sweep: Vec<Point>,
+pub struct Report {
+    pub command: String,
+    pub machine: String,
+    pub release_build: bool,
+    pub mb: u64,
+    pub page_cache_dropped: bool,
+    pub corpora: Vec<CorpusReport>,
+    pub cache_sweep: Vec<Point>,
+    pub block_sweep: Vec<Point>,
+}
+
+impl OpreaReiterArgs {
+    /// The arguments `intact bench report` runs the section with: the defaults, or the
+    /// quick run; `mb` caps the corpora further.
+    pub fn for_report(quick: bool, mb: Option<u64>, workdir: PathBuf) -> OpreaReiterArgs {
+        OpreaReiterArgs {
+            mb: mb.unwrap_or(32),
+            caches: vec![0, 1024, 2048, 4096, 65536],
+            block_sizes: BLOCKS.to_vec(),
+            schemes: Vec::new(),
+            traces_scale: 1.0,
+            quick,
+            workdir,
+            no_drop_caches: false,
+        }
+    }
 }
 
 /// Runs `intact bench oprea-reiter`.
 pub fn oprea_reiter(a: &OpreaReiterArgs, json: bool) -> Result<()> {
+    let (report, traces) = run(a)?;
+    if json {
+        let both = serde_json::json!({ "files": report, "traces": traces });
+        println!("{}", serde_json::to_string_pretty(&both)?);
+    } else {
+        print!("{}", markdown(&report));
+        if let Some(t) = &traces {
+            print!("\n{}", crate::bench_trace::markdown(t));
+        }
+    }
+    Ok(())
+}
+
+/// Runs the file experiments, then the trace experiment unless its scale is 0.
+pub fn run(a: &OpreaReiterArgs) -> Result<(Report, Option<crate::bench_trace::Report>)> {
     let (mb, caches, blocks, traces_scale, runs) = if a.quick {
         (
             a.mb.min(4),
@@ -339,26 +373,19 @@ pub fn oprea_reiter(a: &OpreaReiterArgs, json: bool) -> Result<()> {
         }
         false => None,
     };
-    if json {
-        let both = serde_json::json!({ "files": report, "traces": traces });
-        println!("{}", serde_json::to_string_pretty(&both)?);
-    } else {
-        print!("{}", markdown(&report));
-        if let Some(t) = &traces {
-            print!("\n{}", crate::bench_trace::markdown(t));
-        }
-    }
-    Ok(())
+    Ok((report, traces))
 }
 
-fn paper_ib(scheme: &str, corpus: usize) -> Option<f64> {
+/// Table 5's integrity bandwidth of `scheme` on corpus number `corpus` (4 KiB blocks).
+pub fn paper_ib(scheme: &str, corpus: usize) -> Option<f64> {
     TABLE_5_IB
         .iter()
         .find(|(s, _)| s.name() == scheme)
         .map(|(_, v)| v[corpus])
 }
 
-fn markdown(r: &Report) -> String {
+/// The file experiments as Markdown.
+pub fn markdown(r: &Report) -> String {
     use std::fmt::Write;
     let mut o = String::new();
     let _ = writeln!(o, "# intact bench oprea-reiter\n");

@@ -98,7 +98,8 @@ impl Content {
             other => bail!("unknown content {other:?} (low, high or half)"),
         })
     }
-    fn name(self) -> &'static str {
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
         match self {
             Content::Low => "low",
             Content::High => "high",
@@ -370,26 +371,27 @@ pub fn spilled_at(intervals: &[u64], ts: u64) -> usize {
 /// The trusted-storage sizes of the Fig. 17 table, in bytes.
 pub const TS_SIZES: [u64; 8] = [29, 61, 125, 200, 253, 509, 1021, 4093];
 
+/// One trace's replays.
 #[derive(Serialize)]
-struct TraceReport {
-    name: String,
-    counts: trace::Counts,
+pub struct TraceReport {
+    pub name: String,
+    pub counts: trace::Counts,
     /// Table 3's counts, for the synthetic traces.
-    published: Option<trace::Counts>,
-    preexisting_blocks: u64,
-    runs: Vec<Run>,
+    pub published: Option<trace::Counts>,
+    pub preexisting_blocks: u64,
+    pub runs: Vec<Run>,
     /// Counter intervals per file computed from the trace itself.
-    trace_intervals: Vec<u64>,
+    pub trace_intervals: Vec<u64>,
 }
 
 /// What `intact bench traces` measured.
 #[derive(Serialize)]
 pub struct Report {
-    command: String,
-    release_build: bool,
-    cache_bytes: usize,
-    block_size: u32,
-    traces: Vec<TraceReport>,
+    pub command: String,
+    pub release_build: bool,
+    pub cache_bytes: usize,
+    pub block_size: u32,
+    pub traces: Vec<TraceReport>,
 }
 
 fn rel(x: f64, base: f64) -> String {

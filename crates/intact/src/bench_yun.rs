@@ -311,19 +311,38 @@ pub fn engine(data: &[u8], scheme: SchemeId, workdir: &Path) -> Result<EngineRun
     })
 }
 
+/// What `intact bench yun` measured.
 #[derive(Serialize)]
-struct Report {
-    command: String,
-    release_build: bool,
-    mb: u64,
-    runs: u32,
-    hash_tree: Vec<Split>,
-    mac_tree: Vec<Split>,
-    engine: Vec<(String, Vec<EngineRun>)>,
+pub struct Report {
+    pub command: String,
+    pub release_build: bool,
+    pub mb: u64,
+    pub runs: u32,
+    pub hash_tree: Vec<Split>,
+    pub mac_tree: Vec<Split>,
+    pub engine: Vec<(String, Vec<EngineRun>)>,
+}
+
+impl YunArgs {
+    /// The arguments `intact bench report` runs the section with.
+    pub fn for_report(mb: u64, runs: u32, workdir: PathBuf) -> YunArgs {
+        YunArgs { mb, runs, workdir }
+    }
 }
 
 /// Runs `intact bench yun`.
 pub fn yun(a: &YunArgs, json: bool) -> Result<()> {
+    let report = run(a)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", markdown(&report));
+    }
+    Ok(())
+}
+
+/// Runs both parts.
+pub fn run(a: &YunArgs) -> Result<Report> {
     if a.mb == 0 || a.runs == 0 {
         bail!("--mb and --runs must be at least 1");
     }
@@ -357,15 +376,11 @@ pub fn yun(a: &YunArgs, json: bool) -> Result<()> {
         eprintln!("  {:<10} done", s.name());
         report.engine.push((s.name().to_string(), runs));
     }
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", markdown(&report));
-    }
-    Ok(())
+    Ok(report)
 }
 
-fn markdown(r: &Report) -> String {
+/// The report as Markdown.
+pub fn markdown(r: &Report) -> String {
     use std::fmt::Write;
     let mut o = String::new();
     let _ = writeln!(o, "# intact bench yun\n");

@@ -487,93 +487,21 @@ pub fn run(cli: &Cli, args: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// Draws one figure as grouped bars (SVG, with plotters): a group per parameter, a bar per
-/// mode at its mean MB/s over the runs, a whisker from the lowest to the highest run.
+/// Draws one figure as grouped bars (SVG): a group per parameter, a bar per mode at its
+/// mean MB/s over the runs, a whisker from the lowest to the highest run.
 fn plot(path: &std::path::Path, figure: &str, rows: &[&Row]) -> Result<()> {
-    use plotters::prelude::*;
-    let mut params: Vec<&str> = Vec::new();
-    let mut modes: Vec<&str> = Vec::new();
-    for r in rows {
-        let p = r.group.as_str();
-        if !params.contains(&p) {
-            params.push(p);
-        }
-        if !modes.contains(&r.mode.as_str()) {
-            modes.push(&r.mode);
-        }
-    }
-    let top = rows
+    let bars: Vec<crate::plot::Bar> = rows
         .iter()
-        .flat_map(|r| r.mbps.iter().copied())
-        .fold(1.0f64, f64::max)
-        * 1.1;
-    let width = (160 + params.len() * (40 + 28 * modes.len())).max(480) as u32;
-    let root = SVGBackend::new(path, (width, 420)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let n = params.len() as f64;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(format!("intact disk bench: {figure}"), ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0f64..n, 0f64..top)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(params.len().max(1))
-        .x_label_formatter(&|x| {
-            let i = (x - 0.5).round();
-            if (x - 0.5 - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < params.len() {
-                params[i as usize].to_string()
-            } else {
-                String::new()
-            }
+        .map(|r| crate::plot::Bar {
+            group: &r.group,
+            series: &r.mode,
+            values: &r.mbps,
         })
-        .y_desc("MB/s (read + write)")
-        .draw()
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    // One row per parameter (rate, batch): one centred bar each.
-    let single = params.len() == rows.len();
-    let w = if single {
-        0.8
-    } else {
-        0.8 / modes.len() as f64
-    };
-    for (k, m) in modes.iter().enumerate() {
-        let slot = if single { 0.0 } else { k as f64 };
-        let color = Palette99::pick(k).to_rgba();
-        let bars: Vec<(f64, &Row)> = rows
-            .iter()
-            .filter(|r| r.mode == *m)
-            .map(|r| {
-                let i = params.iter().position(|p| *p == r.group).unwrap_or(0) as f64;
-                (i + 0.1 + slot * w, *r)
-            })
-            .collect();
-        chart
-            .draw_series(bars.iter().map(|(x, r)| {
-                let mean = r.mbps.iter().sum::<f64>() / r.mbps.len().max(1) as f64;
-                Rectangle::new([(*x, 0.0), (*x + w * 0.9, mean)], color.filled())
-            }))
-            .map_err(|e| anyhow::anyhow!("{e}"))?
-            .label(m.to_string())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
-        chart
-            .draw_series(bars.iter().map(|(x, r)| {
-                let lo = r.mbps.iter().copied().fold(f64::INFINITY, f64::min);
-                let hi = r.mbps.iter().copied().fold(0.0, f64::max);
-                let c = *x + w * 0.45;
-                PathElement::new(vec![(c, lo), (c, hi)], BLACK.stroke_width(2))
-            }))
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(())
+        .collect();
+    crate::plot::grouped_bars(
+        path,
+        &format!("intact disk bench: {figure}"),
+        "MB/s (read + write)",
+        &bars,
+    )
 }

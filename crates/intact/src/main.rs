@@ -17,12 +17,14 @@ mod alarm;
 mod bench;
 mod bench_dir;
 mod bench_or;
+mod bench_report;
 mod bench_trace;
 mod bench_yun;
 mod disk;
 mod disk_bench;
 mod mount;
 mod nbd;
+mod plot;
 mod scrub;
 mod trace;
 
@@ -1212,6 +1214,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench {
             what: bench::BenchCmd::OpreaReiter(a),
         } => bench_or::oprea_reiter(a, cli.json)?,
+        Cmd::Bench {
+            what: bench::BenchCmd::Report(a),
+        } => bench_report::report(a)?,
         Cmd::AcceptStore { yes } => alarm::accept_store(&cli, *yes)?,
         Cmd::Scrub {
             rate,

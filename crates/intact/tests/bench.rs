@@ -507,3 +507,51 @@ fn bench_oprea_reiter_quick_runs_every_table() {
     assert_eq!(r["traces"]["traces"].as_array().unwrap().len(), 3);
     assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0, "left behind");
 }
+
+/// `intact bench report --quick` (what CI runs, so that docs/evaluation.md cannot rot):
+/// the report has a claims table for each paper with a verdict on every claim, its
+/// figures exist and are SVG, the measurements follow; no volume or disk left behind.
+#[test]
+fn bench_report_quick_writes_the_evaluation_with_its_figures() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("work");
+    let out_md = tmp.path().join("evaluation.md");
+    let out = Command::new(BIN)
+        .args(["bench", "report", "--quick", "--mb", "1", "--out"])
+        .arg(&out_md)
+        .arg("--workdir")
+        .arg(&work)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let md = std::fs::read_to_string(&out_md).unwrap();
+    for h in [
+        "## Oprea and Reiter",
+        "## Yun, Shi and Kim",
+        "## Burke et al.",
+        "## Contiu et al.",
+        "## The measurements",
+        "| claim | published | ours | verdict | why they differ |",
+    ] {
+        assert!(md.contains(h), "no {h:?} in:\n{md}");
+    }
+    let verdicts = md.matches("**confirmed**").count() + md.matches("**refuted**").count();
+    assert!(verdicts >= 10, "{verdicts} verdicts:\n{md}");
+    for f in [
+        "or-bandwidth.svg",
+        "or-time.svg",
+        "or-traces.svg",
+        "yun.svg",
+        "disk-headline.svg",
+    ] {
+        let p = tmp.path().join("evaluation").join(f);
+        let svg = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        assert!(svg.contains("<svg"), "{f}");
+        assert!(md.contains(&format!("(evaluation/{f})")), "{f} not linked");
+    }
+    assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0, "left behind");
+}
