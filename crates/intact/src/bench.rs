@@ -407,6 +407,10 @@ pub(crate) fn run_scheme(
     let opts = Options {
         cache_bytes,
         read_only: false,
+        // Every file's record stays resident, so that its measured counts (kept with the
+        // record) cover the whole write and the whole read: with the default budget, a set
+        // of more than 1,024 files lost the counts of the files dropped meanwhile.
+        records: set.files.len() + 1024,
         ..Options::default()
     };
     let copts = CreateOptions {

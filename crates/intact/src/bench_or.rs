@@ -202,7 +202,11 @@ pub struct Point {
     pub scheme: String,
     pub block_size: u32,
     pub cache_bytes: usize,
+    /// The first run's measurements (the integrity counts are the same in every run).
     pub result: SchemeResult,
+    /// Write and read seconds of every run.
+    pub write_secs: Vec<f64>,
+    pub read_secs: Vec<f64>,
 }
 
 impl Point {
@@ -341,20 +345,31 @@ pub fn run(a: &OpreaReiterArgs) -> Result<(Report, Option<crate::bench_trace::Re
                 .collect(),
         });
         let mut run = |bs: u32, cache: usize, out: &mut Vec<Point>| -> Result<()> {
-            for &s in &schemes {
-                let params = RunParams {
-                    workdir: a.workdir.clone(),
-                    block_size: bs,
-                };
-                let (r, dropped) = run_scheme(&set, Some(s), &params, cache, want_drop)?;
-                dropped_all &= dropped;
-                out.push(Point {
-                    corpus: name.to_string(),
-                    scheme: s.name().to_string(),
-                    block_size: bs,
-                    cache_bytes: cache,
-                    result: r,
-                });
+            let first = out.len();
+            for k in 0..runs {
+                for (j, &s) in schemes.iter().enumerate() {
+                    let params = RunParams {
+                        workdir: a.workdir.clone(),
+                        block_size: bs,
+                    };
+                    let (r, dropped) = run_scheme(&set, Some(s), &params, cache, want_drop)?;
+                    dropped_all &= dropped;
+                    if k == 0 {
+                        out.push(Point {
+                            corpus: name.to_string(),
+                            scheme: s.name().to_string(),
+                            block_size: bs,
+                            cache_bytes: cache,
+                            write_secs: vec![r.write_secs],
+                            read_secs: vec![r.read_secs],
+                            result: r,
+                        });
+                    } else {
+                        let p = &mut out[first + j];
+                        p.write_secs.push(r.write_secs);
+                        p.read_secs.push(r.read_secs);
+                    }
+                }
             }
             Ok(())
         };
@@ -374,6 +389,20 @@ pub fn run(a: &OpreaReiterArgs) -> Result<(Report, Option<crate::bench_trace::Re
         false => None,
     };
     Ok((report, traces))
+}
+
+/// A range of seconds over runs ("a" or "a–b").
+fn secs(v: &[f64]) -> String {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let (a, b) = (format!("{lo:.3}"), format!("{hi:.3}"));
+    if v.is_empty() {
+        "-".into()
+    } else if a == b {
+        a
+    } else {
+        format!("{a}–{b}")
+    }
 }
 
 /// Table 5's integrity bandwidth of `scheme` on corpus number `corpus` (4 KiB blocks).
@@ -452,12 +481,12 @@ pub fn markdown(r: &Report) -> String {
             let ms = |ns: u64| format!("{:.0}", ns as f64 / 1e6);
             let _ = writeln!(
                 o,
-                "| {} | {} | {} | {:.3} | {:.3} | {:.2} | {paper} | {} | {} / {} / {} / {} / {} / {} |",
+                "| {} | {} | {} | {} | {} | {:.2} | {paper} | {} | {} / {} / {} / {} / {} / {} |",
                 pt.corpus,
                 key(pt),
                 pt.scheme,
-                pt.result.write_secs,
-                pt.result.read_secs,
+                secs(&pt.write_secs),
+                secs(&pt.read_secs),
                 pt.bandwidth(),
                 pt.result.integrity_bytes,
                 ms(t.encrypt_ns),

@@ -108,8 +108,8 @@ fn group_sums(r: &bench_or::Report, scheme: &str, low: bool) -> Option<(f64, f64
         blocks += (x.blocks_written + x.blocks_read) as f64;
     }
     Some((
-        pts.iter().map(|p| p.result.write_secs).sum(),
-        pts.iter().map(|p| p.result.read_secs).sum(),
+        pts.iter().map(|p| mean(&p.write_secs)).sum(),
+        pts.iter().map(|p| mean(&p.read_secs)).sum(),
         if blocks == 0.0 { 0.0 } else { us / blocks },
         pts.iter().map(|p| p.result.integrity_bytes as f64).sum(),
     ))
@@ -455,7 +455,11 @@ pub fn report(a: &ReportArgs) -> Result<()> {
                 p.corpus.clone(),
                 p.scheme.clone(),
                 vec![p.bandwidth()],
-                vec![p.result.write_secs + p.result.read_secs],
+                p.write_secs
+                    .iter()
+                    .zip(&p.read_secs)
+                    .map(|(w, r)| w + r)
+                    .collect(),
             )
         })
         .collect();
