@@ -354,6 +354,26 @@ fn ratio(a: u64, b: u64) -> f64 {
     }
 }
 
+/// A progress bar of `total` steps on stderr for a long benchmark (hidden when stderr is
+/// not a terminal). Lines logged meanwhile go through [`log`], above the bar.
+pub(crate) fn steps(total: u64, what: &str) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new(total);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg} [{bar:30}] {pos}/{len} runs, {elapsed} elapsed, eta {eta}",
+        )
+        .expect("template")
+        .progress_chars("=> "),
+    );
+    pb.set_message(what.to_string());
+    pb
+}
+
+/// Prints `line` on stderr above `pb` (also when the bar is hidden).
+pub(crate) fn log(pb: &indicatif::ProgressBar, line: &str) {
+    pb.suspend(|| eprintln!("{line}"));
+}
+
 /// A temporary directory removed when dropped.
 pub(crate) struct TempDir(pub(crate) PathBuf);
 

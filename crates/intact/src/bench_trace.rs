@@ -481,24 +481,35 @@ pub fn run(a: &TracesArgs, cache_bytes: usize) -> Result<Report> {
     }
     std::fs::create_dir_all(&a.workdir)?;
     let mut reports = Vec::new();
+    let pb = crate::bench::steps(
+        (traces.len() * a.runs as usize * contents.len() * schemes.len()) as u64,
+        "bench traces",
+    );
     for (t, p) in &traces {
         let counts = t.counts();
-        eprintln!(
-            "trace {}: {} files, {} block writes, {} block reads",
-            t.name, counts.files, counts.writes, counts.reads
+        crate::bench::log(
+            &pb,
+            &format!(
+                "trace {}: {} files, {} block writes, {} block reads",
+                t.name, counts.files, counts.writes, counts.reads
+            ),
         );
         let mut runs: Vec<Run> = Vec::new();
         for k in 0..a.runs {
             for &c in &contents {
                 for &s in &schemes {
                     let r = replay(t, s, c, cache_bytes, &a.workdir, BS)?;
-                    eprintln!(
-                        "  run {k}: {:<5} {:<12} {:>8.2} s  IB {:>7.2} B/block  US {:>11} B  (every read checked)",
-                        c.name(),
-                        r.scheme,
-                        r.secs[0],
-                        r.integrity_bandwidth,
-                        r.integrity_bytes
+                    pb.inc(1);
+                    crate::bench::log(
+                        &pb,
+                        &format!(
+                            "  run {k}: {:<5} {:<12} {:>8.2} s  IB {:>7.2} B/block  US {:>11} B  (every read checked)",
+                            c.name(),
+                            r.scheme,
+                            r.secs[0],
+                            r.integrity_bandwidth,
+                            r.integrity_bytes
+                        ),
                     );
                     match runs
                         .iter_mut()
@@ -523,6 +534,7 @@ pub fn run(a: &TracesArgs, cache_bytes: usize) -> Result<Report> {
             trace_intervals: t.counter_intervals(),
         });
     }
+    pb.finish_and_clear();
     let report = Report {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         release_build: !cfg!(debug_assertions),

@@ -358,10 +358,12 @@ pub fn run(a: &YunArgs) -> Result<Report> {
         mac_tree: Vec::new(),
         engine: Vec::new(),
     };
+    let pb = crate::bench::steps(u64::from(a.runs) * 5, "bench yun");
     for _ in 0..a.runs {
         let (h, m) = constructions(&data)?;
         report.hash_tree.push(h);
         report.mac_tree.push(m);
+        pb.inc(1);
     }
     for s in [
         SchemeId::None,
@@ -372,10 +374,12 @@ pub fn run(a: &YunArgs) -> Result<Report> {
         let mut runs = Vec::new();
         for _ in 0..a.runs {
             runs.push(engine(&data, s, &a.workdir)?);
+            pb.inc(1);
         }
-        eprintln!("  {:<10} done", s.name());
+        crate::bench::log(&pb, &format!("  {:<10} done", s.name()));
         report.engine.push((s.name().to_string(), runs));
     }
+    pb.finish_and_clear();
     Ok(report)
 }
 
