@@ -303,14 +303,7 @@ pub fn run(a: &OpreaReiterArgs) -> Result<(Report, Option<crate::bench_trace::Re
             bail!("block size {b}: a power of two from 128 to 65536");
         }
     }
-    let schemes: Vec<SchemeId> = if a.schemes.is_empty() {
-        vec![SchemeId::MtEintGcm, SchemeId::RandEint, SchemeId::CompEint]
-    } else {
-        a.schemes
-            .iter()
-            .map(|s| SchemeId::parse(s.trim()))
-            .collect::<Result<_, _>>()?
-    };
+    let schemes = crate::bench_trace::fig10_schemes(&a.schemes)?;
     std::fs::create_dir_all(&a.workdir)?;
     let want_drop = !a.no_drop_caches;
     let mut dropped_all = want_drop;

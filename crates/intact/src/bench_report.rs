@@ -8,7 +8,7 @@
 use crate::bench_or::{self, OpreaReiterArgs, CORPORA};
 use crate::bench_trace;
 use crate::bench_yun::{self, YunArgs};
-use crate::plot::{grouped_bars, Bar};
+use crate::plot::{bars, grouped_bars};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::fmt::Write;
@@ -471,37 +471,21 @@ pub fn report(a: &ReportArgs) -> Result<()> {
 
     // Figures.
     let schemes = ["mt-eint", "rand-eint", "comp-eint"];
-    let mut ib_bars = Vec::new();
-    let mut time_bars = Vec::new();
-    let ib: Vec<(String, String, Vec<f64>, Vec<f64>)> = files
+    let points = files
         .cache_sweep
         .iter()
-        .filter(|p| p.cache_bytes == 1024 && schemes.contains(&p.scheme.as_str()))
+        .filter(|p| p.cache_bytes == 1024 && schemes.contains(&p.scheme.as_str()));
+    let ib_rows: Vec<(&str, &str, Vec<f64>)> = points
+        .clone()
+        .map(|p| (p.corpus.as_str(), p.scheme.as_str(), vec![p.bandwidth()]))
+        .collect();
+    let time_rows: Vec<(&str, &str, Vec<f64>)> = points
         .map(|p| {
-            (
-                p.corpus.clone(),
-                p.scheme.clone(),
-                vec![p.bandwidth()],
-                p.write_secs
-                    .iter()
-                    .zip(&p.read_secs)
-                    .map(|(w, r)| w + r)
-                    .collect(),
-            )
+            let t = p.write_secs.iter().zip(&p.read_secs).map(|(w, r)| w + r);
+            (p.corpus.as_str(), p.scheme.as_str(), t.collect())
         })
         .collect();
-    for (c, s, v, t) in &ib {
-        ib_bars.push(Bar {
-            group: c,
-            series: s,
-            values: v,
-        });
-        time_bars.push(Bar {
-            group: c,
-            series: s,
-            values: t,
-        });
-    }
+    let (ib_bars, time_bars) = (bars(&ib_rows), bars(&time_rows));
     grouped_bars(
         &figs.join("or-bandwidth.svg"),
         "Oprea–Reiter: integrity bandwidth per corpus (4 KiB blocks, 1 KiB cache)",
@@ -532,14 +516,7 @@ pub fn report(a: &ReportArgs) -> Result<()> {
             }
         }
     }
-    let trace_bars: Vec<Bar> = trace_rows
-        .iter()
-        .map(|(g, s, v)| Bar {
-            group: g,
-            series: s,
-            values: v,
-        })
-        .collect();
+    let trace_bars = bars(&trace_rows);
     if !trace_bars.is_empty() {
         grouped_bars(
             &figs.join("or-traces.svg"),
@@ -570,14 +547,7 @@ pub fn report(a: &ReportArgs) -> Result<()> {
             yun.mac_tree.iter().map(|s| s.write_auth_ms).collect(),
         ),
     ];
-    let yun_bars: Vec<Bar> = yun_rows
-        .iter()
-        .map(|(g, s, v)| Bar {
-            group: g,
-            series: s,
-            values: v,
-        })
-        .collect();
+    let yun_bars = bars(&yun_rows);
     grouped_bars(
         &figs.join("yun.svg"),
         &format!("Yun et al. Fig. 5: writing {mb} MiB, cryptography only"),

@@ -427,6 +427,22 @@ pub fn traces(a: &TracesArgs, cache_bytes: usize, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// The schemes named on the command line, or Oprea and Reiter's three (MT-EINT, RAND-EINT,
+/// COMP-EINT, as in their Fig. 10) when none is.
+pub fn fig10_schemes(names: &[String]) -> Result<Vec<SchemeId>> {
+    if names.is_empty() {
+        return Ok(vec![
+            SchemeId::MtEintGcm,
+            SchemeId::RandEint,
+            SchemeId::CompEint,
+        ]);
+    }
+    Ok(names
+        .iter()
+        .map(|s| SchemeId::parse(s.trim()))
+        .collect::<Result<_, _>>()?)
+}
+
 /// Replays the traces `a` names; the report.
 pub fn run(a: &TracesArgs, cache_bytes: usize) -> Result<Report> {
     const BS: u32 = 4096;
@@ -436,14 +452,7 @@ pub fn run(a: &TracesArgs, cache_bytes: usize) -> Result<Report> {
     if a.runs == 0 {
         bail!("--runs must be at least 1");
     }
-    let schemes: Vec<SchemeId> = if a.schemes.is_empty() {
-        vec![SchemeId::MtEintGcm, SchemeId::RandEint, SchemeId::CompEint]
-    } else {
-        a.schemes
-            .iter()
-            .map(|s| SchemeId::parse(s.trim()))
-            .collect::<Result<_, _>>()?
-    };
+    let schemes = fig10_schemes(&a.schemes)?;
     let contents: Vec<Content> = if a.contents.is_empty() {
         vec![Content::Low, Content::High, Content::Half]
     } else {

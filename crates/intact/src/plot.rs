@@ -10,6 +10,17 @@ pub struct Bar<'a> {
     pub values: &'a [f64],
 }
 
+/// Bars from `(group, series, values)` rows.
+pub fn bars<G: AsRef<str>, S: AsRef<str>>(rows: &[(G, S, Vec<f64>)]) -> Vec<Bar<'_>> {
+    rows.iter()
+        .map(|(g, s, v)| Bar {
+            group: g.as_ref(),
+            series: s.as_ref(),
+            values: v,
+        })
+        .collect()
+}
+
 /// Draws grouped bars into an SVG file at `path`: a group per distinct `group` (in order
 /// of first appearance), a bar per series within it, a legend of the series.
 pub fn grouped_bars(path: &std::path::Path, title: &str, y_desc: &str, rows: &[Bar]) -> Result<()> {
