@@ -15,7 +15,7 @@
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// One request of a trace: `blocks` consecutive blocks of one file from `block`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -73,23 +73,19 @@ impl Trace {
     /// before the trace began), as write requests in file and block order: a replay writes
     /// them first, outside its timed part, so that every read finds data.
     pub fn preexisting(&self) -> Vec<Op> {
-        let mut written: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
-        let mut needed: BTreeMap<(u32, u64), ()> = BTreeMap::new();
+        let mut written: HashSet<(u32, u64)> = HashSet::new();
+        let mut needed: BTreeSet<(u32, u64)> = BTreeSet::new();
         for op in &self.ops {
-            let (lo, hi) = (op.block, op.block + u64::from(op.blocks));
-            let runs = written.entry(op.file).or_default();
-            if op.write {
-                runs.push((lo, hi));
-            } else {
-                for b in lo..hi {
-                    if !runs.iter().any(|&(a, z)| a <= b && b < z) {
-                        needed.insert((op.file, b), ());
-                    }
+            for b in op.block..op.block + u64::from(op.blocks) {
+                if op.write {
+                    written.insert((op.file, b));
+                } else if !written.contains(&(op.file, b)) {
+                    needed.insert((op.file, b));
                 }
             }
         }
         let mut out: Vec<Op> = Vec::new();
-        for (file, b) in needed.into_keys() {
+        for (file, b) in needed {
             match out.last_mut() {
                 Some(l)
                     if l.file == file && l.block + u64::from(l.blocks) == b && l.blocks < 256 =>

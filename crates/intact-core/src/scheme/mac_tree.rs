@@ -75,6 +75,26 @@ impl<'a> Io<'a> {
         [(0, 0, 8), (8 * a, 8, 32)]
     }
 
+    /// Where the inline bytes meet `len` bytes of the level-0 object at `off`: pairs of
+    /// ranges, in the inline bytes and in those `len` bytes.
+    fn overlaps(
+        a: u64,
+        off: u64,
+        len: usize,
+    ) -> impl Iterator<Item = (std::ops::Range<usize>, std::ops::Range<usize>)> {
+        Self::places(a)
+            .into_iter()
+            .filter_map(move |(at, from, n)| {
+                let lo = at.max(off);
+                let hi = (at + n as u64).min(off + len as u64);
+                (lo < hi).then(|| {
+                    let start = from + (lo - at) as usize;
+                    let k = (hi - lo) as usize;
+                    (start..start + k, (lo - off) as usize..(hi - off) as usize)
+                })
+            })
+    }
+
     /// Writes the inline bytes into `.m` at their places and leaves the record's form.
     fn spill(&mut self) -> Result<()> {
         if let Some(b) = self.inline.take() {
@@ -94,14 +114,8 @@ impl MacIo for Io<'_> {
             Obj::Leaves => {
                 if let Some(b) = &self.inline {
                     buf.fill(0);
-                    for (at, from, len) in Self::places(self.a) {
-                        let lo = at.max(off);
-                        let hi = (at + len as u64).min(off + buf.len() as u64);
-                        if lo < hi {
-                            let src = from + (lo - at) as usize;
-                            buf[(lo - off) as usize..(hi - off) as usize]
-                                .copy_from_slice(&b[src..src + (hi - lo) as usize]);
-                        }
+                    for (inline, io) in Self::overlaps(self.a, off, buf.len()) {
+                        buf[io].copy_from_slice(&b[inline]);
                     }
                     return Ok(());
                 }
@@ -126,15 +140,8 @@ impl MacIo for Io<'_> {
                         .enumerate()
                         .all(|(k, &v)| v == 0 || inside(off + k as u64));
                     if fits {
-                        for (at, from, len) in places {
-                            let lo = at.max(off);
-                            let hi = (at + len as u64).min(off + data.len() as u64);
-                            if lo < hi {
-                                let dst = from + (lo - at) as usize;
-                                b[dst..dst + (hi - lo) as usize].copy_from_slice(
-                                    &data[(lo - off) as usize..(hi - off) as usize],
-                                );
-                            }
+                        for (inline, io) in Self::overlaps(self.a, off, data.len()) {
+                            b[inline].copy_from_slice(&data[io]);
                         }
                         return Ok(());
                     }
@@ -194,13 +201,8 @@ impl MacTree {
             (0, _) | (_, None) => None,
             (1, Some(b)) => Some(b),
             (_, Some(b)) => {
-                let mut io = Io {
-                    tx,
-                    leaves: &f.names.meta,
-                    upper: &f.names.ctrs,
-                    inline: Some(b),
-                    a: 1 << ts.arity_log2,
-                };
+                let mut io = Io::of(tx, f, ts);
+                io.inline = Some(b);
                 io.spill()?;
                 None
             }
