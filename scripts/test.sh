@@ -3,7 +3,8 @@
 # Installs what the tests need first, from apt: fuse3 (the mount tests), stress-ng and
 # rsync (the stress and copy tests), zstd and python3 (zlib: the compression round trips
 # against the reference tools), qemu-utils, libnbd-bin (nbdcopy, nbdfuse) and fio (the
-# block disk's real NBD clients); fsx with cargo install. Then no test may skip:
+# block disk's real NBD clients), gocryptfs and securefs (the peers `intact bench attacks`
+# attacks); fsx with cargo install. Then no test may skip:
 # INTACT_REQUIRE_ALL=1 turns a missing tool into a failure.
 # Usage: scripts/test.sh [cargo test arguments] (with arguments, only the cargo test run)
 set -euo pipefail
@@ -17,6 +18,8 @@ command -v python3 >/dev/null || need+=(python3)
 command -v qemu-io >/dev/null || need+=(qemu-utils)
 command -v nbdcopy >/dev/null || need+=(libnbd-bin)
 command -v fio >/dev/null || need+=(fio)
+command -v gocryptfs >/dev/null || need+=(gocryptfs)
+command -v securefs >/dev/null || need+=(securefs)
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"

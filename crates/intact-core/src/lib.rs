@@ -4,6 +4,7 @@
 //! structures (Merkle tree, counter intervals, node cache); primitives; stores.
 #![deny(missing_docs)]
 
+pub mod attacks;
 pub mod crypto;
 pub mod disk;
 pub mod entropy;

@@ -56,6 +56,11 @@ pub enum BenchCmd {
     /// figures (docs/evaluation.md): each claim, the published numbers, ours, a verdict,
     /// and why they differ. `--quick` runs in minutes. Use a release build.
     Report(crate::bench_report::ReportArgs),
+    /// The twelve tampering and rollback attacks of docs/threat-model.md against scratch
+    /// volumes, one set per scheme, and against gocryptfs, CryFS and securefs where they
+    /// are installed: the detection table, and what a reader silently got from each
+    /// attack that went unnoticed. Fails when an outcome differs from the documentation.
+    Attacks(crate::bench_attacks::AttacksArgs),
 }
 
 /// Arguments of `intact bench schemes`.

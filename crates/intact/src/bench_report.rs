@@ -5,6 +5,7 @@
 //! oprea-reiter`), Yun, Shi and Kim's Fig. 5 (`bench yun`) and Burke et al.'s PAC headline
 //! (`disk bench`). The cloud paper (Contiu et al.) waits for its issue.
 
+use crate::bench_attacks::{self, AttacksArgs};
 use crate::bench_or::{self, OpreaReiterArgs, CORPORA};
 use crate::bench_trace;
 use crate::bench_yun::{self, YunArgs};
@@ -461,6 +462,8 @@ pub fn report(a: &ReportArgs) -> Result<()> {
         false => (a.mb.unwrap_or(256), 3),
     };
     let yun = bench_yun::run(&YunArgs::for_report(mb, runs, a.workdir.clone()))?;
+    eprintln!("report: the twelve attacks, on intact and its peers");
+    let attacks = bench_attacks::run(&AttacksArgs::for_report(a.quick, a.workdir.clone()))?;
     let disk = match a.no_disk {
         true => None,
         false => {
@@ -612,6 +615,22 @@ pub fn report(a: &ReportArgs) -> Result<()> {
         "## Contiu et al. (2017): cryptography for cloud storage\n\nNot comparable yet: the \
          cloud backend and `intact bench contiu` are the open cloud issue's.\n"
     );
+    let _ = writeln!(
+        o,
+        "## Tampering and rollback: intact beside its peers\n\nThe twelve attacks of \
+         [threat-model.md](threat-model.md) (`intact bench attacks`), on scratch volumes of \
+         every scheme, and on the encrypted file systems installed here through their own \
+         mounts. Oprea and Reiter's and Yun et al.'s schemes promise integrity and freshness \
+         with constant trusted storage; this is the check that ours keep it, beside what \
+         the peers keep.\n"
+    );
+    let _ = write!(o, "{}", bench_attacks::markdown(&attacks));
+    if attacks.unexpected > 0 {
+        bail!(
+            "{} attack outcome(s) differ from docs/threat-model.md",
+            attacks.unexpected
+        );
+    }
     let _ = writeln!(o, "## The measurements\n");
     let _ = write!(o, "{}", demote(&bench_or::markdown(&files)));
     if let Some(t) = &traces {

@@ -14,7 +14,9 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 mod alarm;
+mod attack_peers;
 mod bench;
+mod bench_attacks;
 mod bench_dir;
 mod bench_or;
 mod bench_report;
@@ -1217,6 +1219,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench {
             what: bench::BenchCmd::Report(a),
         } => bench_report::report(a)?,
+        Cmd::Bench {
+            what: bench::BenchCmd::Attacks(a),
+        } => bench_attacks::attacks(a, cli.json)?,
         Cmd::AcceptStore { yes } => alarm::accept_store(&cli, *yes)?,
         Cmd::Scrub {
             rate,

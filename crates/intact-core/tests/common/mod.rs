@@ -108,60 +108,8 @@ pub fn read_all(vol: &Volume, path: &str) -> intact_core::Result<Vec<u8>> {
     Ok(buf)
 }
 
-pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed).rotate_left(3) ^ (i >> 8) as u8)
-        .collect()
-}
-
-/// Low-entropy, compressible text (seeded).
-pub fn text(seed: u8, len: usize) -> Vec<u8> {
-    let words = [
-        "integrity ",
-        "of ",
-        "the ",
-        "block ",
-        "counter ",
-        "tree ",
-        "fresh ",
-        "data ",
-    ];
-    let mut out = Vec::with_capacity(len + 16);
-    let mut x = u32::from(seed).wrapping_mul(2654435761).wrapping_add(1);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        out.extend_from_slice(words[(x % 8) as usize].as_bytes());
-    }
-    out.truncate(len);
-    out
-}
-
-/// Random-looking, incompressible bytes (seeded; BLAKE3 XOF).
-pub fn noise(seed: u8, len: usize) -> Vec<u8> {
-    let mut out = vec![0u8; len];
-    blake3::Hasher::new()
-        .update(&[seed, 0x6e])
-        .finalize_xof()
-        .fill(&mut out);
-    out
-}
-
-/// Alternating 4 KiB stretches of `noise` and `text` (each block of 4 KiB or less is one
-/// or the other; larger blocks mix both).
-pub fn mixed(seed: u8, len: usize) -> Vec<u8> {
-    let (n, t) = (noise(seed, len), text(seed, len));
-    (0..len)
-        .map(|i| {
-            if (i / 4096 + seed as usize).is_multiple_of(2) {
-                n[i]
-            } else {
-                t[i]
-            }
-        })
-        .collect()
-}
+#[allow(unused_imports)]
+pub use intact_core::attacks::{mixed, noise, pattern, text};
 
 /// What a test does around each `sync` (and before each read) of a store wrapped in
 /// [`Hooked`].
