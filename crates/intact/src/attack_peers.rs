@@ -219,6 +219,10 @@ pub(crate) struct PeerRun {
     pub(crate) no_effect: bool,
     /// What the reader got.
     pub(crate) got: String,
+    /// Bytes the peer keeps outside the cipher directory (its trusted state, if any: CryFS's
+    /// integrity data) for the fixture, and the files in its cipher directory then.
+    pub(crate) local_state_bytes: u64,
+    pub(crate) cipher_files: usize,
 }
 
 /// A peer's cipher directory, mount point and local state, removed when dropped.
@@ -915,6 +919,12 @@ pub(crate) fn run_peer(
 ) -> Result<Vec<PeerRun>> {
     let version = kind.version();
     let fx = build(kind, workdir, progress)?;
+    let files = |d: &Path| snapshot(d).map(|s| s.into_values().flatten().collect::<Vec<_>>());
+    let local_state_bytes = files(&fx.scratch.state)?
+        .iter()
+        .map(|f| f.len() as u64)
+        .sum();
+    let cipher_files = files(&fx.scratch.cipher)?.len();
     let mut out = Vec::new();
     for a in &ATTACKS {
         progress(&format!(
@@ -933,6 +943,8 @@ pub(crate) fn run_peer(
             detected,
             no_effect,
             got,
+            local_state_bytes,
+            cipher_files,
         });
     }
     Ok(out)

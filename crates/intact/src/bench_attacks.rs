@@ -380,12 +380,15 @@ pub(crate) fn markdown(r: &AttacksReport) -> String {
         );
     }
     for p in &peers {
-        let version = r
-            .peers
-            .iter()
-            .find(|x| &x.peer == p)
-            .map_or("", |x| x.version.as_str());
-        let _ = writeln!(o, "{p} ({version}), through its mount:\n");
+        let Some(first) = r.peers.iter().find(|x| &x.peer == p) else {
+            continue;
+        };
+        let _ = writeln!(
+            o,
+            "{p} ({}), through its mount; it keeps {} bytes of local state beside the {} files \
+             of its cipher directory:\n",
+            first.version, first.local_state_bytes, first.cipher_files
+        );
         for x in r.peers.iter().filter(|x| &x.peer == p) {
             let _ = writeln!(o, "- {} {}: {}", x.attack, x.name, x.got);
         }

@@ -672,6 +672,9 @@ fn bench_attacks_runs_the_twelve_on_intact_and_its_peers() {
             .collect();
         assert_eq!(detected, [1, 2, 3], "{peer}: {j}");
         assert!(runs.iter().all(|r| r["no_effect"] == false), "{peer}: {j}");
+        // Neither keeps any state of its own to check freshness against.
+        assert_eq!(runs[0]["local_state_bytes"], 0, "{peer}");
+        assert!(runs[0]["cipher_files"].as_u64().unwrap() >= 5, "{peer}");
         let got = |n: usize| runs[n - 1]["got"].as_str().unwrap().to_string();
         assert!(got(1).contains("read failed"), "{}", got(1));
         assert!(got(5).starts_with("an older version"), "{}", got(5));
