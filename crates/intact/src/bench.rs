@@ -52,9 +52,10 @@ pub enum BenchCmd {
     /// numbers; then the trace experiment (`bench traces`). Use a release build.
     OpreaReiter(crate::bench_or::OpreaReiterArgs),
     /// Every paper's experiments that exist here (Oprea–Reiter's files and traces, Yun et
-    /// al.'s Fig. 5, Burke et al.'s PAC headline), rerun and written into one report with
-    /// figures (docs/evaluation.md): each claim, the published numbers, ours, a verdict,
-    /// and why they differ. `--quick` runs in minutes. Use a release build.
+    /// al.'s Fig. 5, Burke et al.'s PAC headline) and the twelve attacks on every scheme
+    /// and the peers installed, rerun and written into one report with figures
+    /// (docs/evaluation.md): each claim, the published numbers, ours, a verdict, and why
+    /// they differ. `--quick` runs in minutes. Use a release build.
     Report(crate::bench_report::ReportArgs),
     /// The twelve tampering and rollback attacks of docs/threat-model.md against scratch
     /// volumes, one set per scheme, and against gocryptfs, CryFS and securefs where they

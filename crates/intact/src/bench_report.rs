@@ -2,8 +2,11 @@
 //! in one report (docs/evaluation.md) with figures: for each paper its claims, the
 //! published numbers, ours, a verdict (confirmed, refuted, not comparable) and why they
 //! differ. The sections: Oprea and Reiter's file and trace experiments (`bench
-//! oprea-reiter`), Yun, Shi and Kim's Fig. 5 (`bench yun`) and Burke et al.'s PAC headline
-//! (`disk bench`). The cloud paper (Contiu et al.) waits for its issue.
+//! oprea-reiter`), Yun, Shi and Kim's Fig. 5 (`bench yun`), Burke et al.'s PAC headline
+//! (`disk bench`), and the twelve attacks on every scheme and on the file-system peers
+//! installed (`bench attacks`). The cloud paper (Contiu et al.) waits for its issue. The
+//! peers' speed is bench/fs.sh's (it needs root and a quiet machine for an hour; its
+//! numbers are in docs/performance.md).
 
 use crate::bench_attacks::{self, AttacksArgs};
 use crate::bench_or::{self, OpreaReiterArgs, CORPORA};
