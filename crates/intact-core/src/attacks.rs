@@ -778,6 +778,33 @@ mod tests {
         }
     }
 
+    /// The fixtures of the attack, crash and model tests are made of these bytes: they must
+    /// not change under a test that expects them.
+    #[test]
+    fn content_is_frozen() {
+        let digest = |c: Content| blake3::hash(&c.bytes(7, 10_000)).to_hex()[..16].to_string();
+        let got: Vec<String> = Content::ALL.into_iter().map(digest).collect();
+        assert_eq!(got, FROZEN_CONTENT, "{got:?}");
+    }
+
+    const FROZEN_CONTENT: [&str; 4] = [
+        "d65fa8d6def9b20c",
+        "7f4a0b00e9b611b6",
+        "ae2cd6bf3f7861ea",
+        "1d292a04ab5e3d59",
+    ];
+
+    #[test]
+    fn outcomes_read_plainly() {
+        let t = tampered("/a", Some(1));
+        assert_eq!(t.text(), t.failure().unwrap().to_string());
+        // An open refused for the whole volume: tests/attacks.rs (attack 6).
+        assert_eq!(
+            Outcome::Undetected(vec![0; 5]).text(),
+            "undetected (5 bytes read)"
+        );
+    }
+
     #[test]
     fn content_kinds_differ_and_are_named() {
         for c in Content::ALL {

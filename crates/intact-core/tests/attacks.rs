@@ -71,6 +71,7 @@ fn run_all_with(scheme: SchemeId, content: Content) {
     .unwrap();
     assert_eq!(runs.len(), 12);
     let mut report = Vec::new();
+    let mut opens_refused = 0;
     for r in &runs {
         let name = r.attack.name;
         assert!(
@@ -79,16 +80,30 @@ fn run_all_with(scheme: SchemeId, content: Content) {
             r.attack.number,
             r.verdict
         );
-        if let Outcome::Detected(Error::StateMismatch { report, .. }) = &r.outcome {
-            // An open refused for the whole volume says what the user can do.
+        if let Outcome::Detected(Error::StateMismatch { report, cause }) = &r.outcome {
+            // An open refused for the whole volume says what the user can do, and the
+            // report line gives its cause.
             assert!(report.explain().contains("What you can do"), "{report:?}");
+            assert_eq!(r.outcome.text(), format!("open refused: {cause}"));
+            opens_refused += 1;
         }
         if let Outcome::Undetected(bytes) = &r.outcome {
-            // What the user silently gets: the older, authentic content, or garbage.
+            // What the user silently gets: under aead, the older, authentic content; under
+            // none, garbage or old contents.
             assert!(!bytes.is_empty());
+            if scheme == SchemeId::Aead {
+                assert_eq!(
+                    bytes,
+                    &content.bytes(1, 4 * BS),
+                    "attack {}",
+                    r.attack.number
+                );
+            }
         }
         report.push(format!("{} {name}: {}", r.attack.number, r.outcome.text()));
     }
+    // The rollback of the whole store is caught at the open.
+    assert!(opens_refused >= 1, "{report:?}");
     println!("{}:\n  {}", scheme.name(), report.join("\n  "));
 }
 
