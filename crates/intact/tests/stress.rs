@@ -178,8 +178,12 @@ fn stress_one(stress: &Path, scheme: &str, secs: u64) {
             .join("\n")
     );
     let logtext = fs::read_to_string(&log).unwrap_or_default();
+    // Exit 7 is stress-ng's "metrics untrustworthy": a stressor's bogo-op counter was not
+    // ready when the run ended (seen with flock on a loaded machine). It says nothing of
+    // the file system; every check below still applies, and the run must have completed.
+    let metrics_only = out.status.code() == Some(7) && text.contains("successful run completed");
     assert!(
-        out.status.success(),
+        out.status.success() || metrics_only,
         "{scheme}: stress-ng failed:\n{text}\nmount log:\n{logtext}"
     );
     for bad in ["errno=5 ", "Input/output error"] {
