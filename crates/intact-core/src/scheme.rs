@@ -6,7 +6,7 @@
 //! [`Scheme::read_blocks`] (Check), [`Scheme::write_blocks`] (Update and Append) and
 //! [`Scheme::resize`] (Delete generalised to truncation, and extension with holes).
 
-use crate::crypto::{FileId, FileKeys, Hash, SubKey, MAX_BLOCKS, NONCE_LEN, TAG_LEN};
+use crate::crypto::{FileId, FileKeys, Hash, LazyFileKeys, SubKey, MAX_BLOCKS, NONCE_LEN, TAG_LEN};
 use crate::error::{Error, Result, Subject};
 use crate::format::{ObjectNames, SchemeId};
 use crate::metrics::{phase, timed, Account, FileAccount, Metrics, Phase};
@@ -64,7 +64,7 @@ pub struct FileState {
     pub names: ObjectNames,
     /// Derived keys.
     /// Derived keys (shared with a write sealed without the engine lock, [`SealPlan`]).
-    pub keys: Arc<FileKeys>,
+    pub keys: Arc<LazyFileKeys>,
     /// Leaf count and root (for `aead`: block count; root unused).
     pub tree: TreeState,
     /// Write counters (paper §4, as intervals).
@@ -201,7 +201,7 @@ pub trait Scheme: Sync {
 /// used without it ([`Scheme::seal_plan`]).
 pub struct SealPlan {
     /// The file's keys.
-    pub keys: Arc<FileKeys>,
+    pub keys: Arc<LazyFileKeys>,
     /// The file's id (a plan applies to this file only).
     pub id: FileId,
     /// The run's first block.
@@ -1042,7 +1042,7 @@ pub(crate) mod fixture {
                 subject: Subject::Inode(2),
                 id: fid,
                 names: ObjectNames::of(&fid),
-                keys: Arc::new(FileKeys::derive(&self.master, &fid)),
+                keys: Arc::new(LazyFileKeys::new(Arc::new(self.master.clone()), &fid)),
                 tree,
                 ctrs: CounterIntervals::new(),
                 ctr_hw: 0,
@@ -1274,7 +1274,7 @@ mod tests {
             subject: f.subject.clone(),
             id: f.id,
             names: ObjectNames::of(&f.id),
-            keys: Arc::new(FileKeys::derive(&super::fixture::master(), &f.id)),
+            keys: Arc::new(LazyFileKeys::new(Arc::new(super::fixture::master()), &f.id)),
             tree: f.tree,
             ctrs: f.ctrs.clone(),
             ctr_hw: f.ctr_hw,

@@ -10,7 +10,7 @@
 //!
 //! The same vectors are reproduced in docs/file-format.md; keep both in sync.
 
-use intact_core::crypto::{label, password_key, FileKeys, KdfParams, MasterKey};
+use intact_core::crypto::{label, password_key, FileKeys, KdfParams, LazyFileKeys, MasterKey};
 use intact_core::format::{
     Anchor, AnchorLog, Config, Inode, Kind, ObjectNames, SchemeId, RECORD_SIZE,
 };
@@ -758,7 +758,7 @@ fn fixed_file(
         subject: intact_core::Subject::Inode(2),
         id: FILE,
         names: ObjectNames::of(&FILE),
-        keys: std::sync::Arc::new(FileKeys::derive(&m, &FILE)),
+        keys: std::sync::Arc::new(LazyFileKeys::new(Arc::new(m.clone()), &FILE)),
         tree: TreeState::empty(&hasher, &FILE),
         ctrs: CounterIntervals::new(),
         ctr_hw: 0,

@@ -181,7 +181,10 @@ impl OpenFile {
         let state = StateCell::new(FileState {
             subject,
             id: inode.id,
-            keys: Arc::new(crypto::FileKeys::derive(&keys.master, &inode.id)),
+            keys: Arc::new(crypto::LazyFileKeys::new(
+                Arc::clone(&keys.master),
+                &inode.id,
+            )),
             names,
             tree: inode.tree,
             ctrs,
@@ -919,6 +922,30 @@ mod tests {
 
     fn blocks(byte: u8, n: usize) -> Vec<u8> {
         (0..n * 4096).map(|i| byte ^ (i / 4096) as u8).collect()
+    }
+
+    /// A file's keys are derived at their first use: looking at its attributes derives
+    /// none, reading its data does.
+    #[test]
+    fn a_stat_derives_no_keys_and_a_read_does() {
+        let (store, trusted) = (Arc::new(MemStore::new()), MemTrusted::new());
+        let vol = test_volume(store.clone(), &trusted);
+        let ino = vol.create_file("/g", None).unwrap();
+        vol.write_path("/g", 0, &blocks(2, 2)).unwrap();
+        vol.sync().unwrap();
+        drop(vol);
+        let vol = Volume::open(store, Box::new(trusted), b"pw", &Options::default()).unwrap();
+        let derived = |vol: &Volume| {
+            let g = vol.shared.lock();
+            let derived = g.files[&ino].state.get().keys.derived();
+            derived
+        };
+        assert_eq!(vol.stat("/g").unwrap().size, 2 * 4096);
+        assert!(!derived(&vol), "a stat derived the file's keys");
+        let mut buf = vec![0; 4096];
+        vol.read_path("/g", 0, &mut buf).unwrap();
+        assert!(derived(&vol));
+        assert_eq!(buf, blocks(2, 1));
     }
 
     /// A record whose inline tree does not fit its tree (an inline Merkle node beside more

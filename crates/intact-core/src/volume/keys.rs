@@ -5,7 +5,8 @@
 use super::*;
 
 pub(super) struct Keys {
-    pub(super) master: MasterKey,
+    /// Shared with every open file's [`crypto::LazyFileKeys`].
+    pub(super) master: Arc<MasterKey>,
     pub(super) hasher: NodeHasher,
     pub(super) leaf: SubKey,
     pub(super) ctrs: SubKey,
@@ -19,7 +20,7 @@ pub(super) struct Keys {
 pub(super) fn derive_keys(master: &MasterKey) -> Keys {
     let node = master.derive(label::NODE, &[]);
     Keys {
-        master: master.clone(),
+        master: Arc::new(master.clone()),
         hasher: NodeHasher::new(*node.expose_secret()),
         leaf: master.derive(label::LEAF, &[]),
         ctrs: master.derive(label::COUNTERS, &[]),
