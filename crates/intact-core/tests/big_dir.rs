@@ -209,3 +209,49 @@ fn a_run_of_creates_checkpoints_by_itself_and_memory_stays_bounded() {
     let vol = open(store, &trusted).unwrap();
     assert_eq!(vol.readdir("/big").unwrap().len(), N);
 }
+
+/// The directory unit cache (`Options::dir_cache_bytes`): the lookups the kernel sends after
+/// a listing meet the units the listing read, so they read far less of the store; the
+/// cache stays within its budget, and a budget of 0 keeps nothing.
+#[test]
+fn lookups_after_a_listing_are_served_from_the_unit_cache() {
+    const N: usize = 3_000;
+    let store = Arc::new(CountingStore::new(MemStore::new()));
+    let trusted = MemTrusted::new();
+    let vol = new_volume(store.clone(), &trusted, true);
+    vol.mkdir("/big").unwrap();
+    for i in 0..N {
+        vol.create_file(&name(i), None).unwrap();
+    }
+    vol.sync().unwrap();
+    drop(vol);
+    let run = |cap: usize| {
+        let opts = intact_core::Options {
+            cache_bytes: 1024,
+            records: records(),
+            dir_cache_bytes: cap,
+            ..intact_core::Options::default()
+        };
+        let vol = Volume::open(store.clone(), Box::new(trusted.clone()), PW, &opts).unwrap();
+        let listed = vol.readdir("/big").unwrap();
+        assert_eq!(listed.len(), N);
+        let before = store.stats().total();
+        for e in &listed {
+            assert_eq!(vol.stat(&format!("/big/{}", e.name)).unwrap().size, 0);
+        }
+        let read = store.stats().total().since(&before).read_bytes;
+        let c = vol.dir_cache();
+        assert!(c.bytes <= cap, "{c:?} over {cap}");
+        (read, c)
+    };
+    let (without, c0) = run(0);
+    assert_eq!((c0.bytes, c0.hits), (0, 0));
+    let (with, c) = run(64 << 10);
+    eprintln!("lookups read {with} bytes of the store with the cache ({c:?}), {without} without");
+    // Every lookup meets the root and its leaf in the cache.
+    assert!(c.hits >= 2 * N as u64, "{c:?}");
+    assert!(
+        with * 2 < without,
+        "store bytes read by the lookups: {with} with the cache, {without} without"
+    );
+}

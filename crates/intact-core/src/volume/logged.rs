@@ -1189,7 +1189,11 @@ impl Inner {
         if tail {
             end = chain.end;
         }
-        let n = self.replay_log(groups)?;
-        Ok((end, chain.segments, n))
+        // The replay changes objects below the directories' units (its data items): no
+        // unit read before it may be served after it. Both callers start with an empty
+        // cache (a new volume, or `reload`); this keeps the rule whoever calls.
+        let n = self.replay_log(groups);
+        self.units.clear();
+        Ok((end, chain.segments, n?))
     }
 }

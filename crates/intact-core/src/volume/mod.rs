@@ -53,6 +53,7 @@ mod namespace;
 mod policy;
 mod recover;
 mod sealer;
+mod unitcache;
 mod xattr;
 use commit::*;
 pub use diagnose::{is_conflict_copy, utc, Accepted, Seal, StateReport, StoreCopy, Verdict};
@@ -135,7 +136,25 @@ pub struct Options {
     /// authenticated again, at their next use; docs/design.md, "Resident inode records").
     /// Directories, files with unsealed changes and files in use stay whatever the budget.
     pub records: usize,
+    /// Bytes of verified directory units to keep decrypted (0 disables; see
+    /// `volume/unitcache.rs`): the root and inner nodes of big directories, and the leaves
+    /// a listing just read, which the lookups after it meet again.
+    pub dir_cache_bytes: usize,
 }
+
+/// What [`Volume::dir_cache`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct DirCacheStats {
+    /// Bytes of units held.
+    pub bytes: usize,
+    /// Unit reads answered from the cache since open.
+    pub hits: u64,
+    /// Unit reads that went to the directory's file.
+    pub misses: u64,
+}
+
+/// The default of [`Options::dir_cache_bytes`]: 256 units of 4 KiB.
+pub const DIR_CACHE_BYTES: usize = 1 << 20;
 
 impl Default for Options {
     fn default() -> Self {
@@ -144,6 +163,7 @@ impl Default for Options {
             read_only: false,
             xattr_bytes_max: XATTR_BYTES_MAX,
             records: KEEP_OPEN,
+            dir_cache_bytes: DIR_CACHE_BYTES,
         }
     }
 }
@@ -414,6 +434,8 @@ struct Inner {
     default_auto: bool,
     keys: Arc<Keys>,
     cache: Arc<NodeCache>,
+    /// Verified directory units ([`unitcache`]).
+    units: unitcache::UnitCache,
     anchor: Anchor,
     ctr_floor: u64,
     /// The store's longest object (probed once; `u64::MAX` when read-only).
@@ -738,6 +760,7 @@ impl Volume {
             config,
             keys: Arc::new(keys),
             cache: Arc::new(NodeCache::new(opts.cache_bytes)),
+            units: unitcache::UnitCache::new(opts.dir_cache_bytes),
             anchor,
             ctr_floor,
             max_object,
@@ -952,6 +975,18 @@ impl Volume {
     /// Integrity failures seen since open.
     pub fn integrity_failures(&self) -> u64 {
         self.integrity_failures.load(Ordering::Relaxed)
+    }
+
+    /// The directory unit cache ([`Options::dir_cache_bytes`]): bytes held, and lookups
+    /// answered and not since open.
+    pub fn dir_cache(&self) -> DirCacheStats {
+        let g = self.shared.lock();
+        let (hits, misses) = g.units.hits_misses();
+        DirCacheStats {
+            bytes: g.units.bytes(),
+            hits,
+            misses,
+        }
     }
 
     /// Inode records the engine holds in memory (open files, directories, files with

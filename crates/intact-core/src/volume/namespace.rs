@@ -63,26 +63,37 @@ pub(super) fn decode_dir(b: &[u8]) -> Option<BTreeMap<String, (u64, Kind)>> {
 
 /// A directory's units in its file, read and written through its scheme
 /// ([`dirtree::Units`]).
+/// Units read once are kept decrypted in `cache` (verified, as the read returned them); a
+/// write or a cut drops the units it changes before it changes them.
 struct FileUnits<'a, 'e> {
     env: &'a Env<'e>,
     tx: &'a mut Tx,
     of: &'a mut OpenFile,
+    cache: &'a mut unitcache::UnitCache,
     ino: u64,
     unit: usize,
 }
 
 impl dirtree::Units for FileUnits<'_, '_> {
     fn read(&mut self, k: u32) -> Result<Vec<u8>> {
+        if let Some(b) = self.cache.get(&self.of.inode.id, k) {
+            return Ok(b);
+        }
         let off = k as u64 * self.unit as u64;
         let len = self.of.inode.size.saturating_sub(off).min(self.unit as u64);
         let mut buf = vec![0u8; len as usize];
         file_read(self.env, self.tx, self.of, off, &mut buf)?;
+        self.cache.put(&self.of.inode.id, k, &buf);
         Ok(buf)
     }
     fn write(&mut self, k: u32, b: &[u8]) -> Result<()> {
+        let units = b.len().div_ceil(self.unit).max(1) as u32;
+        self.cache.remove_range(&self.of.inode.id, k, units);
         file_write(self.env, self.tx, self.of, k as u64 * self.unit as u64, b)
     }
     fn set_len(&mut self, len: u64) -> Result<()> {
+        let first = (len / self.unit as u64).min(u32::MAX as u64) as u32;
+        self.cache.remove_from(&self.of.inode.id, first);
         file_truncate(self.env, self.tx, self.of, len)
     }
     fn malformed(&self, what: &str) -> Error {
@@ -111,6 +122,7 @@ impl Inner {
             env: &env,
             tx: &mut self.tx,
             of,
+            cache: &mut self.units,
             ino,
             unit,
         };

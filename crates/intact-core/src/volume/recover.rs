@@ -290,6 +290,8 @@ impl Inner {
         self.unsealed.broken = None;
         let created = self.tx.created();
         self.tx.abandon();
+        // Units read since may hold what the abandoned changes wrote.
+        self.units.clear();
         if f.crashed {
             self.poisoned = Some(f.cause);
             return;
@@ -470,6 +472,7 @@ impl Inner {
     /// file changed since the seal) says which numbers to hide from the front end.
     fn reload(&mut self, reborn: &HashMap<u64, (u64, bool)>, f: &Failure) -> Result<()> {
         self.cache.clear();
+        self.units.clear();
         self.files.clear();
         self.itable = super::OpenFile::load(
             self.anchor.itable.clone(),
