@@ -68,10 +68,11 @@ struct Cli {
     /// authenticated, at their next use) [default: 1024]
     #[arg(long, global = true)]
     records: Option<usize>,
-    /// Bytes of verified directory units kept decrypted (0 disables): a big directory's
-    /// root and inner nodes, and the leaves a listing just read [default: 1 MiB]
+    /// Bytes of verified metadata kept decrypted (0 disables): directory units (a big
+    /// directory's root and inner nodes, the leaves a listing just read) and inode-table
+    /// pieces [default: 1 MiB]
     #[arg(long, global = true)]
-    dir_cache_bytes: Option<usize>,
+    meta_cache_bytes: Option<usize>,
     /// Open the cipher directory's own latest authentic state, read-only, even when it is
     /// not the one the trusted anchor names (after an alarm: to look, not to trust). For
     /// ls, cat, get, stat, fsck, info and `mount --ro`; nothing is written.
@@ -500,10 +501,10 @@ fn locate_at(cli: &Cli, dir: &Path) -> Result<(Arc<dyn UntrustedStore>, LocalSta
     Ok((store, state))
 }
 
-/// `--dir-cache-bytes`, or the engine's default.
-pub(crate) fn dir_cache(cli: &Cli) -> usize {
-    cli.dir_cache_bytes
-        .unwrap_or(intact_core::volume::DIR_CACHE_BYTES)
+/// `--meta-cache-bytes`, or the engine's default.
+pub(crate) fn meta_cache(cli: &Cli) -> usize {
+    cli.meta_cache_bytes
+        .unwrap_or(intact_core::volume::META_CACHE_BYTES)
 }
 
 fn open(cli: &Cli, read_only: bool) -> Result<Volume> {
@@ -518,7 +519,7 @@ fn open_pw(cli: &Cli, pw: &str, read_only: bool) -> Result<Volume> {
         cache_bytes: cli.cache_bytes.unwrap_or(1024),
         read_only,
         records: cli.records.unwrap_or(intact_core::volume::KEEP_OPEN),
-        dir_cache_bytes: dir_cache(cli),
+        meta_cache_bytes: meta_cache(cli),
         ..Options::default()
     };
     if cli.accept_stale {
@@ -1220,7 +1221,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         } => bench_dir::dir(
             a,
             cli.cache_bytes.unwrap_or(16 << 20),
-            dir_cache(&cli),
+            meta_cache(&cli),
             cli.json,
         )?,
         Cmd::Bench {

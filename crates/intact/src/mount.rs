@@ -53,7 +53,7 @@ fn open_for_mount(
         read_only: a.ro,
         xattr_bytes_max: a.xattr_max_bytes,
         records: cli.records.unwrap_or(intact_core::volume::KEEP_OPEN),
-        dir_cache_bytes: crate::dir_cache(cli),
+        meta_cache_bytes: crate::meta_cache(cli),
     };
     let trusted = Box::new(state) as Box<dyn TrustedStore>;
     if cli.accept_stale {

@@ -57,22 +57,55 @@ impl Inner {
         self.files.insert(ROOT_INO, of);
         self.commit()
     }
+    /// Record `ino`, from the inode table's piece that holds it: pieces of
+    /// [`unitcache::TABLE_PIECE`] bytes (16 records) read once stay in the metadata cache
+    /// ([`unitcache`]), so the records of files created together, which a listing's
+    /// lookups meet one after the other, cost one read and check between them.
     pub(super) fn read_record(&mut self, ino: u64) -> Result<Inode> {
-        let mut b = [0u8; RECORD_SIZE];
-        let env = env!(self);
-        let n = file_read(
-            &env,
-            &mut self.tx,
-            &mut self.itable,
-            ino * RECORD_SIZE as u64,
-            &mut b,
-        )?;
-        if n != RECORD_SIZE {
+        let off = ino * RECORD_SIZE as u64;
+        let (piece, at) = (
+            off / unitcache::TABLE_PIECE as u64,
+            (off % unitcache::TABLE_PIECE as u64) as usize,
+        );
+        let Ok(k) = u32::try_from(piece) else {
             return Err(past_table_end(ino));
+        };
+        let id = self.itable.inode.id;
+        let b = match self.units.get(&id, k) {
+            Some(b) => b,
+            None => {
+                let mut b = vec![0u8; unitcache::TABLE_PIECE];
+                let env = env!(self);
+                let n = file_read(
+                    &env,
+                    &mut self.tx,
+                    &mut self.itable,
+                    piece * unitcache::TABLE_PIECE as u64,
+                    &mut b,
+                )?;
+                b.truncate(n);
+                self.units.put(&id, k, &b);
+                b
+            }
+        };
+        match b.get(at..at + RECORD_SIZE) {
+            Some(rec) => decode_record(ino, rec),
+            None => Err(past_table_end(ino)),
         }
-        decode_record(ino, &b)
+    }
+    /// Drops the cached piece of the table that holds bytes `off .. off + len`.
+    fn table_changed(&mut self, off: u64, len: usize) {
+        let first = off / unitcache::TABLE_PIECE as u64;
+        let last = (off + len as u64).saturating_sub(1) / unitcache::TABLE_PIECE as u64;
+        let id = self.itable.inode.id;
+        for k in first..=last {
+            if let Ok(k) = u32::try_from(k) {
+                self.units.remove_range(&id, k, 1);
+            }
+        }
     }
     pub(super) fn write_record(&mut self, ino: u64, inode: &Inode) -> Result<()> {
+        self.table_changed(ino * RECORD_SIZE as u64, RECORD_SIZE);
         let env = env!(self);
         file_write(
             &env,
@@ -120,6 +153,7 @@ impl Inner {
         b[8..16].copy_from_slice(&self.header.free_head.to_le_bytes());
         b[16..24].copy_from_slice(&self.header.count.to_le_bytes());
         b[24..32].copy_from_slice(&self.header.unlinked_head.to_le_bytes());
+        self.table_changed(0, RECORD_SIZE);
         let env = env!(self);
         file_write(&env, &mut self.tx, &mut self.itable, 0, &b)
     }

@@ -136,15 +136,16 @@ pub struct Options {
     /// authenticated again, at their next use; docs/design.md, "Resident inode records").
     /// Directories, files with unsealed changes and files in use stay whatever the budget.
     pub records: usize,
-    /// Bytes of verified directory units to keep decrypted (0 disables; see
-    /// `volume/unitcache.rs`): the root and inner nodes of big directories, and the leaves
-    /// a listing just read, which the lookups after it meet again.
-    pub dir_cache_bytes: usize,
+    /// Bytes of verified metadata to keep decrypted (0 disables; see
+    /// `volume/unitcache.rs`): directory units (the root and inner nodes of big
+    /// directories, the leaves a listing just read) and pieces of the inode table (the
+    /// records of files created together), which the lookups after a listing meet again.
+    pub meta_cache_bytes: usize,
 }
 
-/// What [`Volume::dir_cache`] reports.
+/// What [`Volume::meta_cache`] reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct DirCacheStats {
+pub struct MetaCacheStats {
     /// Bytes of units held.
     pub bytes: usize,
     /// Unit reads answered from the cache since open.
@@ -153,8 +154,8 @@ pub struct DirCacheStats {
     pub misses: u64,
 }
 
-/// The default of [`Options::dir_cache_bytes`]: 256 units of 4 KiB.
-pub const DIR_CACHE_BYTES: usize = 1 << 20;
+/// The default of [`Options::meta_cache_bytes`]: 256 pieces of 4 KiB.
+pub const META_CACHE_BYTES: usize = 1 << 20;
 
 impl Default for Options {
     fn default() -> Self {
@@ -163,7 +164,7 @@ impl Default for Options {
             read_only: false,
             xattr_bytes_max: XATTR_BYTES_MAX,
             records: KEEP_OPEN,
-            dir_cache_bytes: DIR_CACHE_BYTES,
+            meta_cache_bytes: META_CACHE_BYTES,
         }
     }
 }
@@ -434,7 +435,7 @@ struct Inner {
     default_auto: bool,
     keys: Arc<Keys>,
     cache: Arc<NodeCache>,
-    /// Verified directory units ([`unitcache`]).
+    /// Verified directory units and inode-table pieces ([`unitcache`]).
     units: unitcache::UnitCache,
     anchor: Anchor,
     ctr_floor: u64,
@@ -760,7 +761,7 @@ impl Volume {
             config,
             keys: Arc::new(keys),
             cache: Arc::new(NodeCache::new(opts.cache_bytes)),
-            units: unitcache::UnitCache::new(opts.dir_cache_bytes),
+            units: unitcache::UnitCache::new(opts.meta_cache_bytes),
             anchor,
             ctr_floor,
             max_object,
@@ -977,12 +978,12 @@ impl Volume {
         self.integrity_failures.load(Ordering::Relaxed)
     }
 
-    /// The directory unit cache ([`Options::dir_cache_bytes`]): bytes held, and lookups
+    /// The metadata cache ([`Options::meta_cache_bytes`]): bytes held, and lookups
     /// answered and not since open.
-    pub fn dir_cache(&self) -> DirCacheStats {
+    pub fn meta_cache(&self) -> MetaCacheStats {
         let g = self.shared.lock();
         let (hits, misses) = g.units.hits_misses();
-        DirCacheStats {
+        MetaCacheStats {
             bytes: g.units.bytes(),
             hits,
             misses,

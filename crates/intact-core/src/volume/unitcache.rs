@@ -1,23 +1,30 @@
-//! Verified directory units, kept decrypted (issue 18: per-operation costs flat from 10^3 to
-//! 10^6 entries).
+//! Verified metadata kept decrypted: directory units and pieces of the inode table (issue
+//! 18: per-file costs flat from 10^3 to 10^6 files).
 //!
 //! A lookup in a directory tree reads the units on its root-to-leaf path
 //! ([`super::dirtree`]), each a block decrypted and checked against the directory's tree.
 //! Every lookup reads the root, a big directory's lookups share its few inner nodes, and the
-//! lookups the kernel sends after a listing meet the leaves the listing just read. This
-//! cache keeps the plaintext of units already authenticated, in the engine's trusted
+//! lookups the kernel sends after a listing meet the leaves the listing just read, and the
+//! records of the listed files, created together and so 16 to a 4 KiB piece of the inode
+//! table ([`TABLE_PIECE`]). This cache keeps the plaintext of units and pieces already
+//! authenticated, in the engine's trusted
 //! memory like the node cache ([`crate::tree::NodeCache`]), in least-recently-used order
-//! under a byte budget ([`Options::dir_cache_bytes`]).
+//! under a byte budget ([`Options::meta_cache_bytes`]).
 //!
 //! What it holds is what a read of the unit would return now, by these rules:
 //! - a write or a cut of a directory's file goes through [`super::namespace`]'s units,
-//!   which drop the units they change;
+//!   which drop the units they change, and a record is written only by
+//!   `Inner::write_record`, which drops its piece;
 //! - going back to the last seal after a failed commit, and replaying the log, change
 //!   objects below the units: both empty the cache;
-//! - an entry is keyed by the directory's file id, never reused, so a freed or
-//!   re-encrypted directory's units cannot be served for another.
+//! - an entry is keyed by the file id of the directory (or of the inode table), never
+//!   reused, so a freed or re-encrypted directory's units cannot be served for another.
 
 use crate::crypto::FileId;
+
+/// The inode table is cached in pieces of this many bytes (16 records), whatever the
+/// volume's block size.
+pub(super) const TABLE_PIECE: usize = 4096;
 use std::collections::{BTreeMap, HashMap};
 
 /// Verified plaintext of directory units, least recently used first out.
