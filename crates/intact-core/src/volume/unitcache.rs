@@ -27,6 +27,10 @@ use crate::crypto::FileId;
 pub(super) const TABLE_PIECE: usize = 4096;
 use std::collections::{BTreeMap, HashMap};
 
+/// What an entry costs beside its bytes (its places in the map and in the use order), so
+/// that empty units count too.
+const ENTRY_COST: usize = 64;
+
 /// Verified plaintext of directory units, least recently used first out.
 #[derive(Default)]
 pub(super) struct UnitCache {
@@ -70,20 +74,20 @@ impl UnitCache {
 
     /// Keeps `b`, the verified bytes of unit `k` of `file`.
     pub(super) fn put(&mut self, file: &FileId, k: u32, b: &[u8]) {
-        if b.len() > self.cap {
+        if b.len() + ENTRY_COST > self.cap {
             return;
         }
         self.remove(file, k);
         self.clock += 1;
         self.map.insert((*file, k), (b.to_vec(), self.clock));
         self.order.insert(self.clock, (*file, k));
-        self.bytes += b.len();
+        self.bytes += b.len() + ENTRY_COST;
         while self.bytes > self.cap {
             let Some((_, key)) = self.order.pop_first() else {
                 break;
             };
             if let Some((old, _)) = self.map.remove(&key) {
-                self.bytes -= old.len();
+                self.bytes -= old.len() + ENTRY_COST;
             }
         }
     }
@@ -91,7 +95,7 @@ impl UnitCache {
     fn remove(&mut self, file: &FileId, k: u32) {
         if let Some((old, used)) = self.map.remove(&(*file, k)) {
             self.order.remove(&used);
-            self.bytes -= old.len();
+            self.bytes -= old.len() + ENTRY_COST;
         }
     }
 
@@ -122,7 +126,7 @@ impl UnitCache {
         self.bytes = 0;
     }
 
-    /// Bytes held.
+    /// Bytes held, each entry's bookkeeping counted.
     pub(super) fn bytes(&self) -> usize {
         self.bytes
     }
@@ -140,17 +144,22 @@ mod tests {
     const A: FileId = [1; 16];
     const B: FileId = [2; 16];
 
+    /// What an entry of `n` bytes counts.
+    const fn cost(n: usize) -> usize {
+        n + ENTRY_COST
+    }
+
     #[test]
     fn least_recently_used_goes_first_within_the_budget() {
-        let mut c = UnitCache::new(3 * 100);
+        let mut c = UnitCache::new(3 * cost(100));
         c.put(&A, 0, &[0; 100]);
         c.put(&A, 1, &[1; 100]);
         c.put(&B, 0, &[2; 100]);
-        assert_eq!(c.bytes(), 300);
+        assert_eq!(c.bytes(), 3 * cost(100));
         // A's unit 0 used: A's unit 1 is now the oldest.
         assert_eq!(c.get(&A, 0), Some(vec![0; 100]));
         c.put(&B, 1, &[3; 100]);
-        assert_eq!(c.bytes(), 300);
+        assert_eq!(c.bytes(), 3 * cost(100));
         assert_eq!(c.get(&A, 1), None);
         assert_eq!(c.get(&A, 0), Some(vec![0; 100]));
         assert_eq!(c.get(&B, 0), Some(vec![2; 100]));
@@ -158,14 +167,26 @@ mod tests {
         assert_eq!(c.hits_misses(), (4, 1));
         // Replacing a unit keeps one copy, counted once.
         c.put(&B, 1, &[4; 50]);
-        assert_eq!(c.bytes(), 250);
+        assert_eq!(c.bytes(), 2 * cost(100) + cost(50));
         assert_eq!(c.get(&B, 1), Some(vec![4; 50]));
-        // Too big for the budget: not kept (and a budget of 0 keeps nothing).
-        c.put(&A, 9, &[0; 301]);
+        // Too big for the budget: not kept (and a budget of 0 keeps nothing, not even an
+        // empty unit).
+        c.put(&A, 9, &[0; 3 * 100 + 2 * ENTRY_COST + 1]);
         assert_eq!(c.get(&A, 9), None);
         let mut off = UnitCache::new(0);
         off.put(&A, 0, &[1]);
-        assert_eq!(off.get(&A, 0), None);
+        off.put(&A, 1, &[]);
+        assert_eq!(
+            (off.get(&A, 0), off.get(&A, 1), off.bytes()),
+            (None, None, 0)
+        );
+        // Empty units count: a budget holds a bounded number of them.
+        let mut few = UnitCache::new(10 * ENTRY_COST);
+        for k in 0..1000 {
+            few.put(&A, k, &[]);
+        }
+        assert_eq!(few.bytes(), 10 * ENTRY_COST);
+        assert_eq!(few.map.len(), 10);
     }
 
     #[test]
@@ -182,7 +203,7 @@ mod tests {
         };
         assert_eq!(kept(&mut c, &A), [0, 3, 4, 5]);
         assert_eq!(kept(&mut c, &B), [0, 1, 2, 3]);
-        assert_eq!(c.bytes(), 80);
+        assert_eq!(c.bytes(), 8 * cost(10));
         c.clear();
         assert_eq!(c.bytes(), 0);
         assert_eq!(kept(&mut c, &A), [] as [u32; 0]);
