@@ -173,6 +173,12 @@ mod tests {
         // empty unit).
         c.put(&A, 9, &[0; 3 * 100 + 2 * ENTRY_COST + 1]);
         assert_eq!(c.get(&A, 9), None);
+        // ... and what was kept stays.
+        assert_eq!(c.get(&B, 1), Some(vec![4; 50]));
+        // An entry of exactly the budget is kept.
+        let mut one = UnitCache::new(cost(100));
+        one.put(&A, 0, &[5; 100]);
+        assert_eq!(one.get(&A, 0), Some(vec![5; 100]));
         let mut off = UnitCache::new(0);
         off.put(&A, 0, &[1]);
         off.put(&A, 1, &[]);
@@ -204,6 +210,17 @@ mod tests {
         assert_eq!(kept(&mut c, &A), [0, 3, 4, 5]);
         assert_eq!(kept(&mut c, &B), [0, 1, 2, 3]);
         assert_eq!(c.bytes(), 8 * cost(10));
+        // Only the named file's units go, whatever units the others have.
+        let mut d = UnitCache::new(1 << 20);
+        for k in [0, 1, 2] {
+            d.put(&A, k, &[1]);
+        }
+        for k in [0, 5] {
+            d.put(&B, k, &[1]);
+        }
+        d.remove_from(&B, 1);
+        assert_eq!(kept(&mut d, &B), [0]);
+        assert_eq!(kept(&mut d, &A), [0, 1, 2]);
         c.clear();
         assert_eq!(c.bytes(), 0);
         assert_eq!(kept(&mut c, &A), [] as [u32; 0]);
