@@ -3,6 +3,10 @@
 //! integrity bandwidth shows RAND-EINT's point (Oprea–Reiter 2007 §6): on text it moves far
 //! less `US_F` than MT-EINT, on random data about as much.
 
+#[allow(dead_code)]
+mod common;
+
+use common::need;
 use std::path::Path;
 use std::process::Command;
 
@@ -603,28 +607,6 @@ fn bench_schemes_counts_every_file_of_a_large_set() {
     assert_eq!(x["blocks_written"], blocks, "{x}");
     assert_eq!(x["blocks_read"], blocks, "{x}");
     assert!(x["write_bandwidth"].as_f64().unwrap() > 0.0, "{x}");
-}
-
-fn which(tool: &str) -> Option<std::path::PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(tool))
-        .find(|p| p.is_file())
-}
-
-/// The tools a test needs, or why it cannot run (a failure under INTACT_REQUIRE_ALL=1).
-fn need(tools: &[&str]) -> bool {
-    for t in tools {
-        if which(t).is_none() {
-            assert!(
-                std::env::var("INTACT_REQUIRE_ALL").as_deref() != Ok("1"),
-                "{t} is not installed (scripts/test.sh installs it)"
-            );
-            eprintln!("SKIPPED: {t} is not installed (scripts/test.sh installs it)");
-            return false;
-        }
-    }
-    true
 }
 
 /// `bench attacks` against real gocryptfs and securefs mounts (Debian's): each misses the

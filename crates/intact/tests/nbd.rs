@@ -8,7 +8,7 @@
 #[allow(dead_code)]
 mod common;
 
-use common::{pattern, which};
+use common::{need, pattern};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -17,21 +17,6 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_intact");
 const MIB: u64 = 1 << 20;
-
-/// The tools a test needs, or why it cannot run.
-fn need(tools: &[&str]) -> bool {
-    for t in tools {
-        if which(t).is_none() {
-            assert!(
-                std::env::var("INTACT_REQUIRE_ALL").as_deref() != Ok("1"),
-                "{t} is not installed (scripts/test.sh installs it)"
-            );
-            eprintln!("SKIPPED: {t} is not installed (scripts/test.sh installs it)");
-            return false;
-        }
-    }
-    true
-}
 
 struct Env {
     dir: tempfile::TempDir,

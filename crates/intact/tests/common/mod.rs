@@ -32,6 +32,22 @@ pub fn which(tool: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// The tools a test needs, or why it cannot run.
+#[allow(dead_code)] // not every test binary needs a tool
+pub fn need(tools: &[&str]) -> bool {
+    for t in tools {
+        if which(t).is_none() {
+            assert!(
+                std::env::var("INTACT_REQUIRE_ALL").as_deref() != Ok("1"),
+                "{t} is not installed (scripts/test.sh installs it)"
+            );
+            eprintln!("SKIPPED: {t} is not installed (scripts/test.sh installs it)");
+            return false;
+        }
+    }
+    true
+}
+
 /// Unmounts `mnt` as a user would (`fusermount3 -u`, retried while it is busy, up to
 /// `tries` times 50 ms); when that fails, detaches it lazily and kills `daemon`. Returns
 /// whether the plain unmount worked; `daemon` is reaped either way.
