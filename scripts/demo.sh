@@ -5,6 +5,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-demo}
+# etcd's client (the anchor in etcd) is generated from its protocol files at build time.
+if ! command -v protoc >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get install -y -qq protobuf-compiler >/dev/null || { apt-get update -qq && apt-get install -y -qq protobuf-compiler >/dev/null; }
+  else
+    echo "protoc is missing: install protobuf-compiler (apt-get install protobuf-compiler)"; exit 1
+  fi
+fi
 CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target} cargo build --release -p intact
 bin=${CARGO_TARGET_DIR:-$PWD/target}/release/intact
 export INTACT_PASSWORD=${INTACT_PASSWORD:-demo}

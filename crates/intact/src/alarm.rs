@@ -14,8 +14,13 @@ use std::io::{IsTerminal, Write};
 /// What the trusted anchor and the cipher directory each say (without opening the volume).
 pub fn state_report(cli: &Cli) -> Result<StateReport> {
     let (store, state) = locate(cli)?;
+    let trusted = crate::trusted(cli, &state)?;
     let pw = password(cli, false)?;
-    Ok(Volume::state_report(store.as_ref(), &state, pw.as_bytes())?)
+    Ok(Volume::state_report(
+        store.as_ref(),
+        trusted.as_ref(),
+        pw.as_bytes(),
+    )?)
 }
 
 fn seal_text(s: &Seal) -> String {
@@ -137,8 +142,9 @@ fn audit(state: &LocalStateDir, entry: &serde_json::Value) -> Result<std::path::
 /// `intact accept-store`.
 pub fn accept_store(cli: &Cli, yes: bool) -> Result<()> {
     let (store, state) = locate(cli)?;
+    let trusted = crate::trusted(cli, &state)?;
     let pw = password(cli, false)?;
-    let report = Volume::state_report(store.as_ref(), &state, pw.as_bytes())?;
+    let report = Volume::state_report(store.as_ref(), trusted.as_ref(), pw.as_bytes())?;
     let (Some(anchor), StoreCopy::Authentic { seal }) = (&report.anchor, &report.store) else {
         bail!(
             "nothing to accept: {}",
@@ -196,7 +202,7 @@ pub fn accept_store(cli: &Cli, yes: bool) -> Result<()> {
     }
     let dir = state.volume_dir().to_path_buf();
     let mut kept = None;
-    let done = Volume::accept_store(store, &state, pw.as_bytes(), |old, epoch| {
+    let done = Volume::accept_store(store, trusted.as_ref(), pw.as_bytes(), |old, epoch| {
         let name = format!(
             "anchor.replaced-epoch{epoch}-{}",
             std::time::SystemTime::now()

@@ -57,6 +57,12 @@ struct Cli {
     /// The trusted state directory holding the anchor [default: $XDG_STATE_HOME/intact].
     #[arg(long, global = true, env = "INTACT_STATE")]
     state: Option<PathBuf>,
+    /// Where the trusted anchor lives: `local` (the state directory) or
+    /// `etcd://HOST:PORT[,HOST:PORT...]/KEY`, an etcd cluster shared by several clients
+    /// [default: where `init --anchor` or `anchor move` put it, recorded in the state
+    /// directory; else local].
+    #[arg(long, global = true, env = "INTACT_ANCHOR")]
+    anchor: Option<String>,
     /// Machine-readable output.
     #[arg(long, global = true)]
     json: bool,
@@ -260,6 +266,12 @@ enum Cmd {
         #[arg(long)]
         yes: bool,
     },
+    /// Move the trusted anchor: into etcd (`--to etcd://HOST:PORT/KEY`) or back into the
+    /// local state directory (`--to local`).
+    Anchor {
+        #[command(subcommand)]
+        what: AnchorCmd,
+    },
     /// Rebuild a lost trusted anchor from the copy in the cipher directory.
     RecoverAnchor {
         /// Confirms you understand that a rollback of the cipher directory made before this
@@ -308,10 +320,24 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("intact: {e:#}");
+            eprintln!("intact: {}", error_text(&e));
             ExitCode::from(exit_code(&e))
         }
     }
+}
+
+/// The error and its causes, each cause once: the engine's errors already name their
+/// source in their own text (`I/O error on X: <source>`).
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+    }
+    text
 }
 
 /// fuser logs at ERROR when it cannot send a reply because the client went away (the
@@ -412,6 +438,118 @@ fn password(cli: &Cli, confirm: bool) -> Result<zeroize::Zeroizing<String>> {
         }
     }
     Ok(p)
+}
+
+#[derive(Subcommand)]
+enum AnchorCmd {
+    /// Move the anchor (the volume must not be open anywhere). Afterwards every command
+    /// finds it there without `--anchor`.
+    Move {
+        /// `local`, or `etcd://HOST:PORT[,HOST:PORT...]/KEY`.
+        #[arg(long)]
+        to: String,
+    },
+}
+
+/// The anchor in etcd at `url`.
+fn etcd(url: &str) -> Result<intact_core::store::EtcdAnchor> {
+    let u = intact_core::store::EtcdUrl::parse(url)?;
+    Ok(intact_core::store::EtcdAnchor::connect(&u)?)
+}
+
+/// The volume's trusted store: the anchor in etcd when `--anchor` names it or the state
+/// directory records that it lives there (`init --anchor`, `anchor move`), else the state
+/// directory itself. A volume opened with `--anchor etcd://...` for the first time on
+/// this machine (no local anchor) records the URL, so later commands need no flag.
+pub(crate) fn trusted(cli: &Cli, state: &LocalStateDir) -> Result<Box<dyn TrustedStore>> {
+    let recorded = state.remote_anchor()?;
+    let flag = cli.anchor.as_deref().filter(|a| !a.is_empty());
+    Ok(match (flag, recorded) {
+        (None | Some("local"), None) => Box::new(state.clone()),
+        (Some("local"), Some(r)) => bail!(
+            "the anchor of this volume lives in {r} (recorded in {}); drop `--anchor local`, \
+             or bring it back with `intact anchor move --to local`",
+            state.remote_anchor_path().display()
+        ),
+        (None, Some(r)) => Box::new(etcd(&r)?),
+        (Some(f), Some(r)) => {
+            if etcd_same(f, &r)? {
+                Box::new(etcd(&r)?)
+            } else {
+                bail!(
+                    "--anchor {f}, but the anchor of this volume lives in {r} (recorded in {})",
+                    state.remote_anchor_path().display()
+                )
+            }
+        }
+        (Some(f), None) => {
+            let e = etcd(f)?;
+            if state.load()?.is_some() {
+                bail!(
+                    "the anchor of this volume is in the state directory {}; move it with \
+                     `intact anchor move --to {f}`",
+                    state.location()
+                );
+            }
+            state.set_remote_anchor(Some(&e.url().to_string()))?;
+            Box::new(e)
+        }
+    })
+}
+
+/// Whether two anchor URLs name the same place.
+fn etcd_same(a: &str, b: &str) -> Result<bool> {
+    use intact_core::store::EtcdUrl;
+    Ok(EtcdUrl::parse(a)? == EtcdUrl::parse(b)?)
+}
+
+/// `intact anchor move --to TO`: the anchor's bytes stored at the destination (which must
+/// hold none, or the same), the new place recorded in the state directory, then the old
+/// copy removed. A crash between the steps leaves the anchor readable where the state
+/// directory says it is, and the command can be run again.
+fn anchor_move(cli: &Cli, to: &str) -> Result<()> {
+    let (_, state) = locate(cli)?;
+    let src = trusted(cli, &state)?;
+    let dst: Box<dyn TrustedStore> = if to == "local" {
+        Box::new(state.clone())
+    } else {
+        Box::new(etcd(to)?)
+    };
+    if src.location() == dst.location() {
+        bail!("the anchor is already in {}", src.location());
+    }
+    let _src_lock = src.lock(true)?;
+    let _dst_lock = dst.lock(true)?;
+    let bytes = src.load()?.ok_or_else(|| {
+        anyhow!(
+            "there is no anchor in {} to move (see `intact recover-anchor --help`)",
+            src.location()
+        )
+    })?;
+    match dst.load()? {
+        Some(b) if b != bytes => bail!(
+            "{} already holds another anchor: remove it first if it is stale (an earlier \
+             move's leftover)",
+            dst.location()
+        ),
+        Some(_) => {}
+        None => dst.store(&bytes)?,
+    }
+    if dst.load()?.as_deref() != Some(&bytes[..]) {
+        bail!(
+            "{} does not hold the anchor after storing it",
+            dst.location()
+        );
+    }
+    let url = (to != "local").then(|| dst.location());
+    state.set_remote_anchor(url.as_deref())?;
+    src.remove()?;
+    if cli.json {
+        print_json(&serde_json::json!({ "from": src.location(), "to": dst.location() }))?;
+    } else {
+        println!("anchor moved from {} to {}", src.location(), dst.location());
+    }
+    Ok(())
 }
 
 fn state_dir(cli: &Cli) -> PathBuf {
@@ -529,7 +667,7 @@ fn open_pw(cli: &Cli, pw: &str, read_only: bool) -> Result<Volume> {
                  command writes"
             );
         }
-        let vol = Volume::open_stale(store, Box::new(state), pw.as_bytes(), &opts)?;
+        let vol = Volume::open_stale(store, trusted(cli, &state)?, pw.as_bytes(), &opts)?;
         alarm::warn_stale(&vol);
         return Ok(vol);
     }
@@ -538,8 +676,8 @@ fn open_pw(cli: &Cli, pw: &str, read_only: bool) -> Result<Volume> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let vol = loop {
         let unmounting = mount::unmounting(&state);
-        let trusted: Box<dyn TrustedStore> = Box::new(state);
-        match Volume::open(store, trusted, pw.as_bytes(), &opts) {
+        let anchor = trusted(cli, &state)?;
+        match Volume::open(store, anchor, pw.as_bytes(), &opts) {
             Err(Error::Locked(_)) if unmounting && std::time::Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(100));
                 (store, state) = locate(cli)?;
@@ -692,8 +830,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
             };
             // The volume id is only known once the config exists, so the state directory
             // for the anchor is chosen by a two-step create.
-            let vol =
-                intact_core::volume::create_local(store, &state_dir(&cli), pw.as_bytes(), &copts)?;
+            let sd = state_dir(&cli);
+            let vol = Volume::create(
+                store,
+                |id| {
+                    let st = LocalStateDir::new(sd.clone(), id)?;
+                    trusted(&cli, &st).map_err(|e| Error::Invalid(format!("{e:#}")))
+                },
+                pw.as_bytes(),
+                &copts,
+                &Options::default(),
+            )?;
             let info = vol.info()?;
             if cli.json {
                 print_json(&info)?;
@@ -1305,6 +1452,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 return Ok(ExitCode::from(code::INTEGRITY));
             }
         }
+        Cmd::Anchor {
+            what: AnchorCmd::Move { to },
+        } => anchor_move(&cli, to)?,
         Cmd::RecoverAnchor {
             i_accept_rollback_risk,
         } => {
@@ -1315,9 +1465,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
                      --i-accept-rollback-risk to proceed."
                 );
             }
-            let (store, trusted) = locate(&cli)?;
+            let (store, state) = locate(&cli)?;
+            let trusted = trusted(&cli, &state)?;
             let pw = password(&cli, false)?;
-            let epoch = Volume::recover_anchor(store.as_ref(), &trusted, pw.as_bytes())?;
+            let epoch = Volume::recover_anchor(store.as_ref(), trusted.as_ref(), pw.as_bytes())?;
             println!(
                 "anchor restored at epoch {epoch} into {}",
                 trusted.location()

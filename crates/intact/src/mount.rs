@@ -7,7 +7,7 @@
 use crate::{exit_code, locate_at, password, state_dir, Cli, Cmd};
 use anyhow::{bail, Context, Result};
 use intact_core::format::SchemeId;
-use intact_core::store::{FaultPlan, FaultStore, TrustedStore, UntrustedStore};
+use intact_core::store::{FaultPlan, FaultStore, UntrustedStore};
 use intact_core::{Options, Volume};
 use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
@@ -55,7 +55,7 @@ fn open_for_mount(
         records: cli.records.unwrap_or(intact_core::volume::KEEP_OPEN),
         meta_cache_bytes: crate::meta_cache(cli),
     };
-    let trusted = Box::new(state) as Box<dyn TrustedStore>;
+    let trusted = crate::trusted(cli, &state)?;
     if cli.accept_stale {
         if !a.ro {
             bail!("--accept-stale mounts only read-only: add --ro");

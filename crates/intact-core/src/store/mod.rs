@@ -11,6 +11,7 @@
 use crate::error::Result;
 
 mod counting;
+mod etcd;
 mod fault;
 mod local;
 mod memory;
@@ -18,6 +19,7 @@ pub mod record;
 mod trusted;
 
 pub use counting::{CountingStore, IoCounts, IoStats};
+pub use etcd::{EtcdAnchor, EtcdUrl, LEASE_TTL_SECS};
 pub use fault::{CrashImage, FaultPlan, FaultStore};
 pub use local::LocalDirStore;
 pub use memory::MemStore;

@@ -69,9 +69,19 @@ enum Held {
     /// The flock'ed lock file; closing it releases the lock.
     File(File),
     Mem(MemGuard),
+    /// A lease held in a remote service (released when dropped: [`super::EtcdAnchor`]).
+    Remote(Box<dyn std::fmt::Debug + Send + Sync>),
 }
 
 impl TrustedLock {
+    /// A lock held by `guard` (a remote store's lease, given back when it drops).
+    pub(crate) fn remote(exclusive: bool, guard: Box<dyn std::fmt::Debug + Send + Sync>) -> Self {
+        TrustedLock {
+            exclusive,
+            _held: Held::Remote(guard),
+        }
+    }
+
     /// True for a writer's (exclusive) lock.
     pub fn is_exclusive(&self) -> bool {
         self.exclusive
@@ -141,6 +151,56 @@ impl LocalStateDir {
     /// The lock file's path.
     pub fn lock_path(&self) -> PathBuf {
         self.dir.join("lock")
+    }
+
+    /// The file recording that the volume's anchor lives in a remote service
+    /// ([`LocalStateDir::remote_anchor`]).
+    pub fn remote_anchor_path(&self) -> PathBuf {
+        self.dir.join("anchor.remote")
+    }
+
+    /// Where the volume's anchor lives when it is not here: the URL recorded by
+    /// [`LocalStateDir::set_remote_anchor`] (`intact init --anchor`, `intact anchor move`).
+    pub fn remote_anchor(&self) -> Result<Option<String>> {
+        let path = self.remote_anchor_path();
+        match fs::read_to_string(&path) {
+            Ok(s) => Ok(Some(s.trim().to_string()).filter(|s| !s.is_empty())),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(path.display().to_string(), e)),
+        }
+    }
+
+    /// Records (`Some`) or forgets (`None`) that the anchor lives at `url`, durably
+    /// (temporary file, fsync, rename, fsync of the directory; or unlink and fsync).
+    pub fn set_remote_anchor(&self, url: Option<&str>) -> Result<()> {
+        self.ensure_dir()?;
+        let path = self.remote_anchor_path();
+        let log = self.log.as_deref();
+        let r = match url {
+            Some(u) => {
+                let seq = TMP_SEQ.fetch_add(1, Ordering::Relaxed);
+                let tmp = self
+                    .dir
+                    .join(format!("anchor.remote.tmp.{}.{seq}", std::process::id()));
+                let w = create_synced(
+                    log,
+                    OpenOptions::new().mode(0o600),
+                    &tmp,
+                    format!("{u}\n").as_bytes(),
+                )
+                .and_then(|()| rename(log, &tmp, &path));
+                if w.is_err() {
+                    let _ = fs::remove_file(&tmp);
+                }
+                w
+            }
+            None => match fs::remove_file(&path) {
+                Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+                r => r,
+            },
+        };
+        r.map_err(|e| Error::io(path.display().to_string(), e))?;
+        self.sync_dir()
     }
 
     fn ensure_dir(&self) -> Result<()> {
