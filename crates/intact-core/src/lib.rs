@@ -12,6 +12,7 @@ pub mod error;
 pub mod format;
 pub mod metrics;
 pub mod scheme;
+pub mod sign;
 pub mod store;
 pub mod tree;
 pub mod tx;

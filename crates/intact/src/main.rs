@@ -63,6 +63,15 @@ struct Cli {
     /// directory; else local].
     #[arg(long, global = true, env = "INTACT_ANCHOR")]
     anchor: Option<String>,
+    /// Sign every anchor this writer stores with this private key (PKCS#8, from `intact
+    /// keygen`), so that readers holding only its public key can check the roots.
+    #[arg(long, global = true, env = "INTACT_SIGN_KEY")]
+    sign_key: Option<PathBuf>,
+    /// Accept only anchors signed by this public key (a `.pub` file from `intact keygen`):
+    /// for readers (ls, cat, get, stat, fsck, info, `mount --ro`); a root not signed by it
+    /// is an integrity failure (exit 10).
+    #[arg(long, global = true, env = "INTACT_VERIFY_KEY")]
+    verify_key: Option<PathBuf>,
     /// Machine-readable output.
     #[arg(long, global = true)]
     json: bool,
@@ -272,6 +281,16 @@ enum Cmd {
         #[command(subcommand)]
         what: AnchorCmd,
     },
+    /// Make a key pair for signed roots: FILE (the private key, PKCS#8, mode 0600: for
+    /// `--sign-key`) and FILE.pub (for readers' `--verify-key`).
+    Keygen {
+        /// ed25519 (default), ecdsa-p256, ecdsa-p384, ecdsa-p521 or rsa-pss-3072.
+        #[arg(long, default_value = "ed25519")]
+        alg: String,
+        /// Where to write the private key (FILE.pub gets the public one).
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Rebuild a lost trusted anchor from the copy in the cipher directory.
     RecoverAnchor {
         /// Confirms you understand that a rollback of the cipher directory made before this
@@ -462,6 +481,69 @@ fn etcd(url: &str) -> Result<intact_core::store::EtcdAnchor> {
 /// directory itself. A volume opened with `--anchor etcd://...` for the first time on
 /// this machine (no local anchor) records the URL, so later commands need no flag.
 pub(crate) fn trusted(cli: &Cli, state: &LocalStateDir) -> Result<Box<dyn TrustedStore>> {
+    let inner = anchor_store(cli, state)?;
+    // Always wrapped: a command without keys reads a signed root's anchor as any other.
+    let signer = match &cli.sign_key {
+        Some(p) => Some(Arc::new(intact_core::sign::Signer::load(p)?)),
+        None => None,
+    };
+    let verify = match &cli.verify_key {
+        Some(p) => Some(intact_core::sign::PublicKey::load(p)?),
+        None => None,
+    };
+    Ok(Box::new(intact_core::sign::SignedAnchor::new(
+        inner, signer, verify,
+    )))
+}
+
+/// A reader's `--verify-key` with a command that writes: refused (it would store roots
+/// no reader accepts), unless `--sign-key` signs them.
+pub(crate) fn check_verify_only_reads(cli: &Cli, read_only: bool) -> Result<()> {
+    if cli.verify_key.is_some() && cli.sign_key.is_none() && !read_only {
+        bail!(
+            "--verify-key is for readers (ls, cat, get, stat, fsck, info, mount --ro): this \
+             command writes, and its roots would not be signed (give --sign-key to sign them)"
+        );
+    }
+    Ok(())
+}
+
+/// `intact keygen`.
+fn keygen(alg: &str, out: &Path, json: bool) -> Result<()> {
+    use intact_core::sign::{KeyKind, Signer};
+    use std::os::unix::fs::OpenOptionsExt;
+    let der = zeroize::Zeroizing::new(Signer::generate(KeyKind::parse(alg)?)?);
+    let signer = Signer::from_pkcs8(&der)?;
+    let pub_path = PathBuf::from(format!("{}.pub", out.display()));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(out)
+        .with_context(|| format!("creating {} (it must not exist)", out.display()))?;
+    f.write_all(&der)?;
+    f.sync_all()?;
+    std::fs::write(&pub_path, signer.public().to_text())
+        .with_context(|| format!("writing {}", pub_path.display()))?;
+    if json {
+        print_json(&serde_json::json!({
+            "private": out, "public": pub_path,
+            "algorithm": signer.public().alg().name(),
+            "fingerprint": signer.public().fingerprint(),
+        }))?;
+    } else {
+        println!(
+            "{}: private key (for --sign-key; keep it secret)\n{}: public key (for readers' --verify-key), {}",
+            out.display(),
+            pub_path.display(),
+            signer.public()
+        );
+    }
+    Ok(())
+}
+
+/// Where the anchor's bytes live (see [`trusted`]).
+fn anchor_store(cli: &Cli, state: &LocalStateDir) -> Result<Box<dyn TrustedStore>> {
     let recorded = state.remote_anchor()?;
     let flag = cli.anchor.as_deref().filter(|a| !a.is_empty());
     Ok(match (flag, recorded) {
@@ -509,7 +591,8 @@ fn etcd_same(a: &str, b: &str) -> Result<bool> {
 /// directory says it is, and the command can be run again.
 fn anchor_move(cli: &Cli, to: &str) -> Result<()> {
     let (_, state) = locate(cli)?;
-    let src = trusted(cli, &state)?;
+    // The bytes as stored (a signed root keeps its signature).
+    let src = anchor_store(cli, &state)?;
     let dst: Box<dyn TrustedStore> = if to == "local" {
         Box::new(state.clone())
     } else {
@@ -652,6 +735,7 @@ fn open(cli: &Cli, read_only: bool) -> Result<Volume> {
 
 /// [`open`] with the password given.
 fn open_pw(cli: &Cli, pw: &str, read_only: bool) -> Result<Volume> {
+    check_verify_only_reads(cli, read_only)?;
     let (mut store, mut state) = locate(cli)?;
     let opts = Options {
         cache_bytes: cli.cache_bytes.unwrap_or(1024),
@@ -804,6 +888,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             kdf_memory,
             kdf_passes,
         } => {
+            check_verify_only_reads(&cli, false)?;
             let auto = scheme == intact_core::volume::AUTO;
             let scheme = if auto {
                 SchemeId::MtEintGcm
@@ -1455,6 +1540,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Anchor {
             what: AnchorCmd::Move { to },
         } => anchor_move(&cli, to)?,
+        Cmd::Keygen { alg, out } => keygen(alg, out, cli.json)?,
         Cmd::RecoverAnchor {
             i_accept_rollback_risk,
         } => {

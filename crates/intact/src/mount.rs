@@ -55,6 +55,7 @@ fn open_for_mount(
         records: cli.records.unwrap_or(intact_core::volume::KEEP_OPEN),
         meta_cache_bytes: crate::meta_cache(cli),
     };
+    crate::check_verify_only_reads(cli, a.ro)?;
     let trusted = crate::trusted(cli, &state)?;
     if cli.accept_stale {
         if !a.ro {

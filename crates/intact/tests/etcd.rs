@@ -9,18 +9,13 @@
 mod common;
 
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::vol::{Vol, BIN, INTEGRITY, IO, LOCKED, PW};
 use intact_core::store::{EtcdAnchor, EtcdUrl, TrustedStore, LEASE_TTL_SECS};
 use intact_core::Error;
-
-const BIN: &str = env!("CARGO_BIN_EXE_intact");
-const PW: &str = "etcd-test-password";
-const LOCKED: i32 = 14;
-const IO: i32 = 15;
-const INTEGRITY: i32 = 10;
 
 /// A free TCP port on the loopback interface.
 fn free_port() -> u16 {
@@ -115,92 +110,6 @@ impl Etcd {
 impl Drop for Etcd {
     fn drop(&mut self) {
         self.stop();
-    }
-}
-
-/// What a command printed and how it exited.
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn ok(self) -> Run {
-        assert_eq!(self.code, 0, "failed: {}", self.stderr);
-        self
-    }
-}
-
-/// A volume in a temporary directory, driven through the CLI.
-struct Vol {
-    dir: tempfile::TempDir,
-}
-
-impl Vol {
-    fn new() -> Vol {
-        Vol {
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn cipher(&self) -> PathBuf {
-        self.dir.path().join("cipher")
-    }
-
-    fn state(&self) -> PathBuf {
-        self.dir.path().join("state")
-    }
-
-    fn run(&self, args: &[&str]) -> Run {
-        let out = Command::new(BIN)
-            .env_remove("INTACT_ANCHOR")
-            .env("INTACT_PASSWORD", PW)
-            .env("INTACT_VOLUME", self.cipher())
-            .env("INTACT_STATE", self.state())
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run intact");
-        Run {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
-
-    fn init(&self, anchor: Option<&str>) {
-        let c = self.cipher();
-        let mut a = vec![
-            "init",
-            c.to_str().unwrap(),
-            "--kdf-memory",
-            "1024",
-            "--kdf-passes",
-            "1",
-        ];
-        if let Some(u) = anchor {
-            a.extend(["--anchor", u]);
-        }
-        self.run(&a).ok();
-    }
-
-    fn put(&self, path: &str, data: &[u8]) -> Run {
-        let src = self.dir.path().join("src.bin");
-        std::fs::write(&src, data).unwrap();
-        self.run(&["put", src.to_str().unwrap(), path])
-    }
-
-    fn cat(&self, path: &str) -> Run {
-        self.run(&["cat", path])
-    }
-
-    /// The state directory of the volume (named by its id).
-    fn volume_state(&self) -> PathBuf {
-        let c: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(self.cipher().join("intact.conf")).unwrap())
-                .unwrap();
-        self.state().join(c["volume_id"].as_str().unwrap())
     }
 }
 
@@ -332,6 +241,7 @@ fn the_cli_refuses_a_second_writer_and_a_crashed_one_lets_go_with_its_lease() {
     v.init(Some(&etcd.url_str("intact/x")));
     // A writer that keeps the volume open: a put from a pipe that stays open.
     let mut writer = Command::new(BIN)
+        .env_remove("INTACT_ANCHOR")
         .env("INTACT_PASSWORD", PW)
         .env("INTACT_VOLUME", v.cipher())
         .env("INTACT_STATE", v.state())
@@ -341,14 +251,15 @@ fn the_cli_refuses_a_second_writer_and_a_crashed_one_lets_go_with_its_lease() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    // Wait for it to hold the lock by reading the writer's key (taking a lock here could
+    // make the writer's own attempt fail).
+    let probe = etcd.anchor("intact/x");
     let until = Instant::now() + Duration::from_secs(20);
-    let r = loop {
-        let r = v.run(&["ls", "/"]);
-        if r.code != 0 || Instant::now() > until {
-            break r;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    while probe.writer().unwrap().is_none() {
+        assert!(Instant::now() < until, "the writer never took the lock");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = v.run(&["ls", "/"]);
     assert_eq!(r.code, LOCKED, "{}", r.stderr);
     assert!(r.stderr.contains("open for writing"), "{}", r.stderr);
     // SIGKILL: the writer cannot give its lease back; it expires.
@@ -441,43 +352,6 @@ fn the_anchor_moves_into_etcd_and_back() {
     assert!(r.stderr.contains("anchor move"), "{}", r.stderr);
 }
 
-/// A foreground mount of `v` (its log drained as it comes), or `None` when FUSE is missing.
-fn mount(v: &Vol, mnt: &Path) -> Option<(Child, std::thread::JoinHandle<String>)> {
-    use std::io::Read;
-    if !common::need(&["fusermount3"]) {
-        return None;
-    }
-    std::fs::create_dir_all(mnt).unwrap();
-    let mut child = Command::new(BIN)
-        .env_remove("INTACT_ANCHOR")
-        .env("INTACT_PASSWORD", PW)
-        .env("INTACT_STATE", v.state())
-        .env("INTACT_LOG", "info")
-        .arg("mount")
-        .arg(v.cipher())
-        .arg(mnt)
-        .args(["-f", "--commit-interval", "0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut pipe = child.stderr.take().unwrap();
-    let log = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = pipe.read_to_string(&mut s);
-        s
-    });
-    let until = Instant::now() + Duration::from_secs(30);
-    while !common::is_mounted(mnt) {
-        if let Some(st) = child.try_wait().unwrap() {
-            panic!("mount exited with {st}: {}", log.join().unwrap());
-        }
-        assert!(Instant::now() < until, "not mounted after 30 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Some((child, log))
-}
-
 /// Writes `data` to `path` and fsyncs it: the fsync's result.
 fn write_fsync(path: &Path, data: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
@@ -497,7 +371,7 @@ fn fsync_through_the_mount_seals_in_etcd_and_fails_while_etcd_is_down() {
     let v = Vol::new();
     v.init(Some(&etcd.url_str("intact/mnt")));
     let mnt = v.dir.path().join("mnt");
-    let Some((mut daemon, log)) = mount(&v, &mnt) else {
+    let Some((mut daemon, log)) = common::vol::mount(&v, &mnt, &[], &[]) else {
         return;
     };
     let a = common::pattern(1, 100_000);
@@ -534,4 +408,48 @@ fn fsync_through_the_mount_seals_in_etcd_and_fails_while_etcd_is_down() {
         "the fsynced file differs"
     );
     v.run(&["fsck"]).ok();
+}
+
+/// Signed roots in etcd: the writer's signature travels with the anchor into etcd, and a
+/// reader holding only the public key opens the volume from there.
+#[test]
+fn signed_roots_move_into_etcd_with_their_signature() {
+    let Some(etcd) = Etcd::start() else { return };
+    let v = Vol::new();
+    let key = v.dir.path().join("k");
+    v.run(&["keygen", "--out", key.to_str().unwrap()]).ok();
+    let (key, pubk) = (
+        key.to_str().unwrap().to_string(),
+        format!("{}.pub", key.display()),
+    );
+    v.init(None);
+    v.put_with(&["--sign-key", &key], "/f", b"signed, then moved")
+        .ok();
+    v.run(&["anchor", "move", "--to", &etcd.url_str("intact/s")])
+        .ok();
+    let r = v.run(&["--verify-key", &pubk, "cat", "/f"]).ok();
+    assert_eq!(r.stdout, "signed, then moved");
+    // The bytes in etcd are the signed envelope.
+    let raw = etcd.anchor("intact/s").load().unwrap().unwrap();
+    assert_eq!(&raw[..4], b"ISIG");
+    v.put_with(&["--sign-key", &key], "/g", b"sealed in etcd, signed")
+        .ok();
+    assert_eq!(
+        v.run(&["--verify-key", &pubk, "cat", "/g"]).ok().stdout,
+        "sealed in etcd, signed"
+    );
+}
+
+/// The lease is kept alive: a writer that holds the volume longer than the lease's time to
+/// live still seals, and nobody else gets the lock meanwhile.
+#[test]
+fn a_writer_keeps_its_lease_past_its_time_to_live() {
+    let Some(etcd) = Etcd::start() else { return };
+    let (a, b) = (etcd.anchor("intact/k"), etcd.anchor("intact/k"));
+    let _lock = a.lock(true).unwrap();
+    a.load().unwrap();
+    std::thread::sleep(Duration::from_secs(LEASE_TTL_SECS as u64 + 3));
+    assert!(!a.lease_lost());
+    a.store(b"sealed after the time to live").unwrap();
+    assert!(b.lock(true).is_err(), "the lock is still held");
 }

@@ -298,6 +298,11 @@ impl EtcdAnchor {
         self.inner.lease_lost.load(Ordering::Relaxed)
     }
 
+    /// Who holds the volume open for writing (the writer key's value), if anyone.
+    pub fn writer(&self) -> Result<Option<String>> {
+        Ok(self.inner.holders()?.0.map(|(w, _)| w))
+    }
+
     /// The lease this client holds its lock with (tests revoke it to play a lost lease).
     pub fn lease_id(&self) -> Option<i64> {
         self.inner

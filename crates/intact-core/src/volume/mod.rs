@@ -674,13 +674,13 @@ impl Volume {
         // Kept to explain a failure of the whole volume (diagnose.rs).
         let keys = derive_keys(&master);
         let location = trusted.location();
-        let anchor = trusted
-            .load()
-            .ok()
-            .flatten()
-            .map(|b| (b, trusted.modified()));
+        let loaded = trusted.load();
+        // An anchor refused by the trusted store itself (a signed root that does not
+        // verify) is its own explanation: there is no anchor to compare the store with.
+        let refused = loaded.is_err();
+        let anchor = loaded.ok().flatten().map(|b| (b, trusted.modified()));
         match Self::open_with_key(store.clone(), trusted, config.clone(), master, opts) {
-            Err(e) if e.is_tampered() => {
+            Err(e) if e.is_tampered() && !refused => {
                 let report = StateReport::read(store.as_ref(), &config, &keys, location, anchor);
                 Err(Error::StateMismatch {
                     cause: Box::new(e),

@@ -1,0 +1,172 @@
+//! Signed roots (issue 9): a writer with `--sign-key` signs every anchor it stores; a
+//! reader with `--verify-key` (the public key only) accepts only roots signed by it, under
+//! every algorithm `intact keygen` makes, through the CLI and a read-only mount.
+
+#[allow(dead_code)]
+mod common;
+
+use common::vol::{Vol, INTEGRITY};
+use std::path::PathBuf;
+
+/// `intact keygen --alg ALG --out DIR/NAME`: the private and public key paths.
+fn keygen(v: &Vol, alg: &str, name: &str) -> (String, String) {
+    let k = v.dir.path().join(name);
+    let r = v
+        .run(&["keygen", "--alg", alg, "--out", k.to_str().unwrap()])
+        .ok();
+    let pubk = PathBuf::from(format!("{}.pub", k.display()));
+    assert!(
+        r.stdout.contains(&pubk.display().to_string()),
+        "{}",
+        r.stdout
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&k).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the private key is the owner's alone");
+    (
+        k.to_str().unwrap().to_string(),
+        pubk.to_str().unwrap().to_string(),
+    )
+}
+
+#[test]
+fn each_algorithm_signs_roots_that_only_its_public_key_opens() {
+    for alg in [
+        "ed25519",
+        "ecdsa-p256",
+        "ecdsa-p384",
+        "ecdsa-p521",
+        "rsa-pss-3072",
+    ] {
+        let v = Vol::new();
+        let (key, pubk) = keygen(&v, alg, "writer");
+        let (_, other) = keygen(&v, alg, "other");
+        v.init(None);
+        v.put_with(&["--sign-key", &key], "/f", alg.as_bytes()).ok();
+        let r = v.run(&["--verify-key", &pubk, "cat", "/f"]).ok();
+        assert_eq!(r.stdout, alg);
+        let info = v.run(&["--verify-key", &pubk, "info"]).ok();
+        assert!(
+            info.stdout.contains("roots checked against"),
+            "{}",
+            info.stdout
+        );
+        let r = v.run(&["--verify-key", &other, "cat", "/f"]);
+        assert_eq!(r.code, INTEGRITY, "{alg}: {}", r.stderr);
+        assert!(r.stderr.contains("does not verify"), "{alg}: {}", r.stderr);
+    }
+}
+
+#[test]
+fn a_root_stored_without_the_key_is_refused_by_readers() {
+    let v = Vol::new();
+    let (key, pubk) = keygen(&v, "ed25519", "writer");
+    v.init(None);
+    // The volume's first roots were not signed.
+    let r = v.run(&["--verify-key", &pubk, "ls", "/"]);
+    assert_eq!(r.code, INTEGRITY, "{}", r.stderr);
+    assert!(r.stderr.contains("not signed"), "{}", r.stderr);
+    v.put_with(&["--sign-key", &key], "/a", b"signed").ok();
+    v.run(&["--verify-key", &pubk, "ls", "/"]).ok();
+    // Someone with the password but not the key writes: a root readers refuse.
+    v.put("/b", b"by a password holder").ok();
+    let r = v.run(&["--verify-key", &pubk, "cat", "/a"]);
+    assert_eq!(r.code, INTEGRITY, "{}", r.stderr);
+    assert!(r.stderr.contains("not signed"), "{}", r.stderr);
+    // Until the writer signs again.
+    v.put_with(&["--sign-key", &key], "/c", b"signed again")
+        .ok();
+    assert_eq!(
+        v.run(&["--verify-key", &pubk, "cat", "/b"]).ok().stdout,
+        "by a password holder"
+    );
+}
+
+#[test]
+fn a_verify_key_only_reads_and_bad_keys_are_clear_errors() {
+    let v = Vol::new();
+    let (key, pubk) = keygen(&v, "ed25519", "writer");
+    v.init(None);
+    let r = v.put_with(&["--verify-key", &pubk], "/f", b"x");
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr.contains("--verify-key is for readers"),
+        "{}",
+        r.stderr
+    );
+    // With the signing key too, a writer checks the roots it opens: not yet signed here.
+    let r = v.put_with(&["--sign-key", &key, "--verify-key", &pubk], "/f", b"x");
+    assert_eq!(r.code, INTEGRITY, "{}", r.stderr);
+    assert!(r.stderr.contains("not signed"), "{}", r.stderr);
+    assert!(
+        !r.stderr.contains("There is no trusted anchor"),
+        "{}",
+        r.stderr
+    );
+    v.put_with(&["--sign-key", &key], "/f", b"x").ok();
+    v.put_with(&["--sign-key", &key, "--verify-key", &pubk], "/g", b"y")
+        .ok();
+    // keygen never overwrites; unknown algorithms and files that are not keys are named.
+    let k = v.dir.path().join("writer");
+    let r = v.run(&["keygen", "--out", k.to_str().unwrap()]);
+    assert_ne!(r.code, 0);
+    assert!(r.stderr.contains("must not exist"), "{}", r.stderr);
+    let r = v.run(&["keygen", "--alg", "rsa-15360", "--out", "/tmp/never"]);
+    assert!(r.stderr.contains("unknown key algorithm"), "{}", r.stderr);
+    let r = v.run(&["--verify-key", &key, "ls", "/"]);
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr.contains("not an intact verification key"),
+        "{}",
+        r.stderr
+    );
+    let r = v.put_with(&["--sign-key", &pubk], "/h", b"x");
+    assert_ne!(r.code, 0);
+    assert!(r.stderr.contains("PKCS#8"), "{}", r.stderr);
+}
+
+#[test]
+fn a_read_only_mount_checks_the_roots() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let v = Vol::new();
+    let (key, pubk) = keygen(&v, "ecdsa-p256", "writer");
+    let (_, other) = keygen(&v, "ecdsa-p256", "other");
+    v.init(None);
+    v.put_with(&["--sign-key", &key], "/f", b"through the mount")
+        .ok();
+    let mnt = v.dir.path().join("mnt");
+    let Some((mut daemon, _log)) =
+        common::vol::mount(&v, &mnt, &["--verify-key", &pubk], &["--ro"])
+    else {
+        return;
+    };
+    let got = std::fs::read(mnt.join("f"));
+    let (ok, _) = common::unmount_or_kill(&mnt, &mut daemon, 100);
+    assert_eq!(got.unwrap(), b"through the mount");
+    assert!(ok, "unmounted");
+    // Under another key the mount is refused before it mounts: exit 10.
+    let mut m = Command::new(common::vol::BIN)
+        .env("INTACT_PASSWORD", common::vol::PW)
+        .env("INTACT_STATE", v.state())
+        .args(["--verify-key", &other, "mount"])
+        .arg(v.cipher())
+        .arg(&mnt)
+        .args(["-f", "--ro"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = m.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > until {
+            let _ = common::unmount_or_kill(&mnt, &mut m, 10);
+            panic!("a mount under another key went on");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(INTEGRITY));
+}
