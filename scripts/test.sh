@@ -4,8 +4,9 @@
 # rsync (the stress and copy tests), zstd and python3 (zlib: the compression round trips
 # against the reference tools), qemu-utils, libnbd-bin (nbdcopy, nbdfuse) and fio (the
 # block disk's real NBD clients), gocryptfs and securefs (the peers `intact bench attacks`
-# attacks), etcd-server (the anchor in etcd) and protobuf-compiler (etcd's client is built
-# from its protocol files); fsx with cargo install. Then no test may skip:
+# attacks), etcd-server (the anchor in etcd), protobuf-compiler (etcd's client is built
+# from its protocol files) and openssl (`bench contiu`'s OpenSSL column); fsx with cargo
+# install. Then no test may skip:
 # INTACT_REQUIRE_ALL=1 turns a missing tool into a failure.
 # Usage: scripts/test.sh [cargo test arguments] (with arguments, only the cargo test run)
 set -euo pipefail
@@ -23,6 +24,7 @@ command -v gocryptfs >/dev/null || need+=(gocryptfs)
 command -v securefs >/dev/null || need+=(securefs)
 command -v etcd >/dev/null || need+=(etcd-server)
 command -v protoc >/dev/null || need+=(protobuf-compiler)
+command -v openssl >/dev/null || need+=(openssl)
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"

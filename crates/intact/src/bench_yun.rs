@@ -58,13 +58,13 @@ pub struct Range {
 }
 
 impl Range {
-    fn of(v: &[f64]) -> Range {
+    pub(crate) fn of(v: &[f64]) -> Range {
         Range {
             min: v.iter().copied().fold(f64::INFINITY, f64::min),
             max: v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
         }
     }
-    fn show(&self, digits: usize) -> String {
+    pub(crate) fn show(&self, digits: usize) -> String {
         if format!("{:.*}", digits, self.min) == format!("{:.*}", digits, self.max) {
             format!("{:.*}", digits, self.min)
         } else {

@@ -17,6 +17,7 @@ mod alarm;
 mod attack_peers;
 mod bench;
 mod bench_attacks;
+mod bench_contiu;
 mod bench_dir;
 mod bench_or;
 mod bench_report;
@@ -1471,6 +1472,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench {
             what: bench::BenchCmd::Attacks(a),
         } => bench_attacks::attacks(a, cli.json)?,
+        Cmd::Bench {
+            what: bench::BenchCmd::Contiu(a),
+        } => bench_contiu::contiu(a, cli.json)?,
         Cmd::AcceptStore { yes } => alarm::accept_store(&cli, *yes)?,
         Cmd::Scrub {
             rate,
