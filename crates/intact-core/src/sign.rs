@@ -509,6 +509,13 @@ mod tests {
         }
         let e = s.public().open(&anchor).unwrap_err();
         assert!(e.to_string().contains("not signed"), "{e}");
+        // The shortest envelope: no signature, no anchor.
+        let empty: &[u8] = b"ISIG\x01\x01\x00\x00";
+        assert_eq!(
+            split(empty),
+            Some((Some(SigAlg::Ed25519), &[][..], &[][..]))
+        );
+        assert_eq!(split(&empty[..7]), None);
     }
 
     #[test]
@@ -546,6 +553,77 @@ mod tests {
         );
         other.store(b"forged epoch 9").unwrap();
         assert!(reader.load().unwrap_err().is_tampered());
+        writer.remove().unwrap();
+        assert!(mem.snapshot().is_none());
+        assert!(reader.load().unwrap().is_none());
+        // The wrapped store's own answers go through.
+        let dir = tempfile::tempdir().unwrap();
+        let local = crate::store::LocalStateDir::new(dir.path().to_path_buf(), "ab").unwrap();
+        let w = SignedAnchor::new(Box::new(local.clone()), Some(s.clone()), None);
+        assert!(w.modified().is_none());
+        w.store(b"epoch 1").unwrap();
+        assert!(w.modified().is_some());
+        assert!(w.location().starts_with(&local.location()));
+        let _held = w.lock(true).unwrap();
+        assert!(
+            local.lock(false).is_err(),
+            "the lock is the wrapped store's"
+        );
+    }
+
+    #[test]
+    fn every_keygen_name_parses_and_makes_its_algorithm() {
+        for (name, kind, alg) in [
+            ("ed25519", KeyKind::Ed25519, SigAlg::Ed25519),
+            ("ecdsa-p256", KeyKind::EcdsaP256, SigAlg::EcdsaP256),
+            ("ecdsa-p384", KeyKind::EcdsaP384, SigAlg::EcdsaP384),
+            ("ecdsa-p521", KeyKind::EcdsaP521, SigAlg::EcdsaP521),
+            ("rsa-pss-3072", KeyKind::RsaPss3072, SigAlg::RsaPssSha256),
+        ] {
+            assert_eq!(KeyKind::parse(name).unwrap(), kind);
+            let s = signer(kind);
+            assert_eq!(s.public().alg(), alg, "{name}");
+            let fp = s.public().fingerprint();
+            assert_eq!(fp.len(), 16, "{name}");
+            assert!(fp.bytes().all(|b| b.is_ascii_hexdigit()), "{fp}");
+            assert_ne!(
+                fp,
+                signer(kind).public().fingerprint(),
+                "two keys, one fingerprint"
+            );
+            assert!(format!("{s:?}").contains(&fp), "{s:?}");
+            assert!(s.public().to_string().starts_with(alg.name()));
+        }
+    }
+
+    #[test]
+    fn rsa_keys_of_7680_bits_or_more_sign_with_sha_384() {
+        use aws_lc_rs::encoding::{AsDer, Pkcs8V1Der};
+        use aws_lc_rs::rsa::KeySize;
+        for (size, alg) in [
+            (KeySize::Rsa4096, SigAlg::RsaPssSha256),
+            (KeySize::Rsa8192, SigAlg::RsaPssSha384),
+        ] {
+            let k = signature::RsaKeyPair::generate(size).unwrap();
+            let der: Pkcs8V1Der = k.as_der().unwrap();
+            let s = Signer::from_pkcs8(der.as_ref()).unwrap();
+            assert_eq!(s.public().alg(), alg);
+            let env = s.seal(b"anchor").unwrap();
+            assert_eq!(env[5], alg as u8);
+            assert_eq!(s.public().open(&env).unwrap(), b"anchor");
+            // The other hash under the same key does not verify.
+            let other = PublicKey::new(
+                if alg == SigAlg::RsaPssSha256 {
+                    SigAlg::RsaPssSha384
+                } else {
+                    SigAlg::RsaPssSha256
+                },
+                s.public().bytes.clone(),
+            );
+            let mut env2 = env.clone();
+            env2[5] = other.alg as u8;
+            assert!(other.open(&env2).is_err());
+        }
     }
 
     #[test]
