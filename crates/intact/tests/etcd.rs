@@ -200,10 +200,34 @@ fn a_seal_is_a_compare_and_swap_so_two_clients_cannot_fork_the_volume() {
     // Having read the new anchor, b may seal after it.
     b.load().unwrap();
     b.store(b"epoch 3 by b").unwrap();
+    // A writer holding the lock is refused too when the anchor changed under it (a
+    // client that sealed without the lock), and told so.
+    let w = etcd.anchor("intact/c");
+    let _held = w.lock(true).unwrap();
+    w.load().unwrap();
+    let intruder = etcd.anchor("intact/c");
+    intruder.load().unwrap();
+    intruder.store(b"sealed without the lock").unwrap();
+    let e = w.store(b"the writer's").unwrap_err();
+    assert!(
+        matches!(&e, Error::Locked(m) if m.contains("another client sealed")),
+        "{e}"
+    );
+    drop(_held);
+    a.load().unwrap();
+    // etcd's own refusals are passed on as they are, not as an outage.
+    let e = a.store(&vec![0u8; 3 << 20]).unwrap_err();
+    assert!(
+        matches!(&e, Error::Io { .. }) && !e.to_string().contains("unreachable"),
+        "{e}"
+    );
     // A client that never read it cannot create it over an existing one.
     let c = etcd.anchor("intact/c");
     assert!(c.store(b"a fresh volume").is_err());
-    assert_eq!(a.load().unwrap().as_deref(), Some(&b"epoch 3 by b"[..]));
+    assert_eq!(
+        a.load().unwrap().as_deref(),
+        Some(&b"sealed without the lock"[..])
+    );
 }
 
 #[test]
@@ -220,6 +244,18 @@ fn a_writer_that_lost_its_lease_seals_nothing() {
         matches!(&e, Error::Locked(m) if m.contains("lock is gone")
             && m.contains("another client may hold the volume")
             && m.contains("nothing was sealed")),
+        "{e}"
+    );
+    // The keep-alive finds the lease gone at its next tick (every 3 s), well before a
+    // whole time to live without an answer would make it give up.
+    let until = Instant::now() + Duration::from_secs(6);
+    while !a.lease_lost() {
+        assert!(Instant::now() < until, "the lost lease went unnoticed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let e = a.store(b"after the keep-alive noticed").unwrap_err();
+    assert!(
+        matches!(&e, Error::Locked(m) if m.contains("could not be kept alive")),
         "{e}"
     );
     let _theirs = other.lock(true).unwrap();
@@ -452,4 +488,30 @@ fn a_writer_keeps_its_lease_past_its_time_to_live() {
     assert!(!a.lease_lost());
     a.store(b"sealed after the time to live").unwrap();
     assert!(b.lock(true).is_err(), "the lock is still held");
+}
+
+/// A short outage of etcd (under the lease's time to live) costs the writer nothing: the
+/// keep-alive reconnects, the lease and the lock are still its own, and it seals.
+#[test]
+fn a_writer_rides_out_an_etcd_restart_shorter_than_its_lease() {
+    let Some(mut etcd) = Etcd::start() else {
+        return;
+    };
+    let a = etcd.anchor("intact/o");
+    let _lock = a.lock(true).unwrap();
+    a.load().unwrap();
+    a.store(b"before the outage").unwrap();
+    etcd.stop();
+    std::thread::sleep(Duration::from_secs(4));
+    etcd.run();
+    // Two keep-alive ticks after the restart.
+    std::thread::sleep(Duration::from_secs(7));
+    assert!(
+        !a.lease_lost(),
+        "the lease was given up over a short outage"
+    );
+    a.store(b"after the outage").unwrap();
+    let b = etcd.anchor("intact/o");
+    assert!(b.lock(true).is_err(), "the lock is still held");
+    assert_eq!(b.load().unwrap().as_deref(), Some(&b"after the outage"[..]));
 }
