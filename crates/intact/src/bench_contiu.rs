@@ -355,6 +355,19 @@ const LEVELS: [(&str, u32, u32); 3] = [
     ("high", 15360, 521),
 ];
 
+/// `f(RSA row, ECDSA row)` at each strength level of Table 1 where both rows exist and `f`
+/// has a value.
+fn per_level(
+    sigs: &[SigRow],
+    f: impl Fn(&SigRow, &SigRow) -> Option<Range>,
+) -> Vec<(&'static str, Range)> {
+    let of = |a: &str, b: u32| sigs.iter().find(|r| r.alg == a && r.bits == b);
+    LEVELS
+        .iter()
+        .filter_map(|&(level, rsa, ec)| Some((level, f(of("RSA", rsa)?, of("ECDSA", ec)?)?)))
+        .collect()
+}
+
 /// The claims of §4.1 judged on `r` (the measurements are in it already).
 pub fn judge(aes: &[AesRow], sha: &[ShaRow], sigs: &[SigRow]) -> Vec<Claim> {
     let mut claims = Vec::new();
@@ -365,10 +378,7 @@ pub fn judge(aes: &[AesRow], sha: &[ShaRow], sigs: &[SigRow]) -> Vec<Claim> {
         .filter_map(|&b| {
             let cbc = aes_of(Mode::Cbc, b)?;
             let ctr = aes_of(Mode::Ctr, b)?;
-            Some(Range {
-                min: cbc.enc.min / ctr.enc.max,
-                max: cbc.enc.max / ctr.enc.min,
-            })
+            Some(cbc.enc.over(&ctr.enc))
         })
         .collect();
     if !ratios.is_empty() {
@@ -403,10 +413,7 @@ pub fn judge(aes: &[AesRow], sha: &[ShaRow], sigs: &[SigRow]) -> Vec<Claim> {
     }
     // 2. Cost grows with the key size (almost linearly with the strength level).
     if let (Some(a), Some(b)) = (aes_of(Mode::Ctr, 128), aes_of(Mode::Ctr, 256)) {
-        let r = Range {
-            min: b.enc.min / a.enc.max,
-            max: b.enc.max / a.enc.min,
-        };
+        let r = b.enc.over(&a.enc);
         let mid = (r.min + r.max) / 2.0;
         claims.push(Claim {
             claim: "Fig. 2: AES's cost grows almost linearly with the strength level",
@@ -419,10 +426,7 @@ pub fn judge(aes: &[AesRow], sha: &[ShaRow], sigs: &[SigRow]) -> Vec<Claim> {
     // 3. SHA-384/512 about 33 % faster than SHA-256 (6.4 cycles per byte).
     let sha_of = |b: u32| sha.iter().find(|r| r.bits == b);
     if let (Some(s256), Some(s512)) = (sha_of(256), sha_of(512)) {
-        let r = Range {
-            min: s256.cpb.min / s512.cpb.max,
-            max: s256.cpb.max / s512.cpb.min,
-        };
+        let r = s256.cpb.over(&s512.cpb);
         let faster = r.min > 1.1;
         claims.push(Claim {
             claim: "Fig. 3: SHA-512 (and SHA-384) hash about 33 % faster than SHA-256 (6.4 cycles per byte)",
@@ -445,10 +449,7 @@ pub fn judge(aes: &[AesRow], sha: &[ShaRow], sigs: &[SigRow]) -> Vec<Claim> {
     let sig_of = |a: &str, b: u32| sigs.iter().find(|r| r.alg == a && r.bits == b);
     if let (Some(lo), Some(hi)) = (sig_of("RSA", 3072), sig_of("RSA", 15360)) {
         if let (Some(l), Some(h)) = (lo.ossl_sign, hi.ossl_sign) {
-            let r = Range {
-                min: h.min / l.max,
-                max: h.max / l.min,
-            };
+            let r = h.over(&l);
             claims.push(Claim {
                 claim: "Fig. 4a: RSA signing at the high level costs over 100× the low level (614 M cycles at 15360 bits)",
                 published: "614 M cycles; >100×".into(),
@@ -458,20 +459,7 @@ pub fn judge(aes: &[AesRow], sha: &[ShaRow], sigs: &[SigRow]) -> Vec<Claim> {
             });
         }
     }
-    let mut faster = Vec::new();
-    for (level, rsa, ec) in LEVELS {
-        if let (Some(r), Some(e)) = (sig_of("RSA", rsa), sig_of("ECDSA", ec)) {
-            if let (Some(rs), Some(es)) = (r.ossl_sign, e.ossl_sign) {
-                faster.push((
-                    level,
-                    Range {
-                        min: rs.min / es.max,
-                        max: rs.max / es.min,
-                    },
-                ));
-            }
-        }
-    }
+    let faster = per_level(sigs, |r, e| Some(r.ossl_sign?.over(&e.ossl_sign?)));
     if faster.len() == 3 {
         let published = [7.0, 58.0, 153.0];
         let all = faster.iter().all(|(_, r)| r.min > 1.0);
@@ -496,20 +484,7 @@ pub fn judge(aes: &[AesRow], sha: &[ShaRow], sigs: &[SigRow]) -> Vec<Claim> {
             why: "ECDSA signs faster at every level; the factors follow each curve's code in OpenSSL 3 (dedicated constant-time P-256 and P-521 implementations, generic code for P-384) more than the strength".into(),
         });
     }
-    let mut verify = Vec::new();
-    for (level, rsa, ec) in LEVELS {
-        if let (Some(r), Some(e)) = (sig_of("RSA", rsa), sig_of("ECDSA", ec)) {
-            if let (Some(rv), Some(ev)) = (r.ossl_verify, e.ossl_verify) {
-                verify.push((
-                    level,
-                    Range {
-                        min: ev.min / rv.max,
-                        max: ev.max / rv.min,
-                    },
-                ));
-            }
-        }
-    }
+    let verify = per_level(sigs, |r, e| Some(e.ossl_verify?.over(&r.ossl_verify?)));
     if verify.len() == 3 {
         let rsa_faster = verify.iter().filter(|(_, r)| r.min > 1.0).count();
         claims.push(Claim {

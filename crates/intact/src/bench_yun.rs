@@ -64,6 +64,13 @@ impl Range {
             max: v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
         }
     }
+    /// `self ÷ other` as a range: the smallest and the largest quotient of their ends.
+    pub(crate) fn over(&self, other: &Range) -> Range {
+        Range {
+            min: self.min / other.max,
+            max: self.max / other.min,
+        }
+    }
     pub(crate) fn show(&self, digits: usize) -> String {
         if format!("{:.*}", digits, self.min) == format!("{:.*}", digits, self.max) {
             format!("{:.*}", digits, self.min)
