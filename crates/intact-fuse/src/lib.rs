@@ -5,6 +5,9 @@
 //! seal, and a clean unmount on SIGINT/SIGTERM/SIGHUP.
 #![deny(missing_docs)]
 
+pub mod memory;
+mod refs;
+
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
@@ -14,7 +17,7 @@ use fuser::{
 use intact_core::format::{Kind, SchemeId, ROOT_INO};
 use intact_core::volume::{Attr, Discarded, RenameMode, SetAttr, XattrMode, NAME_MAX};
 use intact_core::{Error, FsErrorKind, Volume};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -240,7 +243,7 @@ pub struct IntactFs {
     /// The kernel's lookup count per inode (every entry reply adds one, FORGET subtracts its
     /// count). The engine hears of an inode's FORGET only when the count reaches zero: until
     /// then the kernel may still send requests for it, so a freed number is not reused.
-    lookups: Mutex<HashMap<u64, u64>>,
+    lookups: Mutex<refs::RefCounts>,
     next_fh: AtomicU64,
     /// Handles that may write, per inode: the files whose pages the kernel may still hold
     /// dirty (a close waits for its file's writeback), which `intact sync` makes the kernel
@@ -436,6 +439,9 @@ impl BulkWrites {
     }
 }
 
+/// How often the periodic seal's thread gives free heap pages back ([`memory`]).
+const TRIM_EVERY: Duration = Duration::from_secs(30);
+
 /// The periodic seal: a thread that calls [`Volume::seal_periodic`] every `commit_interval`.
 struct Sealer {
     stop: Arc<(Mutex<bool>, Condvar)>,
@@ -451,6 +457,7 @@ impl Sealer {
             .spawn(move || {
                 let (lock, cv) = &*s;
                 let mut stopped = lock.lock().unwrap_or_else(|p| p.into_inner());
+                let mut trimmed = std::time::Instant::now();
                 while !*stopped {
                     let (g, timeout) = cv
                         .wait_timeout(stopped, every)
@@ -461,6 +468,12 @@ impl Sealer {
                     }
                     if let Err(e) = vol.seal_periodic() {
                         tracing::error!(error = %e, "periodic seal failed");
+                    }
+                    // What requests freed (records, units, names of a walk), at most every
+                    // 30 s: the trim holds the allocator's lock while it walks its free lists.
+                    if trimmed.elapsed() >= TRIM_EVERY {
+                        memory::release_free_memory();
+                        trimmed = std::time::Instant::now();
                     }
                 }
             })
@@ -490,7 +503,7 @@ impl IntactFs {
             bs: vol.block_size(),
             vol: vol.clone(),
             opts: opts.clone(),
-            lookups: Mutex::new(HashMap::new()),
+            lookups: Mutex::new(refs::RefCounts::default()),
             next_fh: AtomicU64::new(1),
             writers: Mutex::new(BTreeMap::new()),
             sealer: None,
@@ -538,29 +551,19 @@ impl IntactFs {
     /// Counts one more kernel reference to `ino` (before the reply that creates it is
     /// sent, so that a FORGET racing with it cannot see a count that is too low).
     fn remember(&self, ino: u64) {
-        *self
-            .lookups
+        self.lookups
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .entry(ino)
-            .or_insert(0) += 1;
+            .add(ino);
     }
 
     /// The kernel dropped `nlookup` references to `ino`; at zero the engine may free an
     /// unlinked file and reuse the number.
     fn release_lookups(&self, ino: u64, nlookup: u64) {
         let mut l = self.lookups.lock().unwrap_or_else(|p| p.into_inner());
-        let left = match l.get_mut(&ino) {
-            Some(n) => {
-                *n = n.saturating_sub(nlookup);
-                *n
-            }
-            None => 0,
-        };
-        if left > 0 {
+        if l.release(ino, nlookup) > 0 {
             return;
         }
-        l.remove(&ino);
         // Still under the lock: a lookup that would count a new reference waits, so the
         // engine never frees a number that a reply is about to hand out.
         if let Err(e) = self.vol.forget(ino) {
