@@ -8,7 +8,6 @@
 //! directories `/dNNNN` of PER_DIR files (1,000), sealing every 10,000 files, as
 //! `bench/scale.sh` lays them out through the mount.
 use intact_core::crypto::KdfParams;
-use intact_core::format::SchemeId;
 use intact_core::store::{LocalDirStore, LocalStateDir, TrustedStore};
 use intact_core::{CreateOptions, Options, Volume};
 use std::path::PathBuf;
@@ -30,14 +29,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Arc::new(LocalDirStore::open(&cipher)?),
         |id| Ok(Box::new(LocalStateDir::new(state.clone(), id)?) as Box<dyn TrustedStore>),
         pw.as_bytes(),
+        // The defaults (mt-eint, 4 KiB blocks, every format feature), with a fast KDF.
         &CreateOptions {
-            block_size: 4096,
-            scheme: SchemeId::MtEintGcm,
-            auto: false,
             kdf: KdfParams::TEST,
-            inline_leaf: true,
-            dir_tree: true,
-            inline_mac: true,
+            ..CreateOptions::default()
         },
         &Options::default(),
     )?;

@@ -249,7 +249,9 @@ pub struct IntactFs {
     /// dirty (a close waits for its file's writeback), which `intact sync` makes the kernel
     /// hand over ([`WRITERS_XATTR`]).
     writers: Mutex<BTreeMap<u64, u32>>,
-    sealer: Option<Sealer>,
+    sealer: Option<Periodic>,
+    /// Gives free heap pages back every [`TRIM_EVERY`], read-only mounts too.
+    trimmer: Option<Periodic>,
     /// Where bulk writes are served ([`BulkWrites`]); `None` before `init` and read-only.
     bulk: Option<BulkWrites>,
     report: Reporter,
@@ -439,25 +441,26 @@ impl BulkWrites {
     }
 }
 
-/// How often the periodic seal's thread gives free heap pages back ([`memory`]).
+/// How often free heap pages are given back ([`memory`]): seldom, since the trim holds the
+/// allocator's lock while it walks its free lists.
 const TRIM_EVERY: Duration = Duration::from_secs(30);
 
-/// The periodic seal: a thread that calls [`Volume::seal_periodic`] every `commit_interval`.
-struct Sealer {
+/// A thread that runs `f` every `every` until stopped: the periodic seal
+/// ([`Volume::seal_periodic`] every `commit_interval`) and the heap's trim.
+struct Periodic {
     stop: Arc<(Mutex<bool>, Condvar)>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl Sealer {
-    fn start(vol: Arc<Volume>, every: Duration) -> Sealer {
+impl Periodic {
+    fn start(name: &str, every: Duration, mut f: impl FnMut() + Send + 'static) -> Periodic {
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let s = stop.clone();
         let thread = std::thread::Builder::new()
-            .name("intact-sealer".into())
+            .name(name.into())
             .spawn(move || {
                 let (lock, cv) = &*s;
                 let mut stopped = lock.lock().unwrap_or_else(|p| p.into_inner());
-                let mut trimmed = std::time::Instant::now();
                 while !*stopped {
                     let (g, timeout) = cv
                         .wait_timeout(stopped, every)
@@ -466,19 +469,11 @@ impl Sealer {
                     if *stopped || !timeout.timed_out() {
                         continue;
                     }
-                    if let Err(e) = vol.seal_periodic() {
-                        tracing::error!(error = %e, "periodic seal failed");
-                    }
-                    // What requests freed (records, units, names of a walk), at most every
-                    // 30 s: the trim holds the allocator's lock while it walks its free lists.
-                    if trimmed.elapsed() >= TRIM_EVERY {
-                        memory::release_free_memory();
-                        trimmed = std::time::Instant::now();
-                    }
+                    f();
                 }
             })
-            .expect("spawn the sealer thread");
-        Sealer {
+            .unwrap_or_else(|e| panic!("spawn the {name} thread: {e}"));
+        Periodic {
             stop,
             thread: Some(thread),
         }
@@ -507,6 +502,7 @@ impl IntactFs {
             next_fh: AtomicU64::new(1),
             writers: Mutex::new(BTreeMap::new()),
             sealer: None,
+            trimmer: None,
             bulk: None,
             report: Reporter {
                 vol: vol.clone(),
@@ -731,9 +727,20 @@ impl Filesystem for IntactFs {
         }
         if let Some(every) = self.opts.commit_interval {
             if !self.vol.is_read_only() {
-                self.sealer = Some(Sealer::start(self.vol.clone(), every));
+                let vol = self.vol.clone();
+                self.sealer = Some(Periodic::start("intact-sealer", every, move || {
+                    if let Err(e) = vol.seal_periodic() {
+                        tracing::error!(error = %e, "periodic seal failed");
+                    }
+                }));
             }
         }
+        // What requests freed (records, units, names of a walk) goes back to the system.
+        self.trimmer = Some(Periodic::start(
+            "intact-trim",
+            TRIM_EVERY,
+            memory::release_free_memory,
+        ));
         self.write_status(true);
         tracing::info!("mounted");
         Ok(())
@@ -743,8 +750,11 @@ impl Filesystem for IntactFs {
         if let Some(mut b) = self.bulk.take() {
             b.stop();
         }
-        if let Some(mut s) = self.sealer.take() {
-            s.stop();
+        for mut p in [self.sealer.take(), self.trimmer.take()]
+            .into_iter()
+            .flatten()
+        {
+            p.stop();
         }
         // The kernel holds no inode any more (it may not have sent every FORGET).
         if let Err(e) = self.vol.forget_all() {

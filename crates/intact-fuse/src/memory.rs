@@ -29,7 +29,7 @@ pub fn one_malloc_arena() {
 
 /// Gives the operating system back the free pages of every arena (`malloc_trim`). It walks
 /// the arena's free lists under its lock, so call it from a background thread, seldom (the
-/// periodic seal's thread calls it once it has sealed).
+/// mount's `intact-trim` thread calls it every 30 s).
 pub fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim takes a byte count and returns unused pages at the top of the heap

@@ -93,14 +93,12 @@ pub fn mount(cli: &Cli, a: &MountArgs) -> Result<ExitCode> {
         .filter(|_| !auto)
         .map(SchemeId::parse)
         .transpose()?;
+    // One malloc arena, before any thread of the mount starts, so that the serving
+    // process's heap stays near what it holds (intact_fuse::memory; the parent of a daemon
+    // only waits for it).
+    intact_fuse::memory::one_malloc_arena();
     if a.daemon_child {
-        // The daemon: one malloc arena, before any thread of the mount starts (its heap
-        // stays near what it holds; intact_fuse::memory).
-        intact_fuse::memory::one_malloc_arena();
         return child(cli, a, scheme);
-    }
-    if a.foreground {
-        intact_fuse::memory::one_malloc_arena();
     }
     let (store, state) = locate_at(cli, a.cipherdir)?;
     let status = status_path(&state);

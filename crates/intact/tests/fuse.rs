@@ -2429,6 +2429,37 @@ fn daemon_wchar(m: &Mount) -> u64 {
         .unwrap()
 }
 
+/// The daemon's threads' names (`/proc/PID/task/*/comm`).
+fn daemon_threads(m: &Mount) -> Vec<String> {
+    let pid = m.child.as_ref().unwrap().id();
+    let mut names: Vec<String> = fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+/// What runs by itself in the daemon: the heap's trim on every mount, a read-only one too
+/// (its walks load and free records as a writable one's do: docs/design.md, "The daemon's
+/// own memory beside the engine's"), and the periodic seal only where there is something
+/// to seal.
+#[test]
+fn every_mount_gives_its_heap_back_and_a_writable_one_seals() {
+    let v = Vol::new("mt-eint");
+    let m = v.mount();
+    let names = daemon_threads(&m);
+    assert!(names.iter().any(|n| n == "intact-trim"), "{names:?}");
+    assert!(names.iter().any(|n| n == "intact-sealer"), "{names:?}");
+    m.unmount();
+    let m = v.try_mount(&["--ro"]).unwrap();
+    let names = daemon_threads(&m);
+    assert!(names.iter().any(|n| n == "intact-trim"), "{names:?}");
+    assert!(!names.iter().any(|n| n == "intact-sealer"), "{names:?}");
+    m.unmount();
+}
+
 /// `--direct-io` takes the kernel's page cache out of the way: reading a file again costs
 /// the daemon a reply per read (the bytes cross /dev/fuse again), where a normal mount serves
 /// the second read from the page cache. Both written contents read back either way.
