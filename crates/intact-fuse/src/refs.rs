@@ -177,6 +177,31 @@ mod tests {
         assert_eq!(r.live(), 0);
     }
 
+    /// A count back at one is a bit again (no map entry left behind), for every number
+    /// below the bitset's range; at and past it the map keeps the count.
+    #[test]
+    fn a_count_back_at_one_leaves_the_map() {
+        let mut r = RefCounts::default();
+        for ino in [1, 64, 1000] {
+            r.add(ino);
+            r.add(ino);
+            assert_eq!(r.release(ino, 1), 1);
+            assert_eq!(r.get(ino), 1);
+            assert!(r.more.is_empty(), "{ino} kept in the map");
+            assert_eq!(r.release(ino, 1), 0);
+        }
+        for ino in [BITS_MAX, BITS_MAX + 7] {
+            r.add(ino);
+            r.add(ino);
+            assert_eq!(r.release(ino, 1), 1);
+            assert_eq!(r.get(ino), 1, "{ino}");
+            assert_eq!(r.release(ino, 1), 0);
+            assert_eq!(r.get(ino), 0, "{ino}");
+        }
+        assert!(r.more.is_empty());
+        assert_eq!(r.live(), 0);
+    }
+
     /// What `ls -lR` of a volume of 10^6 files leaves: one reference to each inode, and a
     /// few looked up twice. About a bit an inode, where a map took about 36 bytes.
     #[test]

@@ -2460,6 +2460,67 @@ fn every_mount_gives_its_heap_back_and_a_writable_one_seals() {
     m.unmount();
 }
 
+/// glibc's thread arenas in the daemon: mappings of 64 MiB (its `HEAP_MAX_SIZE` on 64-bit
+/// machines), aligned to it, read-write at the start and reserved (`---p`) after.
+fn daemon_thread_heaps(m: &Mount) -> usize {
+    const HEAP: u64 = 64 << 20;
+    let pid = m.child.as_ref().unwrap().id();
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let rows: Vec<(u64, u64, String, bool)> = maps
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (a, b) = f[0].split_once('-').unwrap();
+            let hex = |x: &str| u64::from_str_radix(x, 16).unwrap();
+            (hex(a), hex(b), f[1].to_string(), f.len() < 6)
+        })
+        .collect();
+    rows.iter()
+        .enumerate()
+        .filter(|(i, (a, b, perms, anon))| {
+            let reserved = rows
+                .get(i + 1)
+                .filter(|n| n.0 == *b && n.2.starts_with("---"))
+                .map_or(0, |n| n.1 - n.0);
+            a % HEAP == 0 && *anon && perms.starts_with("rw") && b - a + reserved == HEAP
+        })
+        .count()
+}
+
+/// The daemon allocates from one malloc arena (docs/design.md, "The daemon's own memory
+/// beside the engine's"): after requests on several of its threads it has no thread arena,
+/// where the same requests with `MALLOC_ARENA_MAX=8` (the user's choice, which it keeps)
+/// leave some.
+#[test]
+fn the_daemon_allocates_from_one_malloc_arena() {
+    let v = Vol::new("mt-eint");
+    let mut heaps = Vec::new();
+    for env in [&[][..], &[("MALLOC_ARENA_MAX", "8")][..]] {
+        let m = v
+            .try_mount_env(&[], env)
+            .unwrap_or_else(|(c, e)| panic!("mount ({c}): {e}"));
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let m = &m;
+                s.spawn(move || {
+                    for i in 0..50 {
+                        let p = m.p(&format!("t{t}-{i}"));
+                        fs::write(&p, pattern(i, 20_000)).unwrap();
+                        assert_eq!(fs::read(&p).unwrap(), pattern(i, 20_000));
+                    }
+                });
+            }
+        });
+        heaps.push(daemon_thread_heaps(&m));
+        m.unmount();
+    }
+    assert_eq!(heaps[0], 0, "thread arenas of the daemon: {heaps:?}");
+    assert!(
+        heaps[1] > 0,
+        "MALLOC_ARENA_MAX=8 made no thread arena: {heaps:?}"
+    );
+}
+
 /// `--direct-io` takes the kernel's page cache out of the way: reading a file again costs
 /// the daemon a reply per read (the bytes cross /dev/fuse again), where a normal mount serves
 /// the second read from the page cache. Both written contents read back either way.
