@@ -1480,3 +1480,50 @@ pub fn serve(
     }
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use intact_core::crypto::KdfParams;
+    use intact_core::store::{MemStore, MemTrusted, TrustedStore};
+    use intact_core::{CreateOptions, Options};
+
+    /// The kernel's references decide when the engine frees an unlinked file: not while any
+    /// is left (a lookup counted twice and forgotten once), at once when the last goes.
+    #[test]
+    fn an_unlinked_file_is_freed_when_the_kernels_last_reference_goes() {
+        let trusted = MemTrusted::default();
+        let vol = Volume::create(
+            Arc::new(MemStore::new()),
+            move |_| Ok(Box::new(trusted) as Box<dyn TrustedStore>),
+            b"pw",
+            &CreateOptions {
+                kdf: KdfParams::TEST,
+                ..CreateOptions::default()
+            },
+            &Options::default(),
+        )
+        .unwrap();
+        let fs = IntactFs::new(Arc::new(vol), MountOptions::default());
+        let a = fs
+            .vol
+            .create_at(ROOT_INO, "a", Kind::File, 0o644, 0, 0, None)
+            .unwrap();
+        fs.remember(a.ino);
+        fs.remember(a.ino);
+        fs.vol.unlink_at(ROOT_INO, "a").unwrap();
+        // Unlinked, still referred to: the engine keeps it.
+        assert_eq!(fs.vol.attr(a.ino).unwrap().nlink, 0);
+        fs.release_lookups(a.ino, 1);
+        assert_eq!(
+            fs.vol.attr(a.ino).unwrap().nlink,
+            0,
+            "freed with a reference left"
+        );
+        fs.release_lookups(a.ino, 1);
+        assert!(
+            fs.vol.attr(a.ino).is_err(),
+            "kept after the last reference went"
+        );
+    }
+}

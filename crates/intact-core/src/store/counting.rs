@@ -257,6 +257,11 @@ impl<S: UntrustedStore> UntrustedStore for CountingStore<S> {
         self.inner.list()
     }
 
+    fn list_each(&self, f: &mut dyn FnMut(&str) -> Result<()>) -> Result<()> {
+        add(&self.counts[idx(ObjectClass::Control)].other, 1);
+        self.inner.list_each(f)
+    }
+
     // `read_all` keeps the default (len + read_at through this wrapper, so both count).
 
     fn replace(&self, name: &str, data: &[u8]) -> Result<()> {

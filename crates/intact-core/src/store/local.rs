@@ -294,7 +294,14 @@ impl LocalDirStore {
         first_err.map_or(Ok(()), Err)
     }
 
-    fn list_dir(&self, dir: &Path, prefix: &str, out: &mut Vec<String>) -> Result<()> {
+    /// Calls `f` with every object under `dir` (named `prefix` + its path below `dir`),
+    /// a directory at a time: nothing but the path to it is held.
+    fn list_dir(
+        &self,
+        dir: &Path,
+        prefix: &str,
+        f: &mut dyn FnMut(&str) -> Result<()>,
+    ) -> Result<()> {
         let entries = fs::read_dir(dir).map_err(|e| Error::io(dir.display().to_string(), e))?;
         for entry in entries {
             let entry = entry.map_err(|e| Error::io(dir.display().to_string(), e))?;
@@ -309,9 +316,9 @@ impl LocalDirStore {
                 .map_err(|e| Error::io(dir.display().to_string(), e))?;
             let name = format!("{prefix}{fname}");
             if ft.is_dir() {
-                self.list_dir(&entry.path(), &format!("{name}/"), out)?;
+                self.list_dir(&entry.path(), &format!("{name}/"), f)?;
             } else if ft.is_file() {
-                out.push(name);
+                f(&name)?;
             }
         }
         Ok(())
@@ -484,8 +491,15 @@ impl UntrustedStore for LocalDirStore {
 
     fn list(&self) -> Result<Vec<String>> {
         let mut out = Vec::new();
-        self.list_dir(&self.root, "", &mut out)?;
+        self.list_each(&mut |n| {
+            out.push(n.to_string());
+            Ok(())
+        })?;
         Ok(out)
+    }
+
+    fn list_each(&self, f: &mut dyn FnMut(&str) -> Result<()>) -> Result<()> {
+        self.list_dir(&self.root, "", f)
     }
 
     fn max_object_len(&self) -> u64 {

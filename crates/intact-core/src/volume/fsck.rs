@@ -389,34 +389,37 @@ impl Inner {
         }
         Ok(())
     }
+    /// Objects under `f/` that no record names: 16 bytes a live file (its id, in a sorted
+    /// list) while the store's objects stream past, never the store's whole listing.
     pub(super) fn orphans(&mut self) -> Result<Vec<String>> {
-        let mut live = std::collections::HashSet::new();
-        live.insert(self.itable.inode.id);
+        let mut live = vec![self.itable.inode.id];
         self.each_record(|_, r| {
             if r.kind != Kind::Free {
-                live.insert(r.id);
+                live.push(r.id);
             }
         })?;
-        let mut out: Vec<String> = self
-            .store
-            .list()?
-            .into_iter()
-            .filter(|n| n.starts_with("f/"))
+        live.sort_unstable();
+        let mut out = Vec::new();
+        let (store, tx) = (&self.store, &self.tx);
+        store.list_each(&mut |n| {
             // Deleted by the state not applied yet (a read-only open of a crashed volume).
-            .filter(|n| !self.tx.deletes(n))
-            .filter(|n| {
-                let id = n
-                    .rsplit('/')
-                    .next()
-                    .unwrap_or("")
-                    .split('.')
-                    .next()
-                    .unwrap_or("");
-                let mut b = [0u8; 16];
-                // A name that is no file id of ours is an orphan too.
-                hex::decode_to_slice(id, &mut b).is_err() || !live.contains(&b)
-            })
-            .collect();
+            if !n.starts_with("f/") || tx.deletes(n) {
+                return Ok(());
+            }
+            let id = n
+                .rsplit('/')
+                .next()
+                .unwrap_or("")
+                .split('.')
+                .next()
+                .unwrap_or("");
+            let mut b = [0u8; 16];
+            // A name that is no file id of ours is an orphan too.
+            if hex::decode_to_slice(id, &mut b).is_err() || live.binary_search(&b).is_err() {
+                out.push(n.to_string());
+            }
+            Ok(())
+        })?;
         out.sort();
         Ok(out)
     }
@@ -434,18 +437,20 @@ impl Inner {
         })?;
         let itable_prefix = hex::encode(self.itable.inode.id);
         let (mut data, mut integrity, mut itable) = (0, 0, 0);
-        for name in self.store.list()? {
-            let len = self.store.len(&name)?.unwrap_or(0);
+        let store = &self.store;
+        store.list_each(&mut |name| {
+            let len = store.len(name)?.unwrap_or(0);
             if name.contains(&itable_prefix) {
                 itable += len;
-                continue;
+                return Ok(());
             }
-            match crate::store::ObjectClass::of(&name) {
+            match crate::store::ObjectClass::of(name) {
                 crate::store::ObjectClass::Data => data += len,
                 crate::store::ObjectClass::Integrity => integrity += len,
                 _ => {}
             }
-        }
+            Ok(())
+        })?;
         Ok(Info {
             volume_id: self.config.volume_id.clone(),
             scheme: if self.default_auto {
@@ -501,9 +506,10 @@ impl Inner {
                 v.ts_bytes += r.trusted_bytes_used();
             }
         })?;
-        for name in self.store.list()? {
-            let len = self.store.len(&name)?.unwrap_or(0);
-            match crate::store::ObjectClass::of(&name) {
+        let store = &self.store;
+        store.list_each(&mut |name| {
+            let len = store.len(name)?.unwrap_or(0);
+            match crate::store::ObjectClass::of(name) {
                 crate::store::ObjectClass::Integrity if !name.contains(&itable_id) => {
                     v.integrity_object_bytes += len
                 }
@@ -512,7 +518,8 @@ impl Inner {
                 }
                 _ => v.other_metadata_bytes += len,
             }
-        }
+            Ok(())
+        })?;
         v.session = self.metrics.snapshot();
         Ok(v)
     }
