@@ -4,76 +4,222 @@
 //! cache is trusted: it was either verified against a trusted root or computed by a trusted
 //! update. Callers therefore must keep it coherent (see [`NodeCache::remove_file`] when a
 //! file id is reused, and the tree operations which refresh changed nodes).
+//!
+//! **Memory.** The size is counted as the paper counts it (Oprea and Reiter, §6: a cache of
+//! 1 KiB holds 32 nodes of 32 bytes), so `intact bench oprea-reiter` sweeps it in the
+//! paper's units. What a node takes in memory is [`RESIDENT_NODE_BYTES`] at most: a slot
+//! of 64 bytes in one array (key, hash and the two links of the recency list) and a 4-byte
+//! index in a hash table (5 bytes a bucket with its control byte, 2.3 to 4.6 buckets a
+//! node). The array grows to the capacity and never past it. An
+//! earlier design kept a `HashMap` of entries and a recency queue with lazy deletion:
+//! about 190 bytes a node, 100 MB for the 16 MiB a mount used to set (issue 18).
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
+
+use hashbrown::{DefaultHashBuilder, HashTable};
+use std::hash::BuildHasher;
 
 use super::merkle::{FileId, Hash};
 
 /// Bytes charged per cached node: the node size, as the paper counts it.
 pub const NODE_COST: usize = 32;
 
+/// Bytes a cached node takes in memory at most, once the cache is full: its 64-byte slot
+/// and up to 32/7 table buckets of 5 bytes. (The table doubles when it fills, with live
+/// entries or the tombstones evictions leave, unless fewer than half its room is live:
+/// in the worst case it doubles with 7/16 of its buckets live, then holds 7/32.) Checked
+/// against the allocator by `tests/node_cache_memory.rs`.
+pub const RESIDENT_NODE_BYTES: usize = 64 + 23;
+
 /// Default cache size in bytes (the paper's 1 KiB Merkle-node cache).
 pub const DEFAULT_CACHE_BYTES: usize = 1024;
 
 type Key = (FileId, u64);
 
-struct Entry {
+/// No slot (the end of the recency list, or of the free list).
+const NIL: u32 = u32::MAX;
+/// `prev` of a slot on the free list.
+const FREE: u32 = u32::MAX - 1;
+
+/// One cached node, linked into the recency list (or, when free, the free list through
+/// `next`).
+struct Slot {
+    key: Key,
     hash: Hash,
-    gen: u64,
+    /// The next more recently used slot, or [`FREE`] for a free slot.
+    prev: u32,
+    /// The next less recently used slot (the next free slot for a free one).
+    next: u32,
 }
 
-#[derive(Default)]
 struct Inner {
-    map: HashMap<Key, Entry>,
-    /// Recency queue with lazy deletion: an element is live iff its generation equals the
-    /// entry's current generation.
-    queue: VecDeque<(Key, u64)>,
-    gen: u64,
+    /// Every slot, live or free (`prev == FREE`); never longer than the capacity.
+    slots: Vec<Slot>,
+    /// The index in `slots` of every live node, hashed by its key.
+    table: HashTable<u32>,
+    hasher: DefaultHashBuilder,
+    /// Most recently used live slot.
+    head: u32,
+    /// Least recently used live slot (the next one evicted).
+    tail: u32,
+    /// First free slot.
+    free: u32,
+    len: usize,
     hits: u64,
     misses: u64,
 }
 
+impl Default for Inner {
+    fn default() -> Self {
+        Inner {
+            slots: Vec::new(),
+            table: HashTable::new(),
+            hasher: DefaultHashBuilder::default(),
+            head: NIL,
+            tail: NIL,
+            free: NIL,
+            len: 0,
+            hits: 0,
+            misses: 0,
+        }
+    }
+}
+
 impl Inner {
-    fn touch(&mut self, key: Key) {
-        self.gen += 1;
-        let gen = self.gen;
-        if let Some(e) = self.map.get_mut(&key) {
-            e.gen = gen;
-            self.queue.push_back((key, gen));
-        }
-        self.compact();
+    fn find(&self, key: &Key) -> Option<u32> {
+        let slots = &self.slots;
+        self.table
+            .find(self.hasher.hash_one(key), |&i| {
+                slots[i as usize].key == *key
+            })
+            .copied()
     }
 
+    /// The cached value of `key`, made the most recently used.
+    fn get(&mut self, key: &Key) -> Option<Hash> {
+        let i = self.find(key)?;
+        self.promote(i);
+        Some(self.slots[i as usize].hash)
+    }
+
+    /// Makes live slot `i` the most recently used.
+    fn promote(&mut self, i: u32) {
+        self.unlink(i);
+        self.push_front(i);
+    }
+
+    fn unlink(&mut self, i: u32) {
+        let (prev, next) = {
+            let s = &self.slots[i as usize];
+            (s.prev, s.next)
+        };
+        match prev {
+            NIL => self.head = next,
+            p => self.slots[p as usize].next = next,
+        }
+        match next {
+            NIL => self.tail = prev,
+            n => self.slots[n as usize].prev = prev,
+        }
+    }
+
+    fn push_front(&mut self, i: u32) {
+        let old = self.head;
+        {
+            let s = &mut self.slots[i as usize];
+            s.prev = NIL;
+            s.next = old;
+        }
+        match old {
+            NIL => self.tail = i,
+            o => self.slots[o as usize].prev = i,
+        }
+        self.head = i;
+    }
+
+    /// Inserts or replaces `key`, most recently used; evicts the least recently used node
+    /// first when `cap` nodes are cached.
     fn insert(&mut self, key: Key, hash: Hash, cap: usize) {
-        self.gen += 1;
-        let gen = self.gen;
-        self.map.insert(key, Entry { hash, gen });
-        self.queue.push_back((key, gen));
-        while self.map.len() > cap {
-            if !self.evict_one() {
-                break;
-            }
+        if let Some(i) = self.find(&key) {
+            self.slots[i as usize].hash = hash;
+            self.promote(i);
+            return;
         }
-        self.compact();
+        if self.len >= cap {
+            let t = self.tail;
+            self.remove_slot(t);
+        }
+        let i = match self.free {
+            NIL => {
+                let n = self.slots.len();
+                if n == self.slots.capacity() {
+                    // Double, but never past the capacity: a full cache holds no slack.
+                    let want = cap.min((2 * n).max(16));
+                    self.slots.reserve_exact(want - n);
+                }
+                self.slots.push(Slot {
+                    key,
+                    hash,
+                    prev: NIL,
+                    next: NIL,
+                });
+                n as u32
+            }
+            f => {
+                self.free = self.slots[f as usize].next;
+                let s = &mut self.slots[f as usize];
+                s.key = key;
+                s.hash = hash;
+                f
+            }
+        };
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.table.insert_unique(hasher.hash_one(key), i, |&j| {
+            hasher.hash_one(slots[j as usize].key)
+        });
+        self.push_front(i);
+        self.len += 1;
     }
 
-    fn evict_one(&mut self) -> bool {
-        while let Some((k, g)) = self.queue.pop_front() {
-            if self.map.get(&k).is_some_and(|e| e.gen == g) {
-                self.map.remove(&k);
-                return true;
-            }
+    /// Drops live slot `i`: out of the table and the recency list, onto the free list.
+    fn remove_slot(&mut self, i: u32) {
+        let h = self.hasher.hash_one(self.slots[i as usize].key);
+        if let Ok(e) = self.table.find_entry(h, |&j| j == i) {
+            e.remove();
         }
-        false
+        self.unlink(i);
+        let s = &mut self.slots[i as usize];
+        s.prev = FREE;
+        s.next = self.free;
+        self.free = i;
+        self.len -= 1;
     }
 
-    fn compact(&mut self) {
-        if self.queue.len() > 2 * self.map.len() + 64 {
-            let map = &self.map;
-            self.queue
-                .retain(|(k, g)| map.get(k).is_some_and(|e| e.gen == *g));
+    /// Drops every live node whose key fails `keep`.
+    fn retain(&mut self, mut keep: impl FnMut(&Key) -> bool) {
+        for i in 0..self.slots.len() as u32 {
+            let s = &self.slots[i as usize];
+            if s.prev != FREE && !keep(&s.key) {
+                self.remove_slot(i);
+            }
         }
+    }
+
+    fn clear(&mut self) {
+        self.slots.clear();
+        self.table.clear();
+        (self.head, self.tail, self.free, self.len) = (NIL, NIL, NIL, 0);
+    }
+
+    /// Bytes the slots and the table hold (their capacities, not their lengths).
+    fn resident_bytes(&self) -> usize {
+        let buckets = match self.table.capacity() {
+            0 => 0,
+            // hashbrown keeps 7/8 of its buckets usable (all but one below 8).
+            c if c < 8 => (c + 1).next_power_of_two(),
+            c => (c * 8 / 7).next_power_of_two(),
+        };
+        self.slots.capacity() * std::mem::size_of::<Slot>() + buckets * 5
     }
 }
 
@@ -114,7 +260,8 @@ impl NodeCache {
     /// A cache holding at most `bytes / 32` nodes; 0 disables caching.
     pub fn new(bytes: usize) -> Self {
         NodeCache {
-            cap: bytes / NODE_COST,
+            // Slot indices are u32, two values of which mark the ends of lists.
+            cap: (bytes / NODE_COST).min(FREE as usize),
             inner: Mutex::new(Inner::default()),
         }
     }
@@ -135,7 +282,13 @@ impl NodeCache {
 
     /// Number of cached nodes.
     pub fn len(&self) -> usize {
-        self.lock().map.len()
+        self.lock().len
+    }
+
+    /// Bytes the cache holds in memory now (at most [`RESIDENT_NODE_BYTES`] a node of its
+    /// capacity, once full).
+    pub fn resident_bytes(&self) -> usize {
+        self.lock().resident_bytes()
     }
 
     /// Whether no node is cached.
@@ -149,11 +302,9 @@ impl NodeCache {
             return None;
         }
         let mut g = self.lock();
-        let key = (*file, flat);
-        match g.map.get(&key).map(|e| e.hash) {
+        match g.get(&(*file, flat)) {
             Some(h) => {
                 g.hits += 1;
-                g.touch(key);
                 Some(h)
             }
             None => {
@@ -198,10 +349,10 @@ impl NodeCache {
         let mut all = true;
         for (j, v) in values.iter().enumerate() {
             let key = (*file, flat_first + j as u64 * stride);
-            match g.map.get(&key).map(|e| e.hash) {
-                Some(h) if h == *v => {
+            match g.find(&key) {
+                Some(i) if g.slots[i as usize].hash == *v => {
                     g.hits += 1;
-                    g.touch(key);
+                    g.promote(i);
                 }
                 Some(_) => return RunCheck::Mismatch(key.1),
                 None => {
@@ -225,16 +376,17 @@ impl NodeCache {
         }
         let mut g = self.lock();
         let end = flat_first + values.len() as u64;
-        if values.len() <= g.map.len() {
+        if values.len() <= g.len {
             for (j, v) in values.iter().enumerate() {
-                if let Some(e) = g.map.get_mut(&(*file, flat_first + j as u64)) {
-                    e.hash = *v;
+                if let Some(i) = g.find(&(*file, flat_first + j as u64)) {
+                    g.slots[i as usize].hash = *v;
                 }
             }
         } else {
-            for ((f, flat), e) in g.map.iter_mut() {
-                if f == file && *flat >= flat_first && *flat < end {
-                    e.hash = values[(*flat - flat_first) as usize];
+            for s in g.slots.iter_mut() {
+                let (f, flat) = s.key;
+                if s.prev != FREE && f == *file && flat >= flat_first && flat < end {
+                    s.hash = values[(flat - flat_first) as usize];
                 }
             }
         }
@@ -244,15 +396,14 @@ impl NodeCache {
     /// retire the range a node covered).
     pub fn remove(&self, file: &FileId, flat: u64) {
         let mut g = self.lock();
-        g.map.remove(&(*file, flat));
-        g.compact();
+        if let Some(i) = g.find(&(*file, flat)) {
+            g.remove_slot(i);
+        }
     }
 
     /// Keeps only the nodes of `file` whose flat index satisfies `keep`.
     pub fn retain(&self, file: &FileId, mut keep: impl FnMut(u64) -> bool) {
-        let mut g = self.lock();
-        g.map.retain(|(f, flat), _| f != file || keep(*flat));
-        g.compact();
+        self.lock().retain(|(f, flat)| f != file || keep(*flat));
     }
 
     /// Removes the nodes of `file` with flat index `>= flat_first`.
@@ -267,9 +418,7 @@ impl NodeCache {
 
     /// Removes everything (hit and miss counters are kept).
     pub fn clear(&self) {
-        let mut g = self.lock();
-        g.map.clear();
-        g.queue.clear();
+        self.lock().clear();
     }
 
     /// Number of lookups answered from the cache.
@@ -326,20 +475,19 @@ mod tests {
         assert_eq!(c.len(), 2);
     }
 
-    /// Many touches leave stale entries in the recency queue; compacting them never drops
-    /// a live one: the cache still evicts down to its capacity, in LRU order, and the queue
-    /// stays within twice the entries plus 64.
+    /// Touches reorder the recency list in place: after thousands of them the cache
+    /// still evicts down to its capacity, in LRU order, and holds no more memory.
     #[test]
-    fn compaction_keeps_live_entries_and_bounds_the_queue() {
+    fn touches_keep_lru_order_and_memory_flat() {
         let c = NodeCache::new(4 * 32);
         for k in 0..4 {
             c.insert(&F, k, h(k as u8));
         }
+        let resident = c.resident_bytes();
         for round in 0..1000u64 {
             assert!(c.get(&F, round % 4).is_some());
-            let q = c.lock().queue.len();
-            assert!(q <= 2 * 4 + 64 + 1, "queue of {q} after {round} touches");
         }
+        assert_eq!(c.resident_bytes(), resident);
         // 3 was touched last, 0 first among the last four touches.
         for k in 10..13 {
             c.insert(&F, k, h(k as u8));
@@ -349,6 +497,7 @@ mod tests {
         for k in 0..3 {
             assert_eq!(c.get(&F, k), None, "node {k}");
         }
+        assert_eq!(c.resident_bytes(), resident);
     }
 
     /// A run's check counts a hit for each cached node and a miss for each missing one.
@@ -435,17 +584,197 @@ mod tests {
     }
 
     #[test]
-    fn many_touches_do_not_grow_queue_unboundedly() {
+    fn insert_many_leaves_the_last_most_recent() {
         let c = NodeCache::new(4 * 32);
         for i in 0..4 {
             c.insert(&F, i, h(i as u8));
         }
-        for _ in 0..10_000 {
-            assert!(c.get(&F, 2).is_some());
-        }
-        assert!(c.lock().queue.len() < 200);
+        assert!(c.get(&F, 2).is_some());
         c.insert_many(&F, &[(10, h(10)), (11, h(11)), (12, h(12))]);
         assert_eq!(c.len(), 4);
         assert_eq!(c.get(&F, 2), Some(h(2)));
+        assert_eq!(c.get(&F, 3), None);
+    }
+
+    /// The slot array grows to the capacity and stops there; a full cache holds at most
+    /// [`RESIDENT_NODE_BYTES`] a node.
+    #[test]
+    fn a_full_cache_holds_its_bound_and_no_more() {
+        for nodes in [1usize, 3, 7, 8, 100, 1000, 4096, 5000] {
+            let c = NodeCache::new(nodes * NODE_COST);
+            for i in 0..3 * nodes as u64 {
+                c.insert(&F, i, h(i as u8));
+            }
+            assert_eq!(c.len(), nodes);
+            assert_eq!(c.lock().slots.capacity(), nodes, "{nodes} nodes");
+            let r = c.resident_bytes();
+            assert!(
+                r <= nodes * RESIDENT_NODE_BYTES + 64,
+                "{nodes} nodes take {r} bytes"
+            );
+        }
+    }
+
+    /// Removed slots are reused before the array grows.
+    #[test]
+    fn removed_slots_are_reused() {
+        let c = NodeCache::new(1 << 10);
+        for i in 0..8 {
+            c.insert(&F, i, h(i as u8));
+        }
+        let cap = c.lock().slots.len();
+        c.remove_file(&F);
+        for i in 0..8 {
+            c.insert(&G, i, h(i as u8));
+        }
+        assert_eq!(c.lock().slots.len(), cap);
+        assert_eq!(c.len(), 8);
+    }
+
+    mod model {
+        use super::*;
+        use proptest::prelude::*;
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Get(u8, u64),
+            Insert(u8, u64, u8),
+            Check(u8, u64, u64, Vec<u8>),
+            Refresh(u8, u64, Vec<u8>),
+            Remove(u8, u64),
+            RemoveFrom(u8, u64),
+            RemoveFile(u8),
+            Clear,
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            let file = 0u8..3;
+            let flat = 0u64..24;
+            prop_oneof![
+                4 => (file.clone(), flat.clone()).prop_map(|(f, k)| Op::Get(f, k)),
+                4 => (file.clone(), flat.clone(), any::<u8>()).prop_map(|(f, k, v)| Op::Insert(f, k, v)),
+                2 => (file.clone(), flat.clone(), 1u64..3, prop::collection::vec(0u8..4, 0..4))
+                    .prop_map(|(f, k, s, v)| Op::Check(f, k, s, v)),
+                1 => (file.clone(), flat.clone(), prop::collection::vec(any::<u8>(), 0..30))
+                    .prop_map(|(f, k, v)| Op::Refresh(f, k, v)),
+                1 => (file.clone(), flat.clone()).prop_map(|(f, k)| Op::Remove(f, k)),
+                1 => (file.clone(), flat).prop_map(|(f, k)| Op::RemoveFrom(f, k)),
+                1 => file.prop_map(Op::RemoveFile),
+                1 => Just(Op::Clear),
+            ]
+        }
+
+        fn fid(f: u8) -> FileId {
+            [f; 16]
+        }
+
+        /// The reference: a list of (key, value), most recently used first.
+        #[derive(Default)]
+        struct Lru(Vec<(Key, Hash)>);
+
+        impl Lru {
+            fn get(&mut self, k: Key) -> Option<Hash> {
+                let i = self.0.iter().position(|e| e.0 == k)?;
+                let e = self.0.remove(i);
+                self.0.insert(0, e);
+                Some(e.1)
+            }
+            fn insert(&mut self, k: Key, v: Hash, cap: usize) {
+                if let Some(i) = self.0.iter().position(|e| e.0 == k) {
+                    self.0.remove(i);
+                } else if self.0.len() >= cap {
+                    self.0.pop();
+                }
+                self.0.insert(0, (k, v));
+            }
+        }
+
+        proptest! {
+            /// The cache answers, evicts and counts as a list kept in recency order does.
+            #[test]
+            fn the_cache_is_an_lru(cap in 0usize..9, ops in prop::collection::vec(op(), 1..200)) {
+                let c = NodeCache::new(cap * NODE_COST);
+                let mut m = Lru::default();
+                let (mut hits, mut misses) = (0u64, 0u64);
+                for o in ops {
+                    match o {
+                        Op::Get(f, k) => {
+                            let want = if cap == 0 { None } else { m.get((fid(f), k)) };
+                            if cap > 0 {
+                                if want.is_some() { hits += 1 } else { misses += 1 }
+                            }
+                            prop_assert_eq!(c.get(&fid(f), k), want);
+                        }
+                        Op::Insert(f, k, v) => {
+                            c.insert(&fid(f), k, h(v));
+                            if cap > 0 {
+                                m.insert((fid(f), k), h(v), cap);
+                            }
+                        }
+                        Op::Check(f, first, stride, vals) => {
+                            let vals: Vec<Hash> = vals.into_iter().map(h).collect();
+                            let got = c.check_run(&fid(f), first, stride, &vals);
+                            let want = if cap == 0 {
+                                RunCheck::Partial
+                            } else {
+                                let mut all = true;
+                                let mut r = None;
+                                for (j, v) in vals.iter().enumerate() {
+                                    let k = (fid(f), first + j as u64 * stride);
+                                    match m.0.iter().find(|e| e.0 == k).map(|e| e.1) {
+                                        Some(x) if x == *v => {
+                                            hits += 1;
+                                            m.get(k);
+                                        }
+                                        Some(_) => {
+                                            r = Some(RunCheck::Mismatch(k.1));
+                                            break;
+                                        }
+                                        None => {
+                                            misses += 1;
+                                            all = false;
+                                        }
+                                    }
+                                }
+                                r.unwrap_or(if all { RunCheck::AllVerified } else { RunCheck::Partial })
+                            };
+                            prop_assert_eq!(got, want);
+                        }
+                        Op::Refresh(f, first, vals) => {
+                            let vals: Vec<Hash> = vals.into_iter().map(h).collect();
+                            c.refresh_run(&fid(f), first, &vals);
+                            for e in m.0.iter_mut() {
+                                let (ef, k) = e.0;
+                                if ef == fid(f) && k >= first && k < first + vals.len() as u64 {
+                                    e.1 = vals[(k - first) as usize];
+                                }
+                            }
+                        }
+                        Op::Remove(f, k) => {
+                            c.remove(&fid(f), k);
+                            m.0.retain(|e| e.0 != (fid(f), k));
+                        }
+                        Op::RemoveFrom(f, k) => {
+                            c.remove_from(&fid(f), k);
+                            m.0.retain(|e| e.0.0 != fid(f) || e.0.1 < k);
+                        }
+                        Op::RemoveFile(f) => {
+                            c.remove_file(&fid(f));
+                            m.0.retain(|e| e.0.0 != fid(f));
+                        }
+                        Op::Clear => {
+                            c.clear();
+                            m.0.clear();
+                        }
+                    }
+                    prop_assert_eq!(c.len(), m.0.len());
+                    prop_assert_eq!((c.hits(), c.misses()), (hits, misses));
+                }
+                // Evicting what is left, one insert at a time, follows the model's order.
+                for (i, (k, v)) in m.0.iter().rev().enumerate() {
+                    prop_assert_eq!(c.get(&k.0, k.1), Some(*v), "node {} of the model", i);
+                }
+            }
+        }
     }
 }
