@@ -213,11 +213,11 @@ impl Inner {
 
     /// Bytes the slots and the table hold (their capacities, not their lengths).
     fn resident_bytes(&self) -> usize {
+        // hashbrown's buckets are a power of two of which 7/8 are usable (all but one below
+        // 8): the smallest power of two above the usable count.
         let buckets = match self.table.capacity() {
             0 => 0,
-            // hashbrown keeps 7/8 of its buckets usable (all but one below 8).
-            c if c < 8 => (c + 1).next_power_of_two(),
-            c => (c * 8 / 7).next_power_of_two(),
+            c => (c + 1).next_power_of_two(),
         };
         self.slots.capacity() * std::mem::size_of::<Slot>() + buckets * 5
     }
@@ -612,7 +612,54 @@ mod tests {
                 r <= nodes * RESIDENT_NODE_BYTES + 64,
                 "{nodes} nodes take {r} bytes"
             );
+            assert!(
+                r > nodes * (std::mem::size_of::<Slot>() + 5),
+                "{nodes} nodes said to take {r} bytes"
+            );
         }
+    }
+
+    /// The bound is the design's: a 64-byte slot and at most 32/7 buckets of 5 bytes.
+    #[test]
+    fn the_bound_is_a_slot_and_the_tables_worst_load() {
+        assert_eq!(std::mem::size_of::<Slot>(), 64);
+        assert_eq!(
+            RESIDENT_NODE_BYTES,
+            std::mem::size_of::<Slot>() + (5 * 32usize).div_ceil(7)
+        );
+    }
+
+    /// `resident_bytes` counts the slots' capacity and the table's buckets, as hashbrown
+    /// sizes them: a power of two whose usable part (all but one below 8 buckets, 7/8 from
+    /// 8 on) is the table's capacity.
+    #[test]
+    fn resident_bytes_counts_the_slots_and_the_buckets() {
+        let c = NodeCache::new(1 << 20);
+        assert_eq!(c.resident_bytes(), 0);
+        for n in [1u64, 2, 3, 4, 7, 8, 9, 15, 16, 17, 100, 1000] {
+            for i in 0..n {
+                c.insert(&F, i, h(i as u8));
+            }
+            let g = c.lock();
+            let slots = g.slots.capacity() * std::mem::size_of::<Slot>();
+            let table = g.resident_bytes() - slots;
+            assert_eq!(table % 5, 0, "{n} nodes: {table} bytes of table");
+            let buckets = table / 5;
+            assert!(buckets.is_power_of_two(), "{n} nodes: {buckets} buckets");
+            let usable = if buckets < 8 {
+                buckets - 1
+            } else {
+                buckets / 8 * 7
+            };
+            assert_eq!(usable, g.table.capacity(), "{n} nodes");
+            assert!(g.table.capacity() >= g.len);
+        }
+        // The slot array doubles from 16 (never one slot at a time).
+        let c = NodeCache::new(1 << 20);
+        for i in 0..17 {
+            c.insert(&F, i, h(i as u8));
+        }
+        assert_eq!(c.lock().slots.capacity(), 32);
     }
 
     /// Removed slots are reused before the array grows.
