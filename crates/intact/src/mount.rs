@@ -78,7 +78,7 @@ fn open_for_mount(
 }
 
 /// The mount's default `--cache-bytes`, in the paper's unit of 32 bytes a node.
-pub(crate) const MOUNT_CACHE_BYTES: usize = 4 << 20;
+const MOUNT_CACHE_BYTES: usize = 4 << 20;
 
 fn default_cache(cli: &Cli) -> usize {
     // A mount serves random reads for a long time: cache 4 MiB of verified nodes (131,072

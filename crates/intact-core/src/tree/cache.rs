@@ -64,7 +64,6 @@ struct Inner {
     tail: u32,
     /// First free slot.
     free: u32,
-    len: usize,
     hits: u64,
     misses: u64,
 }
@@ -78,7 +77,6 @@ impl Default for Inner {
             head: NIL,
             tail: NIL,
             free: NIL,
-            len: 0,
             hits: 0,
             misses: 0,
         }
@@ -86,12 +84,20 @@ impl Default for Inner {
 }
 
 impl Inner {
+    /// Live nodes (the table holds one index per live slot).
+    fn len(&self) -> usize {
+        self.table.len()
+    }
+
     fn find(&self, key: &Key) -> Option<u32> {
+        self.find_hashed(self.hasher.hash_one(key), key)
+    }
+
+    /// [`Inner::find`] with the key's hash already computed.
+    fn find_hashed(&self, h: u64, key: &Key) -> Option<u32> {
         let slots = &self.slots;
         self.table
-            .find(self.hasher.hash_one(key), |&i| {
-                slots[i as usize].key == *key
-            })
+            .find(h, |&i| slots[i as usize].key == *key)
             .copied()
     }
 
@@ -140,12 +146,14 @@ impl Inner {
     /// Inserts or replaces `key`, most recently used; evicts the least recently used node
     /// first when `cap` nodes are cached.
     fn insert(&mut self, key: Key, hash: Hash, cap: usize) {
-        if let Some(i) = self.find(&key) {
+        // Hashed once: for the lookup and, on a miss, for the new entry.
+        let h = self.hasher.hash_one(key);
+        if let Some(i) = self.find_hashed(h, &key) {
             self.slots[i as usize].hash = hash;
             self.promote(i);
             return;
         }
-        if self.len >= cap {
+        if self.len() >= cap {
             let t = self.tail;
             self.remove_slot(t);
         }
@@ -174,11 +182,9 @@ impl Inner {
             }
         };
         let (slots, hasher) = (&self.slots, &self.hasher);
-        self.table.insert_unique(hasher.hash_one(key), i, |&j| {
-            hasher.hash_one(slots[j as usize].key)
-        });
+        self.table
+            .insert_unique(h, i, |&j| hasher.hash_one(slots[j as usize].key));
         self.push_front(i);
-        self.len += 1;
     }
 
     /// Drops live slot `i`: out of the table and the recency list, onto the free list.
@@ -192,7 +198,6 @@ impl Inner {
         s.prev = FREE;
         s.next = self.free;
         self.free = i;
-        self.len -= 1;
     }
 
     /// Drops every live node whose key fails `keep`.
@@ -208,7 +213,7 @@ impl Inner {
     fn clear(&mut self) {
         self.slots.clear();
         self.table.clear();
-        (self.head, self.tail, self.free, self.len) = (NIL, NIL, NIL, 0);
+        (self.head, self.tail, self.free) = (NIL, NIL, NIL);
     }
 
     /// Bytes the slots and the table hold (their capacities, not their lengths).
@@ -282,7 +287,7 @@ impl NodeCache {
 
     /// Number of cached nodes.
     pub fn len(&self) -> usize {
-        self.lock().len
+        self.lock().len()
     }
 
     /// Bytes the cache holds in memory now (at most [`RESIDENT_NODE_BYTES`] a node of its
@@ -376,7 +381,7 @@ impl NodeCache {
         }
         let mut g = self.lock();
         let end = flat_first + values.len() as u64;
-        if values.len() <= g.len {
+        if values.len() <= g.len() {
             for (j, v) in values.iter().enumerate() {
                 if let Some(i) = g.find(&(*file, flat_first + j as u64)) {
                     g.slots[i as usize].hash = *v;
@@ -652,7 +657,7 @@ mod tests {
                 buckets / 8 * 7
             };
             assert_eq!(usable, g.table.capacity(), "{n} nodes");
-            assert!(g.table.capacity() >= g.len);
+            assert!(g.table.capacity() >= g.len());
         }
         // The slot array doubles from 16 (never one slot at a time).
         let c = NodeCache::new(1 << 20);
