@@ -5,8 +5,8 @@
 # against the reference tools), qemu-utils, libnbd-bin (nbdcopy, nbdfuse) and fio (the
 # block disk's real NBD clients), gocryptfs and securefs (the peers `intact bench attacks`
 # attacks), etcd-server (the anchor in etcd), protobuf-compiler (etcd's client is built
-# from its protocol files) and openssl (`bench contiu`'s OpenSSL column); fsx with cargo
-# install. Then no test may skip:
+# from its protocol files) and openssl (`bench contiu`'s OpenSSL column); fsx and garage
+# (the S3 server) with cargo install. Then no test may skip:
 # INTACT_REQUIRE_ALL=1 turns a missing tool into a failure.
 # Usage: scripts/test.sh [cargo test arguments] (with arguments, only the cargo test run)
 set -euo pipefail
@@ -31,6 +31,15 @@ if [ ${#need[@]} -gt 0 ]; then
   echo "installing ${need[*]} (apt)" >&2
   $sudo apt-get update -qq
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# Garage, the S3 server of tests/s3.rs (a distributed object store; its build takes about
+# 13 minutes on two cores, once: cargo keeps the binary in ~/.cargo/bin).
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+if ! command -v garage >/dev/null; then
+  echo "installing garage (cargo install, about 13 minutes)" >&2
+  cargo install --locked garage --version "=2.5.0" --no-default-features \
+    --features bundled-libs,lmdb >/dev/null 2>&1 \
+    || cargo install --locked garage --version "=2.5.0"
 fi
 if ! command -v fsx >/dev/null && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/fsx" ]; then
   echo "installing fsx (cargo install)" >&2

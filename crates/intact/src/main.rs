@@ -5,7 +5,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use intact_core::format::SchemeId;
-use intact_core::store::{LocalDirStore, LocalStateDir, TrustedStore, UntrustedStore};
+use intact_core::store::{
+    LocalDirStore, LocalStateDir, S3Store, S3Url, TrustedStore, UntrustedStore,
+};
 use intact_core::volume::Kind;
 use intact_core::{CreateOptions, Error, Options, Volume};
 use std::io::{Read, Write};
@@ -49,7 +51,9 @@ pub(crate) mod code {
     about = "Encrypted, integrity-checked and fresh storage in a directory you do not trust"
 )]
 struct Cli {
-    /// The cipher directory (the untrusted store).
+    /// The cipher directory (the untrusted store), or an S3-compatible bucket:
+    /// s3://BUCKET[/PREFIX][?endpoint=URL&region=R] (credentials from AWS_ACCESS_KEY_ID and
+    /// AWS_SECRET_ACCESS_KEY, or the AWS_PROFILE of ~/.aws/credentials).
     #[arg(long, global = true, env = "INTACT_VOLUME")]
     volume: Option<PathBuf>,
     /// Read the password from this file (first line).
@@ -101,7 +105,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Create a new volume in DIR (created if missing; must be empty).
+    /// Create a new volume in DIR (created if missing; must be empty), or under
+    /// s3://BUCKET[/PREFIX][?endpoint=URL&region=R] in an S3-compatible bucket.
     Init {
         dir: PathBuf,
         /// Default scheme of new files: mt-eint (freshness, default), mt-eint-cbc, mac-tree
@@ -173,7 +178,8 @@ enum Cmd {
         #[arg(long)]
         integrity: bool,
     },
-    /// Mount the volume in CIPHERDIR at MOUNTPOINT (FUSE). Runs as a daemon unless -f.
+    /// Mount the volume in CIPHERDIR (a directory or an s3:// URL) at MOUNTPOINT (FUSE).
+    /// Runs as a daemon unless -f.
     Mount {
         cipherdir: PathBuf,
         mountpoint: PathBuf,
@@ -699,7 +705,17 @@ fn volume_dir(cli: &Cli) -> Result<PathBuf> {
         .ok_or_else(|| anyhow!("no volume given: use --volume DIR or set INTACT_VOLUME"))
 }
 
+/// The S3 location a volume argument names (`s3://BUCKET/PREFIX`), if it names one.
+pub(crate) fn s3_url(dir: &Path) -> Option<Result<S3Url>> {
+    let s = dir.to_str()?;
+    s.starts_with("s3://")
+        .then(|| S3Url::parse(s).map_err(anyhow::Error::from))
+}
+
 fn open_store(dir: &Path) -> Result<Arc<dyn UntrustedStore>> {
+    if let Some(url) = s3_url(dir) {
+        return Ok(Arc::new(S3Store::open(&url?)?));
+    }
     if !dir.is_dir() {
         return Err(Error::Config(format!(
             "{}: no such directory (is the backend missing or unmounted?)",
@@ -719,7 +735,9 @@ fn locate(cli: &Cli) -> Result<(Arc<dyn UntrustedStore>, LocalStateDir)> {
 /// [`locate`] for the cipher directory `dir`.
 fn locate_at(cli: &Cli, dir: &Path) -> Result<(Arc<dyn UntrustedStore>, LocalStateDir)> {
     let store = open_store(dir)?;
-    check_state_outside(&state_dir(cli), dir)?;
+    if s3_url(dir).is_none() {
+        check_state_outside(&state_dir(cli), dir)?;
+    }
     let state = Volume::state_for(store.as_ref(), &state_dir(cli))?;
     Ok((store, state))
 }
@@ -898,9 +916,19 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 SchemeId::parse(scheme)?
             };
             warn_unprotected(scheme);
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-            check_state_outside(&state_dir(&cli), dir)?;
-            let store: Arc<dyn UntrustedStore> = Arc::new(LocalDirStore::open(dir)?);
+            let store: Arc<dyn UntrustedStore> = match s3_url(dir) {
+                Some(url) => {
+                    let s3 = S3Store::open(&url?)?;
+                    s3.check_new_prefix()?;
+                    Arc::new(s3)
+                }
+                None => {
+                    std::fs::create_dir_all(dir)
+                        .with_context(|| format!("creating {}", dir.display()))?;
+                    check_state_outside(&state_dir(&cli), dir)?;
+                    Arc::new(LocalDirStore::open(dir)?)
+                }
+            };
             let pw = password(&cli, true)?;
             let copts = CreateOptions {
                 block_size: *block_size,
@@ -1170,7 +1198,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 p.canonicalize()
                     .with_context(|| format!("{}: no such directory", p.display()))
             };
-            let (cipherdir, mountpoint) = (&abs(cipherdir)?, &abs(mountpoint)?);
+            // An S3 volume's URL stays as given.
+            let cipherdir = &match s3_url(cipherdir) {
+                Some(_) => cipherdir.clone(),
+                None => abs(cipherdir)?,
+            };
+            let mountpoint = &abs(mountpoint)?;
             return mount::mount(
                 &cli,
                 &mount::MountArgs {

@@ -316,7 +316,10 @@ fn serve(
         auto: a.scheme == Some(intact_core::volume::AUTO),
         threads: a.threads.max(1),
         commit_interval: (a.commit_interval > 0).then(|| Duration::from_secs(a.commit_interval)),
-        backing_dir: Some(a.cipherdir.to_path_buf()),
+        // statfs reports the backing file system's room; a bucket has no such figure.
+        backing_dir: crate::s3_url(a.cipherdir)
+            .is_none()
+            .then(|| a.cipherdir.to_path_buf()),
         status_file: Some(status.clone()),
         alarms: Some(alarms.clone()),
         mountpoint: a.mountpoint.to_path_buf(),

@@ -16,6 +16,7 @@ mod fault;
 mod local;
 mod memory;
 pub mod record;
+mod s3;
 mod trusted;
 
 pub use counting::{CountingStore, IoCounts, IoStats};
@@ -23,6 +24,7 @@ pub use etcd::{EtcdAnchor, EtcdUrl, LEASE_TTL_SECS};
 pub use fault::{CrashImage, FaultPlan, FaultStore};
 pub use local::LocalDirStore;
 pub use memory::MemStore;
+pub use s3::{S3Store, S3Url};
 pub use trusted::{LocalStateDir, MemTrusted, TrustedLock, TrustedStore};
 
 /// What an object holds, for the counting wrapper and for reports.
@@ -201,7 +203,7 @@ mod tests {
     }
 
     /// Every contract of the trait's documentation, on a store that starts empty.
-    fn keeps_the_contract(s: &dyn UntrustedStore) {
+    pub(super) fn keeps_the_contract(s: &dyn UntrustedStore) {
         let mut buf = [9u8; 8];
         assert_eq!(s.list().unwrap(), Vec::<String>::new());
         assert_eq!(s.len("a/x.d").unwrap(), None);

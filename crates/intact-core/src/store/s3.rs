@@ -1,0 +1,1411 @@
+//! An S3-compatible object store as the untrusted store (issue 9): `s3://BUCKET/PREFIX`.
+//!
+//! The engine addresses its objects by offset, as files; an S3 object can only be written
+//! whole. Each of the engine's objects is therefore kept as **chunk objects** of
+//! [`CHUNK`] bytes, `PREFIX/NAME@IIIIIIIIIIIIIIII` (the chunk's index in 16 hex digits,
+//! so that a listing returns a name's chunks in order and next to each other):
+//!
+//! - **Length.** The last chunk is stored with exactly the bytes the object has in it; an
+//!   empty object is chunk 0 with no bytes. An object's length is therefore its last
+//!   chunk's index times [`CHUNK`] plus that chunk's size, read with one listing. A chunk
+//!   missing before the last (a hole) and the part past the end of a short chunk read as
+//!   zeros.
+//! - **Writes stay in memory until a sync** (the trait's contract: nothing is durable
+//!   before `sync`, and any subset of the unsynced writes may reach the store), as the
+//!   written ranges of each chunk. A sync uploads each changed chunk whole, many at once
+//!   ([`CONCURRENCY`]); a chunk only partly written is first read back from the store and
+//!   merged. One request per chunk, never one per block: a checkpoint that changes 256
+//!   blocks of a file sends one PUT. Reads see unsynced writes.
+//! - **Truncation** marks the chunks past the new end stale: they read as zeros, and the
+//!   next sync deletes them after it has stored the new last chunk.
+//! - **Memory** held by unsynced writes is bounded ([`MAX_DIRTY`]): past it a write first
+//!   uploads what is dirty, as a local file system writes back its page cache.
+//!
+//! Requests go through `object_store`'s S3 client: request signing, retries with
+//! exponential backoff on throttling (503 SlowDown, 429) and server errors, and
+//! multipart uploads past [`MULTIPART_MIN`] (chunks are smaller by default, so each is a
+//! single PUT). A store that cannot be reached is an I/O error naming the URL; nothing the
+//! engine sealed is lost by it, because the anchor is stored only after the sync that
+//! makes the sealed objects durable has returned.
+
+use crate::error::{Error, Result};
+use crate::store::{check_name, UntrustedStore};
+use bytes::Bytes;
+use futures_util::stream::{StreamExt, TryStreamExt};
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::path::Path as OsPath;
+use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// Bytes per chunk object (1 MiB): one request moves up to this much, and a small write
+/// costs the read and write of one chunk at the next sync.
+pub const CHUNK: u64 = 1 << 20;
+/// Requests in flight at once during a sync or a listing's deletions.
+pub const CONCURRENCY: usize = 32;
+/// Unsynced bytes held in memory before a write uploads them.
+pub const MAX_DIRTY: usize = 256 << 20;
+/// Chunks at least this large go up as multipart uploads.
+pub const MULTIPART_MIN: usize = 16 << 20;
+/// How long opening the store waits for its first answer.
+const PROBE_WAIT: Duration = Duration::from_secs(15);
+/// Lengths of objects with nothing unsynced kept in memory (a bound on what the store
+/// remembers of a volume of 10^6 files).
+const CLEAN_KEPT: usize = 16_384;
+/// Separates an object's name from its chunk index (a character the engine's names never
+/// hold and S3 keys take unencoded).
+const SEP: char = '@';
+
+/// Where an S3 volume lives: `s3://BUCKET[/PREFIX][?KEY=VALUE&...]`.
+///
+/// The query takes any of `object_store`'s S3 settings (`endpoint`, `region`,
+/// `virtual_hosted_style_request`, `allow_http`, ...). What the URL leaves out comes from
+/// the environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
+/// `AWS_REGION`, `AWS_ENDPOINT_URL`, ...), then from the profile `AWS_PROFILE` (else
+/// `default`) in `~/.aws/credentials` and `~/.aws/config`. Requests are path-style
+/// (`ENDPOINT/BUCKET/KEY`), which every S3-compatible server takes, unless
+/// `virtual_hosted_style_request=true`; an `http://` endpoint is allowed without TLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3Url {
+    /// The bucket.
+    pub bucket: String,
+    /// The key prefix, empty or ending in `/`.
+    pub prefix: String,
+    /// Settings from the query, in order.
+    pub options: Vec<(String, String)>,
+}
+
+impl S3Url {
+    /// Parses `s3://BUCKET[/PREFIX][?K=V&...]`.
+    pub fn parse(url: &str) -> Result<S3Url> {
+        let bad = |why: &str| {
+            Error::Config(format!(
+                "{url}: {why} (s3://BUCKET[/PREFIX][?endpoint=URL&region=R])"
+            ))
+        };
+        let rest = url
+            .strip_prefix("s3://")
+            .ok_or_else(|| bad("not an s3:// URL"))?;
+        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (bucket, prefix) = path.split_once('/').unwrap_or((path, ""));
+        let bucket_ok = (3..=63).contains(&bucket.len())
+            && bucket
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+        if !bucket_ok {
+            return Err(bad(
+                "the bucket must be 3 to 63 lowercase letters, digits, '-' or '.'",
+            ));
+        }
+        let prefix = prefix.trim_end_matches('/');
+        if !prefix.is_empty() {
+            check_name(prefix).map_err(|_| bad("the prefix must be a relative path"))?;
+            if !prefix.bytes().all(key_byte) {
+                return Err(bad(
+                    "the prefix may hold letters, digits, '.', '_', '-' and '/'",
+                ));
+            }
+        }
+        let mut options = Vec::new();
+        for kv in query.split('&').filter(|s| !s.is_empty()) {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| bad(&format!("{kv:?} is not KEY=VALUE")))?;
+            k.parse::<AmazonS3ConfigKey>()
+                .map_err(|_| bad(&format!("unknown setting {k:?}")))?;
+            options.push((k.to_string(), v.to_string()));
+        }
+        Ok(S3Url {
+            bucket: bucket.to_string(),
+            prefix: if prefix.is_empty() {
+                String::new()
+            } else {
+                format!("{prefix}/")
+            },
+            options,
+        })
+    }
+
+    /// `s3://BUCKET/PREFIX`, without the settings (which may hold an endpoint's address
+    /// but never a secret: credentials come from the environment or a profile).
+    pub fn display(&self) -> String {
+        format!("s3://{}/{}", self.bucket, self.prefix.trim_end_matches('/'))
+    }
+}
+
+impl std::fmt::Display for S3Url {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.display())
+    }
+}
+
+/// A section of an AWS INI file (`~/.aws/credentials`, `~/.aws/config`): its keys.
+fn ini_section(text: &str, section: &str) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    let mut inside = false;
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            let name = name.trim();
+            inside =
+                name == section || name.strip_prefix("profile ").map(str::trim) == Some(section);
+            continue;
+        }
+        if inside {
+            if let Some((k, v)) = line.split_once('=') {
+                out.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Credentials and region from the AWS profile, for what the environment left unset.
+fn from_profile(mut b: AmazonS3Builder) -> AmazonS3Builder {
+    let Some(home) = std::env::var_os("HOME").map(std::path::PathBuf::from) else {
+        return b;
+    };
+    let profile = std::env::var("AWS_PROFILE").unwrap_or_else(|_| "default".into());
+    let read = |var: &str, default: &str| {
+        let path = std::env::var_os(var)
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| home.join(default));
+        std::fs::read_to_string(path).unwrap_or_default()
+    };
+    let creds = ini_section(
+        &read("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials"),
+        &profile,
+    );
+    let config = ini_section(&read("AWS_CONFIG_FILE", ".aws/config"), &profile);
+    let set = |b: AmazonS3Builder, key: AmazonS3ConfigKey, value: Option<&String>| match value {
+        Some(v) if b.get_config_value(&key).is_none() => b.with_config(key, v.clone()),
+        _ => b,
+    };
+    b = set(
+        b,
+        AmazonS3ConfigKey::AccessKeyId,
+        creds.get("aws_access_key_id"),
+    );
+    b = set(
+        b,
+        AmazonS3ConfigKey::SecretAccessKey,
+        creds.get("aws_secret_access_key"),
+    );
+    b = set(b, AmazonS3ConfigKey::Token, creds.get("aws_session_token"));
+    b = set(b, AmazonS3ConfigKey::Region, config.get("region"));
+    b = set(b, AmazonS3ConfigKey::Endpoint, config.get("endpoint_url"));
+    b
+}
+
+/// Bytes the engine's names and a prefix may hold: S3 takes them in a key as they are.
+fn key_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/')
+}
+
+/// One chunk's unsynced state.
+#[derive(Debug, Clone, Default)]
+struct Chunk {
+    /// Written bytes at their offsets in the chunk (bytes outside `mask` are zeros).
+    data: Vec<u8>,
+    /// The written ranges, sorted and merged.
+    mask: Vec<(usize, usize)>,
+    /// Bytes at the chunk's start whose stored copy is still valid (a truncation or a
+    /// chunk past the stored end lowers it; 0: nothing stored counts).
+    base: usize,
+    /// Bumped at each change, so that a sync knows whether what it uploaded is current.
+    version: u64,
+}
+
+impl Chunk {
+    fn fresh(base: usize) -> Chunk {
+        Chunk {
+            base,
+            ..Chunk::default()
+        }
+    }
+
+    fn write(&mut self, at: usize, bytes: &[u8]) {
+        let end = at + bytes.len();
+        if self.data.len() < end {
+            self.data.resize(end, 0);
+        }
+        self.data[at..end].copy_from_slice(bytes);
+        self.mask.push((at, end));
+        self.mask.sort_unstable();
+        let mut merged: Vec<(usize, usize)> = Vec::with_capacity(self.mask.len());
+        for &(a, b) in &self.mask {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        self.mask = merged;
+        self.version += 1;
+    }
+
+    /// Forgets everything at and past `at` (written or stored).
+    fn cut(&mut self, at: usize) {
+        self.data.truncate(at);
+        self.mask.retain(|r| r.0 < at);
+        if let Some(last) = self.mask.last_mut() {
+            last.1 = last.1.min(at);
+        }
+        self.base = self.base.min(at);
+        self.version += 1;
+    }
+
+    /// Whether the written ranges cover `0..len` (no stored byte is needed).
+    fn covers(&self, len: usize) -> bool {
+        len == 0 || self.mask.first().is_some_and(|r| r.0 == 0 && r.1 >= len)
+    }
+
+    /// Lays the written ranges over `buf`, which holds the chunk's bytes from `from`.
+    fn overlay(&self, from: usize, buf: &mut [u8]) {
+        let to = from + buf.len();
+        for &(a, b) in &self.mask {
+            let (a, b) = (a.max(from), b.min(to));
+            if a < b {
+                buf[a - from..b - from].copy_from_slice(&self.data[a..b]);
+            }
+        }
+    }
+}
+
+/// What the store knows of one object.
+#[derive(Debug, Clone, Default)]
+struct Obj {
+    len: u64,
+    /// Chunks changed since the last sync, by index.
+    dirty: BTreeMap<u64, Chunk>,
+    /// Stored chunks from this index on are stale (a truncation): they read as zeros and
+    /// the next sync deletes those not written again.
+    stale_from: Option<u64>,
+    /// Bumped when `stale_from` is set.
+    cuts: u64,
+}
+
+impl Obj {
+    fn last_chunk(len: u64) -> u64 {
+        if len == 0 {
+            0
+        } else {
+            (len - 1) / CHUNK
+        }
+    }
+
+    /// Bytes its dirty chunks hold.
+    fn held(&self) -> usize {
+        self.dirty.values().map(|c| c.data.len()).sum()
+    }
+
+    fn is_clean(&self) -> bool {
+        self.dirty.is_empty() && self.stale_from.is_none()
+    }
+
+    fn stale(&self, idx: u64) -> bool {
+        self.stale_from.is_some_and(|s| idx >= s)
+    }
+
+    /// The dirty chunk `idx`, made if missing: `base` is the stored bytes that still count
+    /// (all of them below the old end, none past it or in a stale chunk).
+    fn chunk(&mut self, idx: u64, old_len: u64) -> &mut Chunk {
+        let base = if self.stale(idx) || idx > Obj::last_chunk(old_len) || old_len == 0 {
+            0
+        } else {
+            (old_len - idx * CHUNK).min(CHUNK) as usize
+        };
+        self.dirty.entry(idx).or_insert_with(|| Chunk::fresh(base))
+    }
+
+    /// The object's length becomes `new`: the new last chunk is dirty (it is stored with
+    /// exactly the object's bytes in it), and chunks past it are stale.
+    fn set_len(&mut self, new: u64) {
+        let old = self.len;
+        let last = Obj::last_chunk(new);
+        if new < old {
+            let from = last + 1;
+            self.dirty.retain(|&i, _| i < from);
+            if Obj::last_chunk(old) >= from {
+                self.stale_from = Some(self.stale_from.map_or(from, |s| s.min(from)));
+                self.cuts += 1;
+            }
+            let c = self.chunk(last, old);
+            c.cut((new - last * CHUNK) as usize);
+        } else if new > old {
+            // A longer object: its new last chunk is stored at its new size.
+            let c = self.chunk(last, old);
+            c.version += 1;
+        }
+        self.len = new;
+    }
+}
+
+#[derive(Default)]
+struct State {
+    objs: HashMap<String, Obj>,
+    /// Bytes held by dirty chunks.
+    dirty_bytes: usize,
+}
+
+/// An S3-compatible bucket (or a prefix of one) as the untrusted store (see the module's
+/// documentation).
+pub struct S3Store {
+    url: S3Url,
+    store: Arc<dyn ObjectStore>,
+    rt: tokio::runtime::Runtime,
+    state: Mutex<State>,
+    /// One sync (or deletion) talks to the store at a time; each sends many requests.
+    io: Mutex<()>,
+}
+
+/// A failed request as the engine's I/O error, naming the URL and the object.
+fn s3_err(url: &S3Url, what: &str, e: object_store::Error) -> Error {
+    let kind = match &e {
+        object_store::Error::NotFound { .. } => std::io::ErrorKind::NotFound,
+        object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. } => std::io::ErrorKind::PermissionDenied,
+        _ => std::io::ErrorKind::Other,
+    };
+    Error::io(
+        format!("{url}: {what}"),
+        std::io::Error::new(kind, e.to_string()),
+    )
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl S3Store {
+    /// Connects to the bucket of `url` with the S3 settings described at [`S3Url`], and
+    /// checks with one listing that it answers (an unreachable endpoint, a missing bucket
+    /// or refused credentials are reported here, not at the first write).
+    pub fn open(url: &S3Url) -> Result<S3Store> {
+        let mut b = from_profile(AmazonS3Builder::from_env()).with_bucket_name(&url.bucket);
+        for (k, v) in &url.options {
+            let key: AmazonS3ConfigKey = k
+                .parse()
+                .map_err(|_| Error::Config(format!("{url}: unknown setting {k:?}")))?;
+            b = b.with_config(key, v);
+        }
+        let endpoint = b.get_config_value(&AmazonS3ConfigKey::Endpoint);
+        let http = endpoint
+            .as_deref()
+            .is_some_and(|e| e.starts_with("http://"));
+        if b.get_config_value(&AmazonS3ConfigKey::Region).is_none() && endpoint.is_some() {
+            // S3-compatible servers mostly take any region; AWS's default.
+            b = b.with_region("us-east-1");
+        }
+        if b.get_config_value(&AmazonS3ConfigKey::AccessKeyId)
+            .is_none()
+            && std::env::var_os("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI").is_none()
+            && std::env::var_os("AWS_CONTAINER_CREDENTIALS_FULL_URI").is_none()
+            && std::env::var_os("AWS_WEB_IDENTITY_TOKEN_FILE").is_none()
+        {
+            // Only a cloud instance's metadata service could give a key then: say so if
+            // it does not.
+            tracing::debug!(
+                "no S3 key in the environment or ~/.aws: asking the instance metadata service"
+            );
+        }
+        let retry = RetryConfig {
+            max_retries: 8,
+            retry_timeout: Duration::from_secs(120),
+            ..RetryConfig::default()
+        };
+        let client = ClientOptions::new()
+            .with_allow_http(http)
+            .with_connect_timeout(Duration::from_secs(10))
+            .with_timeout(Duration::from_secs(120));
+        let s3 = b
+            .with_retry(retry)
+            .with_client_options(client)
+            .build()
+            .map_err(|e| Error::Config(format!("{url}: {e}")))?;
+        Self::with_store(url.clone(), Arc::new(s3))
+    }
+
+    /// The store over any `object_store` backend (the tests use its in-memory one beside
+    /// a real S3 server).
+    pub fn with_store(url: S3Url, store: Arc<dyn ObjectStore>) -> Result<S3Store> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("intact-s3")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io(url.display(), e))?;
+        let s = S3Store {
+            url,
+            store,
+            rt,
+            state: Mutex::new(State::default()),
+            io: Mutex::new(()),
+        };
+        // One request, so that a wrong endpoint, bucket or key fails here, and within
+        // PROBE_WAIT (retries go on for longer once the store has answered).
+        let probe = s.path_of(&format!("{SEP}probe"));
+        let answer = s.rt.block_on(async {
+            tokio::time::timeout(PROBE_WAIT, async {
+                let mut l = s.store.list(Some(&probe));
+                l.next().await.transpose()
+            })
+            .await
+        });
+        match answer {
+            Ok(r) => {
+                r.map_err(|e| s.unreachable(e))?;
+            }
+            Err(_) => {
+                return Err(Error::io(
+                    format!("{}: the S3 store does not answer", s.url),
+                    std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no answer within {} s (endpoint?)", PROBE_WAIT.as_secs()),
+                    ),
+                ))
+            }
+        }
+        Ok(s)
+    }
+
+    /// For a new volume: nothing may lie under the prefix (another volume nested in it, or
+    /// anything else), and no prefix above it may hold a volume (whose listings would take
+    /// this one's objects for its own).
+    pub fn check_new_prefix(&self) -> Result<()> {
+        let root = self.path_of("");
+        let first = self
+            .rt
+            .block_on(async {
+                let mut l = self.store.list(if self.url.prefix.is_empty() {
+                    None
+                } else {
+                    Some(&root)
+                });
+                l.next().await.transpose()
+            })
+            .map_err(|e| s3_err(&self.url, "listing", e))?;
+        if let Some(m) = first {
+            return Err(Error::Config(format!(
+                "{}: the prefix is not empty (it holds {}): a new volume needs a prefix of its own",
+                self.url, m.location
+            )));
+        }
+        let parts: Vec<&str> = self
+            .url
+            .prefix
+            .split('/')
+            .filter(|p| !p.is_empty())
+            .collect();
+        for n in 0..parts.len() {
+            let above: String = parts[..n].iter().map(|p| format!("{p}/")).collect();
+            let conf = OsPath::from_iter(
+                format!("{above}intact.conf{SEP}{:016x}", 0)
+                    .split('/')
+                    .filter(|s| !s.is_empty()),
+            );
+            match self.rt.block_on(self.store.head(&conf)) {
+                Ok(_) => {
+                    return Err(Error::Config(format!(
+                        "{}: s3://{}/{} holds a volume: a volume cannot lie inside another",
+                        self.url,
+                        self.url.bucket,
+                        above.trim_end_matches('/')
+                    )))
+                }
+                Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(s3_err(&self.url, "looking for a volume above", e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn unreachable(&self, e: object_store::Error) -> Error {
+        let what = match &e {
+            object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
+                "the S3 store refuses the key (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or the AWS_PROFILE in ~/.aws/credentials)"
+            }
+            object_store::Error::NotFound { .. } => "no such bucket",
+            _ if e.to_string().contains("169.254.169.254") => {
+                "no S3 key: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a profile in ~/.aws/credentials (AWS_PROFILE)"
+            }
+            _ => "the S3 store does not answer (endpoint, bucket?)",
+        };
+        s3_err(&self.url, what, e)
+    }
+
+    /// The S3 key of `rel` under the prefix (never percent-encoded: the engine's names
+    /// and the prefix are checked to hold only characters S3 keys take as they are).
+    fn path_of(&self, rel: &str) -> OsPath {
+        OsPath::from_iter(
+            format!("{}{rel}", self.url.prefix)
+                .split('/')
+                .filter(|s| !s.is_empty()),
+        )
+    }
+
+    fn key(&self, name: &str, idx: u64) -> OsPath {
+        self.path_of(&format!("{name}{SEP}{idx:016x}"))
+    }
+
+    fn check(name: &str) -> Result<()> {
+        check_name(name)?;
+        if !name.bytes().all(key_byte) {
+            return Err(Error::Invalid(format!(
+                "bad object name {name:?} for an S3 store"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The name and chunk index of a key under the prefix, if it is a chunk.
+    fn parse_key<'a>(&self, key: &'a str) -> Option<(&'a str, u64)> {
+        let rel = key.strip_prefix(self.url.prefix.as_str())?;
+        let (name, idx) = rel.rsplit_once(SEP)?;
+        if idx.len() != 16 {
+            return None;
+        }
+        Some((name, u64::from_str_radix(idx, 16).ok()?))
+    }
+
+    /// The stored chunks of `name`: (index, size), in order.
+    fn stored_chunks(&self, name: &str) -> Result<Vec<(u64, u64)>> {
+        let prefix = self.path_of(&format!("{name}{SEP}"));
+        // `list` takes a prefix of whole path segments; the chunks are in the parent.
+        let parent = match name.rsplit_once('/') {
+            Some((dir, _)) => self.path_of(dir),
+            None => self.path_of(""),
+        };
+        let want = prefix.as_ref().to_string();
+        // Keys come in order: from just before the first chunk's to past the last one's
+        // (one page of the listing, not the whole parent).
+        let metas: Vec<object_store::ObjectMeta> = self
+            .rt
+            .block_on(async {
+                self.store
+                    .list_with_offset(Some(&parent), &prefix)
+                    .try_take_while(|m| {
+                        std::future::ready(Ok(m.location.as_ref().starts_with(&want)))
+                    })
+                    .try_collect()
+                    .await
+            })
+            .map_err(|e| s3_err(&self.url, &format!("listing {name}"), e))?;
+        let mut out: Vec<(u64, u64)> = metas
+            .iter()
+            .filter_map(|m| {
+                let (n, idx) = self.parse_key(m.location.as_ref())?;
+                (n == name).then_some((idx, m.size))
+            })
+            .collect();
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    /// The object `name` as the store knows it (listed once, then kept), or `None`.
+    fn obj<'s>(&self, st: &'s mut State, name: &str) -> Result<Option<&'s mut Obj>> {
+        if !st.objs.contains_key(name) {
+            let chunks = self.stored_chunks(name)?;
+            let Some(&(idx, size)) = chunks.last() else {
+                return Ok(None);
+            };
+            if st.objs.len() >= CLEAN_KEPT {
+                st.objs.retain(|_, o| !o.is_clean());
+            }
+            st.objs.insert(
+                name.to_string(),
+                Obj {
+                    len: idx * CHUNK + size,
+                    ..Obj::default()
+                },
+            );
+        }
+        Ok(st.objs.get_mut(name))
+    }
+
+    /// The object `name`, made empty if missing.
+    fn obj_or_new<'s>(&self, st: &'s mut State, name: &str) -> Result<&'s mut Obj> {
+        if self.obj(st, name)?.is_none() {
+            // An empty object is stored as an empty chunk 0.
+            let mut o = Obj::default();
+            o.dirty.insert(0, Chunk::fresh(0));
+            st.objs.insert(name.to_string(), o);
+        }
+        Ok(st.objs.get_mut(name).expect("inserted"))
+    }
+
+    /// Stored bytes `from..from + buf.len()` of chunk `idx` into `buf` (zeros where the
+    /// chunk is missing or short); returns nothing else.
+    fn read_stored(&self, name: &str, idx: u64, from: usize, buf: &mut [u8]) -> Result<()> {
+        buf.fill(0);
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let key = self.key(name, idx);
+        let range = from as u64..(from + buf.len()) as u64;
+        let got = self.rt.block_on(self.store.get_range(&key, range.clone()));
+        let bytes = match got {
+            Ok(b) => b,
+            Err(object_store::Error::NotFound { .. }) => return Ok(()),
+            // A range past a short chunk's end: the whole chunk, cut here.
+            Err(_) => match self
+                .rt
+                .block_on(async { self.store.get(&key).await?.bytes().await })
+            {
+                Ok(b) => b.slice((from).min(b.len())..),
+                Err(object_store::Error::NotFound { .. }) => return Ok(()),
+                Err(e) => return Err(s3_err(&self.url, &format!("reading {name}"), e)),
+            },
+        };
+        let n = bytes.len().min(buf.len());
+        buf[..n].copy_from_slice(&bytes[..n]);
+        Ok(())
+    }
+
+    /// Uploads what is dirty in `names` (every object when `None`), then deletes stale
+    /// chunks; what changed meanwhile stays dirty.
+    fn flush(&self, names: Option<&[String]>) -> Result<()> {
+        let _io = lock(&self.io);
+        // What to upload: (name, index, chunk as now, the object's length).
+        let mut jobs: Vec<(String, u64, Chunk, u64)> = Vec::new();
+        let mut cuts: Vec<(String, u64, u64)> = Vec::new();
+        {
+            let st = lock(&self.state);
+            let mut take = |name: &String, o: &Obj| {
+                for (&idx, c) in &o.dirty {
+                    jobs.push((name.clone(), idx, c.clone(), o.len));
+                }
+                if let Some(from) = o.stale_from {
+                    cuts.push((name.clone(), from, o.cuts));
+                }
+            };
+            match names {
+                Some(ns) => {
+                    for n in ns {
+                        if let Some(o) = st.objs.get(n) {
+                            take(n, o);
+                        }
+                    }
+                }
+                None => {
+                    for (n, o) in &st.objs {
+                        take(n, o);
+                    }
+                }
+            }
+        }
+        if jobs.is_empty() && cuts.is_empty() {
+            return Ok(());
+        }
+        let uploads =
+            futures_util::stream::iter(jobs.iter().map(|(name, idx, c, len)| async move {
+                // The last chunk holds exactly the object's bytes in it; one before it may be
+                // short (it reads as zeros past its end), and one with nothing in it is a hole.
+                let size = if *idx == Obj::last_chunk(*len) {
+                    (len - idx * CHUNK).min(CHUNK) as usize
+                } else {
+                    c.mask
+                        .last()
+                        .map_or(0, |r| r.1)
+                        .max(c.base)
+                        .min(CHUNK as usize)
+                };
+                if size == 0 && *idx != Obj::last_chunk(*len) {
+                    return match self.store.delete(&self.key(name, *idx)).await {
+                        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                        Err(e) => Err(e),
+                    };
+                }
+                let mut buf = vec![0u8; size];
+                if !c.covers(size) && c.base > 0 {
+                    let key = self.key(name, *idx);
+                    match self.store.get(&key).await {
+                        Ok(r) => {
+                            let stored = r.bytes().await?;
+                            let n = stored.len().min(c.base).min(size);
+                            buf[..n].copy_from_slice(&stored[..n]);
+                        }
+                        Err(object_store::Error::NotFound { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                c.overlay(0, &mut buf);
+                self.put(&self.key(name, *idx), buf).await
+            }))
+            .buffer_unordered(CONCURRENCY)
+            .collect::<Vec<_>>();
+        let results = self.rt.block_on(uploads);
+        let failed = results.into_iter().find_map(|r| r.err());
+        if let Some(e) = failed {
+            return Err(s3_err(&self.url, "storing", e));
+        }
+        // The uploaded chunks are clean unless written again since.
+        {
+            let mut st = lock(&self.state);
+            let State { objs, dirty_bytes } = &mut *st;
+            for (name, idx, c, _) in &jobs {
+                if let Some(o) = objs.get_mut(name) {
+                    if o.dirty.get(idx).is_some_and(|now| now.version == c.version) {
+                        let gone = o.dirty.remove(idx).expect("looked at");
+                        *dirty_bytes = dirty_bytes.saturating_sub(gone.data.len());
+                    }
+                }
+            }
+        }
+        // Stale chunks go once the new last chunk is stored.
+        for (name, from, cuts_then) in cuts {
+            let keep: Vec<u64> = {
+                let st = lock(&self.state);
+                st.objs
+                    .get(&name)
+                    .map(|o| o.dirty.keys().copied().collect())
+                    .unwrap_or_default()
+            };
+            let uploaded: Vec<u64> = jobs.iter().filter(|j| j.0 == name).map(|j| j.1).collect();
+            let doomed: Vec<u64> = self
+                .stored_chunks(&name)?
+                .into_iter()
+                .map(|(i, _)| i)
+                .filter(|i| *i >= from && !uploaded.contains(i) && !keep.contains(i))
+                .collect();
+            self.delete_chunks(&name, &doomed)?;
+            let mut st = lock(&self.state);
+            if let Some(o) = st.objs.get_mut(&name) {
+                if o.cuts == cuts_then {
+                    o.stale_from = None;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn put(&self, key: &OsPath, buf: Vec<u8>) -> object_store::Result<()> {
+        if buf.len() >= MULTIPART_MIN {
+            let upload = self.store.put_multipart(key).await?;
+            let mut w = object_store::WriteMultipart::new(upload);
+            w.write(&buf);
+            return w.finish().await.map(|_| ());
+        }
+        self.store
+            .put(key, PutPayload::from(Bytes::from(buf)))
+            .await
+            .map(|_| ())
+    }
+
+    fn delete_chunks(&self, name: &str, idxs: &[u64]) -> Result<()> {
+        if idxs.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<OsPath> = idxs.iter().map(|&i| self.key(name, i)).collect();
+        let r: Vec<object_store::Result<()>> = self.rt.block_on(
+            futures_util::stream::iter(keys.iter().map(|k| self.store.delete(k)))
+                .buffer_unordered(CONCURRENCY)
+                .collect(),
+        );
+        match r.into_iter().find_map(|r| match r {
+            Err(object_store::Error::NotFound { .. }) | Ok(()) => None,
+            Err(e) => Some(e),
+        }) {
+            Some(e) => Err(s3_err(&self.url, &format!("deleting {name}"), e)),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes back what is dirty once it holds more than [`MAX_DIRTY`].
+    fn write_back_if_full(&self) -> Result<()> {
+        if lock(&self.state).dirty_bytes > MAX_DIRTY {
+            self.flush(None)?;
+        }
+        Ok(())
+    }
+}
+
+impl UntrustedStore for S3Store {
+    fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> Result<usize> {
+        Self::check(name)?;
+        // What to read where, decided under the lock; the requests go after it.
+        enum Piece {
+            Zero,
+            Stored(u64),
+            Dirty(u64, Chunk),
+        }
+        let (n, pieces) = {
+            let mut st = lock(&self.state);
+            let Some(o) = self.obj(&mut st, name)? else {
+                return Err(Error::io(
+                    format!("{}: {name}", self.url),
+                    std::io::Error::new(std::io::ErrorKind::NotFound, "no such object"),
+                ));
+            };
+            if off >= o.len {
+                return Ok(0);
+            }
+            let n = (o.len - off).min(buf.len() as u64) as usize;
+            let mut pieces = Vec::new();
+            let mut at = off;
+            while at < off + n as u64 {
+                let idx = at / CHUNK;
+                let p = match o.dirty.get(&idx) {
+                    Some(c) => Piece::Dirty(idx, c.clone()),
+                    None if o.stale(idx) => Piece::Zero,
+                    None => Piece::Stored(idx),
+                };
+                pieces.push(p);
+                at = (idx + 1) * CHUNK;
+            }
+            (n, pieces)
+        };
+        let mut at = off;
+        let end = off + n as u64;
+        for p in pieces {
+            let idx = at / CHUNK;
+            let from = (at - idx * CHUNK) as usize;
+            let to = ((idx + 1) * CHUNK).min(end);
+            let out = &mut buf[(at - off) as usize..(to - off) as usize];
+            match p {
+                Piece::Zero => out.fill(0),
+                Piece::Stored(i) => self.read_stored(name, i, from, out)?,
+                Piece::Dirty(i, c) => {
+                    let upto = from + out.len();
+                    let stored_end = c.base.min(upto);
+                    if stored_end > from && !c.mask.iter().any(|r| r.0 <= from && r.1 >= upto) {
+                        self.read_stored(name, i, from, &mut out[..stored_end - from])?;
+                        out[stored_end - from..].fill(0);
+                    } else {
+                        out.fill(0);
+                    }
+                    c.overlay(from, out);
+                }
+            }
+            at = to;
+        }
+        Ok(n)
+    }
+
+    fn write_at(&self, name: &str, off: u64, data: &[u8]) -> Result<()> {
+        Self::check(name)?;
+        let end = off
+            .checked_add(data.len() as u64)
+            .ok_or_else(|| Error::Invalid(format!("{name}: write past 2^64")))?;
+        {
+            let mut st = lock(&self.state);
+            let o = self.obj_or_new(&mut st, name)?;
+            let before = o.held();
+            let old = o.len;
+            if end > o.len {
+                o.set_len(end);
+            }
+            let mut at = off;
+            while at < end {
+                let idx = at / CHUNK;
+                let from = (at - idx * CHUNK) as usize;
+                let to = ((idx + 1) * CHUNK).min(end);
+                o.chunk(idx, old)
+                    .write(from, &data[(at - off) as usize..(to - off) as usize]);
+                at = to;
+            }
+            let after = o.held();
+            st.dirty_bytes = (st.dirty_bytes + after).saturating_sub(before);
+        }
+        self.write_back_if_full()
+    }
+
+    fn len(&self, name: &str) -> Result<Option<u64>> {
+        Self::check(name)?;
+        let mut st = lock(&self.state);
+        Ok(self.obj(&mut st, name)?.map(|o| o.len))
+    }
+
+    fn set_len(&self, name: &str, len: u64) -> Result<()> {
+        Self::check(name)?;
+        let mut st = lock(&self.state);
+        let o = self.obj_or_new(&mut st, name)?;
+        let before = o.held();
+        o.set_len(len);
+        let after = o.held();
+        st.dirty_bytes = (st.dirty_bytes + after).saturating_sub(before);
+        Ok(())
+    }
+
+    fn delete(&self, name: &str) -> Result<()> {
+        Self::check(name)?;
+        let _io = lock(&self.io);
+        {
+            let mut st = lock(&self.state);
+            if let Some(o) = st.objs.remove(name) {
+                st.dirty_bytes = st.dirty_bytes.saturating_sub(o.held());
+            }
+        }
+        let idxs: Vec<u64> = self.stored_chunks(name)?.into_iter().map(|c| c.0).collect();
+        self.delete_chunks(name, &idxs)
+    }
+
+    fn sync(&self, names: &[String]) -> Result<()> {
+        for n in names {
+            Self::check(n)?;
+        }
+        self.flush(Some(names))
+    }
+
+    fn sync_all(&self) -> Result<()> {
+        self.flush(None)
+    }
+
+    fn list(&self) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        self.list_each(&mut |n| {
+            out.push(n.to_string());
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    fn list_each(&self, f: &mut dyn FnMut(&str) -> Result<()>) -> Result<()> {
+        // Objects known here that may not be stored yet.
+        let mut unstored: std::collections::BTreeSet<String> =
+            lock(&self.state).objs.keys().cloned().collect();
+        let root = self.path_of("");
+        let mut stream = self.store.list(if self.url.prefix.is_empty() {
+            None
+        } else {
+            Some(&root)
+        });
+        let mut last: Option<String> = None;
+        loop {
+            let next = self.rt.block_on(stream.next());
+            let Some(meta) = next else { break };
+            let meta = meta.map_err(|e| s3_err(&self.url, "listing", e))?;
+            let Some((name, _)) = self.parse_key(meta.location.as_ref()) else {
+                continue;
+            };
+            if last.as_deref() == Some(name) {
+                continue;
+            }
+            unstored.remove(name);
+            f(name)?;
+            last = Some(name.to_string());
+        }
+        for n in unstored {
+            // Deleted since the listing began: gone from the state too.
+            if lock(&self.state).objs.contains_key(&n) {
+                f(&n)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn replace(&self, name: &str, data: &[u8]) -> Result<()> {
+        Self::check(name)?;
+        if data.len() as u64 > CHUNK {
+            // Not one request: written and synced (readers may see a mix until then).
+            self.set_len(name, 0)?;
+            self.write_at(name, 0, data)?;
+            return self.sync(&[name.to_string()]);
+        }
+        // One PUT of chunk 0 replaces the object's bytes at once; chunks past it go after.
+        let _io = lock(&self.io);
+        let stale: Vec<u64> = self
+            .stored_chunks(name)?
+            .into_iter()
+            .map(|c| c.0)
+            .filter(|&i| i > 0)
+            .collect();
+        self.rt
+            .block_on(self.put(&self.key(name, 0), data.to_vec()))
+            .map_err(|e| s3_err(&self.url, &format!("storing {name}"), e))?;
+        {
+            let mut st = lock(&self.state);
+            if let Some(o) = st.objs.remove(name) {
+                st.dirty_bytes = st.dirty_bytes.saturating_sub(o.held());
+            }
+            st.objs.insert(
+                name.to_string(),
+                Obj {
+                    len: data.len() as u64,
+                    ..Obj::default()
+                },
+            );
+        }
+        self.delete_chunks(name, &stale)
+    }
+
+    fn modified(&self, _name: &str) -> Option<std::time::SystemTime> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+
+    fn mem() -> (S3Store, Arc<InMemory>) {
+        let backing = Arc::new(InMemory::new());
+        let url = S3Url::parse("s3://bucket/vol").unwrap();
+        (S3Store::with_store(url, backing.clone()).unwrap(), backing)
+    }
+
+    fn keys(b: &InMemory) -> Vec<(String, u64)> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut v: Vec<(String, u64)> = rt
+            .block_on(b.list(None).try_collect::<Vec<_>>())
+            .unwrap()
+            .into_iter()
+            .map(|m| (m.location.to_string(), m.size))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn urls_parse_with_their_settings_and_bad_ones_are_refused() {
+        let u = S3Url::parse("s3://my-bucket/a/b/?endpoint=http://127.0.0.1:3900&region=garage")
+            .unwrap();
+        assert_eq!(u.bucket, "my-bucket");
+        assert_eq!(u.prefix, "a/b/");
+        assert_eq!(
+            u.options,
+            [
+                ("endpoint".to_string(), "http://127.0.0.1:3900".to_string()),
+                ("region".to_string(), "garage".to_string())
+            ]
+        );
+        assert_eq!(u.to_string(), "s3://my-bucket/a/b");
+        assert_eq!(S3Url::parse("s3://bkt").unwrap().prefix, "");
+        for bad in [
+            "http://b/x",
+            "s3://",
+            "s3://B/x",
+            "s3://ab",
+            "s3://bkt/../x",
+            "s3://bkt/a@b",
+            "s3://bkt/x?nonsense=1",
+            "s3://bkt/x?endpoint",
+        ] {
+            assert!(S3Url::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn profiles_are_read_from_aws_ini_files() {
+        let text =
+            "[default]\naws_access_key_id = A\n\n[profile work]\nregion=eu-1\n# c\n[other]\nx=y\n";
+        assert_eq!(ini_section(text, "default")["aws_access_key_id"], "A");
+        assert_eq!(ini_section(text, "work")["region"], "eu-1");
+        assert!(ini_section(text, "missing").is_empty());
+        assert_eq!(ini_section(text, "other").len(), 1);
+    }
+
+    #[test]
+    fn the_store_keeps_the_contract() {
+        let (s, _) = mem();
+        crate::store::tests::keeps_the_contract(&s);
+    }
+
+    /// Objects are chunks of CHUNK bytes, the last one exact; writes reach the bucket only
+    /// at a sync, one request per chunk.
+    #[test]
+    fn chunks_are_stored_at_sync_with_the_last_one_exact() {
+        let (s, b) = mem();
+        let big = vec![7u8; (2 * CHUNK + 10) as usize];
+        s.write_at("d/f.d", 0, &big).unwrap();
+        assert!(keys(&b).is_empty(), "stored before a sync");
+        assert_eq!(s.len("d/f.d").unwrap(), Some(2 * CHUNK + 10));
+        s.sync(&["d/f.d".into()]).unwrap();
+        assert_eq!(
+            keys(&b),
+            [
+                ("vol/d/f.d@0000000000000000".to_string(), CHUNK),
+                ("vol/d/f.d@0000000000000001".to_string(), CHUNK),
+                ("vol/d/f.d@0000000000000002".to_string(), 10),
+            ]
+        );
+        // A fresh store over the same bucket sees the same object.
+        let again =
+            S3Store::with_store(S3Url::parse("s3://bucket/vol").unwrap(), b.clone()).unwrap();
+        assert_eq!(again.len("d/f.d").unwrap(), Some(2 * CHUNK + 10));
+        assert_eq!(again.read_all("d/f.d").unwrap().unwrap(), big);
+        assert_eq!(again.list().unwrap(), ["d/f.d"]);
+        // A small write in the middle of a stored chunk is merged with its stored bytes.
+        again.write_at("d/f.d", CHUNK + 5, b"xyz").unwrap();
+        again.sync_all().unwrap();
+        let third =
+            S3Store::with_store(S3Url::parse("s3://bucket/vol").unwrap(), b.clone()).unwrap();
+        let mut want = big.clone();
+        want[(CHUNK + 5) as usize..(CHUNK + 8) as usize].copy_from_slice(b"xyz");
+        assert_eq!(third.read_all("d/f.d").unwrap().unwrap(), want);
+        // A truncation deletes the chunks past the end at the sync, and stores the new
+        // last chunk exactly.
+        third.set_len("d/f.d", 100).unwrap();
+        assert_eq!(third.read_all("d/f.d").unwrap().unwrap(), want[..100]);
+        third.set_len("d/f.d", CHUNK + 50).unwrap();
+        let mut grown = want[..100].to_vec();
+        grown.resize((CHUNK + 50) as usize, 0);
+        assert_eq!(
+            third.read_all("d/f.d").unwrap().unwrap(),
+            grown,
+            "stale bytes came back"
+        );
+        third.sync_all().unwrap();
+        // Chunk 0 keeps its 100 bytes (the rest of it reads as zeros).
+        assert_eq!(
+            keys(&b),
+            [
+                ("vol/d/f.d@0000000000000000".to_string(), 100),
+                ("vol/d/f.d@0000000000000001".to_string(), 50),
+            ]
+        );
+        let fourth =
+            S3Store::with_store(S3Url::parse("s3://bucket/vol").unwrap(), b.clone()).unwrap();
+        assert_eq!(fourth.read_all("d/f.d").unwrap().unwrap(), grown);
+        // An empty object is one empty chunk; deleting removes every chunk.
+        fourth.set_len("d/f.d", 0).unwrap();
+        fourth.sync_all().unwrap();
+        assert_eq!(keys(&b), [("vol/d/f.d@0000000000000000".to_string(), 0)]);
+        assert_eq!(fourth.len("d/f.d").unwrap(), Some(0));
+        fourth.delete("d/f.d").unwrap();
+        assert!(keys(&b).is_empty());
+        assert_eq!(fourth.len("d/f.d").unwrap(), None);
+    }
+
+    /// Names that S3 would encode, or that hold the chunk separator, are refused.
+    #[test]
+    fn names_the_keys_cannot_carry_are_refused() {
+        let (s, _) = mem();
+        for bad in ["a@b", "x#y", "sp ace%"] {
+            assert!(s.write_at(bad, 0, b"x").is_err(), "{bad}");
+        }
+        s.write_at("log.0000000000000001", 0, b"x").unwrap();
+    }
+
+    /// A sparse write far past the end stores only the chunk written and the holes read as
+    /// zeros; another prefix in the same bucket is another volume.
+    #[test]
+    fn holes_cost_nothing_and_prefixes_are_apart() {
+        let (s, b) = mem();
+        s.write_at("h", 5 * CHUNK + 1, b"end").unwrap();
+        s.sync_all().unwrap();
+        assert_eq!(keys(&b), [("vol/h@0000000000000005".to_string(), 4)]);
+        let mut buf = vec![1u8; 8];
+        assert_eq!(s.read_at("h", 3 * CHUNK, &mut buf).unwrap(), 8);
+        assert_eq!(buf, [0; 8]);
+        let other =
+            S3Store::with_store(S3Url::parse("s3://bucket/other").unwrap(), b.clone()).unwrap();
+        assert_eq!(other.list().unwrap(), Vec::<String>::new());
+        assert_eq!(other.len("h").unwrap(), None);
+    }
+
+    /// What the store does, against the in-memory store as the model: writes, truncations,
+    /// syncs, deletions and reopenings (after a sync, over the same bucket) in any order,
+    /// at offsets around the chunk boundaries.
+    mod model {
+        use super::*;
+        use crate::store::MemStore;
+        use proptest::prelude::*;
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Write(usize, u64, usize, u8),
+            SetLen(usize, u64),
+            Sync(usize),
+            SyncAll,
+            Delete(usize),
+            Reopen,
+            Read(usize, u64, usize),
+        }
+
+        const NAMES: [&str; 3] = ["a/x.d", "b", "log.0000000000000001"];
+
+        fn at() -> impl Strategy<Value = u64> {
+            prop_oneof![
+                0..64u64,
+                (CHUNK - 64)..(CHUNK + 64),
+                (2 * CHUNK - 8)..(2 * CHUNK + 8),
+                Just(3 * CHUNK + 1),
+            ]
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                4 => (0..3usize, at(), 0..200usize, any::<u8>()).prop_map(|(n, o, l, b)| Op::Write(n, o, l, b)),
+                2 => (0..3usize, at()).prop_map(|(n, l)| Op::SetLen(n, l)),
+                1 => (0..3usize).prop_map(Op::Sync),
+                1 => Just(Op::SyncAll),
+                1 => (0..3usize).prop_map(Op::Delete),
+                1 => Just(Op::Reopen),
+                3 => (0..3usize, at(), 0..300usize).prop_map(|(n, o, l)| Op::Read(n, o, l)),
+            ]
+        }
+
+        fn reads_as(s: &S3Store, m: &MemStore, name: &str) {
+            assert_eq!(s.len(name).unwrap(), m.len(name).unwrap(), "{name}");
+            if let Some(len) = m.len(name).unwrap() {
+                // Around the boundaries only (the objects may be megabytes long).
+                for from in [0, CHUNK - 70, CHUNK, 2 * CHUNK - 10, len.saturating_sub(40)] {
+                    let (mut x, mut y) = (vec![9u8; 140], vec![9u8; 140]);
+                    let n = s.read_at(name, from, &mut x).unwrap();
+                    assert_eq!(n, m.read_at(name, from, &mut y).unwrap(), "{name} @{from}");
+                    assert_eq!(x[..n], y[..n], "{name} @{from}");
+                }
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+            #[test]
+            fn behaves_as_the_memory_store(ops in proptest::collection::vec(op(), 1..40)) {
+                let backing = Arc::new(InMemory::new());
+                let url = S3Url::parse("s3://bucket/p").unwrap();
+                let mut s = S3Store::with_store(url.clone(), backing.clone()).unwrap();
+                let m = MemStore::new();
+                for op in ops {
+                    match op {
+                        Op::Write(n, off, len, b) => {
+                            let data: Vec<u8> = (0..len).map(|i| b.wrapping_add(i as u8)).collect();
+                            s.write_at(NAMES[n], off, &data).unwrap();
+                            m.write_at(NAMES[n], off, &data).unwrap();
+                        }
+                        Op::SetLen(n, l) => {
+                            s.set_len(NAMES[n], l).unwrap();
+                            m.set_len(NAMES[n], l).unwrap();
+                        }
+                        Op::Sync(n) => s.sync(&[NAMES[n].to_string()]).unwrap(),
+                        Op::SyncAll => s.sync_all().unwrap(),
+                        Op::Delete(n) => {
+                            s.delete(NAMES[n]).unwrap();
+                            m.delete(NAMES[n]).unwrap();
+                        }
+                        Op::Reopen => {
+                            s.sync_all().unwrap();
+                            prop_assert_eq!(lock(&s.state).dirty_bytes, 0);
+                            s = S3Store::with_store(url.clone(), backing.clone()).unwrap();
+                            for n in NAMES {
+                                reads_as(&s, &m, n);
+                            }
+                        }
+                        Op::Read(n, off, len) => {
+                            let (mut x, mut y) = (vec![7u8; len], vec![7u8; len]);
+                            let r = s.read_at(NAMES[n], off, &mut x).map_err(|e| e.to_string());
+                            let w = m.read_at(NAMES[n], off, &mut y).map_err(|e| e.to_string());
+                            prop_assert_eq!(r.is_ok(), w.is_ok());
+                            if let (Ok(a), Ok(b)) = (r, w) {
+                                prop_assert_eq!(a, b);
+                                prop_assert_eq!(&x[..a], &y[..b]);
+                            }
+                        }
+                    }
+                    let mut names = s.list().unwrap();
+                    names.sort();
+                    let mut want = m.list().unwrap();
+                    want.sort();
+                    prop_assert_eq!(names, want);
+                }
+                s.sync_all().unwrap();
+                let s = S3Store::with_store(url, backing).unwrap();
+                for n in NAMES {
+                    reads_as(&s, &m, n);
+                }
+            }
+        }
+    }
+
+    /// Threads writing, reading and syncing objects of their own at once: each reads its
+    /// own writes, and a reopened store holds everything synced.
+    #[test]
+    fn concurrent_writers_keep_their_objects() {
+        let (s, b) = mem();
+        let s = Arc::new(s);
+        let threads: Vec<_> = (0..4u8)
+            .map(|t| {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    let name = format!("t/{t}.d");
+                    for r in 0..20u64 {
+                        let off = r * (CHUNK / 3);
+                        let data = vec![t.wrapping_mul(31).wrapping_add(r as u8); 5000];
+                        s.write_at(&name, off, &data).unwrap();
+                        let mut back = vec![0u8; 5000];
+                        assert_eq!(s.read_at(&name, off, &mut back).unwrap(), 5000);
+                        assert_eq!(back, data);
+                        if r % 3 == 0 {
+                            s.sync(std::slice::from_ref(&name)).unwrap();
+                        }
+                    }
+                    s.sync(&[name]).unwrap();
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let again = S3Store::with_store(S3Url::parse("s3://bucket/vol").unwrap(), b).unwrap();
+        for t in 0..4u8 {
+            let name = format!("t/{t}.d");
+            assert_eq!(again.len(&name).unwrap(), Some(19 * (CHUNK / 3) + 5000));
+            for r in 0..20u64 {
+                let mut back = vec![0u8; 5000];
+                again.read_at(&name, r * (CHUNK / 3), &mut back).unwrap();
+                assert_eq!(back, vec![t.wrapping_mul(31).wrapping_add(r as u8); 5000]);
+            }
+        }
+    }
+
+    /// A new volume needs an empty prefix that no volume lies above.
+    #[test]
+    fn a_new_volume_needs_a_prefix_of_its_own() {
+        let backing = Arc::new(InMemory::new());
+        let open =
+            |u: &str| S3Store::with_store(S3Url::parse(u).unwrap(), backing.clone()).unwrap();
+        let outer = open("s3://bucket/a");
+        outer.check_new_prefix().unwrap();
+        outer.write_at("intact.conf", 0, b"{}").unwrap();
+        outer.sync_all().unwrap();
+        let e = outer.check_new_prefix().unwrap_err().to_string();
+        assert!(e.contains("not empty"), "{e}");
+        let e = open("s3://bucket/a/b/c")
+            .check_new_prefix()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("s3://bucket/a holds a volume"), "{e}");
+        open("s3://bucket/ab").check_new_prefix().unwrap();
+        // A volume at the bucket's root lies above every prefix.
+        let root = open("s3://bucket");
+        root.write_at("intact.conf", 0, b"{}").unwrap();
+        root.sync_all().unwrap();
+        let e = open("s3://bucket/z")
+            .check_new_prefix()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("holds a volume"), "{e}");
+    }
+
+    /// Writes made while a sync uploads stay dirty and go up at the next sync.
+    #[test]
+    fn what_changes_during_a_sync_stays_dirty() {
+        let (s, b) = mem();
+        s.write_at("a", 0, b"one").unwrap();
+        // Simulate a write between the snapshot and the upload's end: bump the version.
+        s.sync_all().unwrap();
+        s.write_at("a", 0, b"two").unwrap();
+        {
+            let st = lock(&s.state);
+            assert_eq!(st.objs["a"].dirty.len(), 1);
+        }
+        s.sync(&["other".into()]).unwrap();
+        assert_eq!(
+            lock(&s.state).objs["a"].dirty.len(),
+            1,
+            "synced by another name's sync"
+        );
+        s.sync(&["a".into()]).unwrap();
+        assert!(lock(&s.state).objs["a"].dirty.is_empty());
+        let again = S3Store::with_store(S3Url::parse("s3://bucket/vol").unwrap(), b).unwrap();
+        assert_eq!(again.read_all("a").unwrap().unwrap(), b"two");
+        assert_eq!(lock(&s.state).dirty_bytes, 0);
+    }
+}

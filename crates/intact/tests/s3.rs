@@ -1,0 +1,528 @@
+//! Volumes in an S3-compatible bucket (issue 9), against a real S3 server started by each
+//! test: Garage (a distributed object store; scripts/test.sh installs it with `cargo
+//! install garage`), one node on the loopback interface. The CLI and the mount work on
+//! `s3://BUCKET/PREFIX` as on a directory; tampering with or rolling back an object in
+//! the bucket is caught; a store that goes away is a clear error that loses nothing
+//! sealed; a store that never answers or refuses the key is reported at once.
+
+#[allow(dead_code)]
+mod common;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::vol::{Run, BIN, INTEGRITY, PW};
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::path::Path as Key;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A one-node Garage cluster in a temporary directory with a bucket and a key allowed on
+/// it; killed when dropped.
+struct Garage {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    s3: u16,
+    key_id: String,
+    secret: String,
+}
+
+const BUCKET: &str = "intact-test";
+
+impl Garage {
+    /// Starts Garage, or `None` (skipped) when it is not installed.
+    fn start() -> Option<Garage> {
+        if !common::need(&["garage"]) {
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (rpc, s3) = (free_port(), free_port());
+        let secret: String = (0..32)
+            .map(|_| format!("{:02x}", rand::random::<u8>()))
+            .collect();
+        let conf = format!(
+            "metadata_dir = \"{d}/meta\"\ndata_dir = \"{d}/data\"\ndb_engine = \"lmdb\"\n\
+             replication_factor = 1\nrpc_bind_addr = \"127.0.0.1:{rpc}\"\n\
+             rpc_public_addr = \"127.0.0.1:{rpc}\"\nrpc_secret = \"{secret}\"\n\
+             [s3_api]\ns3_region = \"garage\"\napi_bind_addr = \"127.0.0.1:{s3}\"\n\
+             root_domain = \".s3.garage.localhost\"\n",
+            d = dir.path().display()
+        );
+        std::fs::write(dir.path().join("garage.toml"), conf).unwrap();
+        let mut g = Garage {
+            child: None,
+            dir,
+            s3,
+            key_id: String::new(),
+            secret: String::new(),
+        };
+        g.run();
+        let id = g.cli(&["node", "id", "-q"]);
+        let id = id.trim().split('@').next().unwrap().to_string();
+        g.cli(&["layout", "assign", "-z", "dc1", "-c", "1G", &id]);
+        g.cli(&["layout", "apply", "--version", "1"]);
+        g.cli(&["bucket", "create", BUCKET]);
+        let key = g.cli(&["key", "create", "intact-test-key"]);
+        let field = |name: &str| {
+            key.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim().to_string())
+                .unwrap_or_else(|| panic!("no {name} in {key}"))
+        };
+        g.key_id = field("Key ID:");
+        g.secret = field("Secret key:");
+        g.cli(&[
+            "bucket",
+            "allow",
+            "--read",
+            "--write",
+            "--owner",
+            BUCKET,
+            "--key",
+            "intact-test-key",
+        ]);
+        // The layout takes a moment to reach the S3 front end: wait for a first PUT.
+        let until = Instant::now() + Duration::from_secs(30);
+        let store = g.client();
+        let rt = rt();
+        while rt
+            .block_on(store.put(&Key::from("probe"), PutPayload::from_static(b"x")))
+            .is_err()
+        {
+            assert!(Instant::now() < until, "garage takes no PUT after 30 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        rt.block_on(store.delete(&Key::from("probe"))).unwrap();
+        Some(g)
+    }
+
+    fn conf(&self) -> PathBuf {
+        self.dir.path().join("garage.toml")
+    }
+
+    /// Starts (or restarts, on the same data) the server and waits until it answers.
+    fn run(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("garage.log"))
+            .unwrap();
+        let child = Command::new("garage")
+            .arg("-c")
+            .arg(self.conf())
+            .arg("server")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start garage");
+        self.child = Some(child);
+        let until = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", self.s3)).is_err() {
+            assert!(Instant::now() < until, "garage does not listen after 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = Command::new("garage")
+                .arg("-c")
+                .arg(self.conf())
+                .arg("status")
+                .output()
+                .unwrap();
+            if out.status.success() {
+                return;
+            }
+            assert!(Instant::now() < until, "garage status fails after 30 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Runs `garage ARGS` against this server; its standard output.
+    fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("garage")
+            .arg("-c")
+            .arg(self.conf())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "garage {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.s3)
+    }
+
+    /// The volume URL of `prefix` in the test bucket.
+    fn url(&self, prefix: &str) -> String {
+        format!(
+            "s3://{BUCKET}/{prefix}?endpoint={}&region=garage",
+            self.endpoint()
+        )
+    }
+
+    /// A plain S3 client on the bucket: the adversary's hands.
+    fn client(&self) -> AmazonS3 {
+        AmazonS3Builder::new()
+            .with_bucket_name(BUCKET)
+            .with_endpoint(self.endpoint())
+            .with_region("garage")
+            .with_allow_http(true)
+            .with_access_key_id(&self.key_id)
+            .with_secret_access_key(&self.secret)
+            .build()
+            .unwrap()
+    }
+
+    /// `intact ARGS` on the volume at `url`, with this server's key in the environment.
+    fn intact(&self, state: &Path, url: &str, args: &[&str]) -> Run {
+        self.intact_env(state, url, args, &[])
+    }
+
+    fn intact_env(&self, state: &Path, url: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut c = Command::new(BIN);
+        c.env_remove("INTACT_ANCHOR")
+            .env_remove("AWS_PROFILE")
+            .env("HOME", self.dir.path())
+            .env("INTACT_PASSWORD", PW)
+            .env("INTACT_VOLUME", url)
+            .env("INTACT_STATE", state)
+            .env("AWS_ACCESS_KEY_ID", &self.key_id)
+            .env("AWS_SECRET_ACCESS_KEY", &self.secret);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let out = c
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run intact");
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+impl Drop for Garage {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The keys under `prefix` in the bucket, with their sizes.
+fn keys(s: &AmazonS3, prefix: &str) -> Vec<(String, u64)> {
+    use futures_util::TryStreamExt;
+    let mut v: Vec<(String, u64)> = rt()
+        .block_on(s.list(Some(&Key::from(prefix))).try_collect::<Vec<_>>())
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.location.to_string(), m.size))
+        .collect();
+    v.sort();
+    v
+}
+
+fn get(s: &AmazonS3, key: &str) -> Vec<u8> {
+    rt().block_on(async {
+        s.get(&Key::from(key))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap()
+            .to_vec()
+    })
+}
+
+fn put(s: &AmazonS3, key: &str, data: Vec<u8>) {
+    rt().block_on(s.put(&Key::from(key), PutPayload::from(data)))
+        .unwrap();
+}
+
+/// A temporary file holding `data`.
+fn src(dir: &Path, name: &str, data: &[u8]) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, data).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+/// Whether `intact fsck` passes and says so.
+fn fsck_clean(g: &Garage, state: &Path, url: &str) -> bool {
+    let r = g.intact(state, url, &["fsck"]).ok();
+    format!("{}{}", r.stdout, r.stderr).contains("no integrity failures")
+}
+
+fn init(g: &Garage, state: &Path, url: &str) {
+    g.intact(
+        state,
+        url,
+        &["init", url, "--kdf-memory", "1024", "--kdf-passes", "1"],
+    )
+    .ok();
+}
+
+/// Every CLI command on a volume in the bucket, the objects it keeps there (chunks of at
+/// most 1 MiB), and a second prefix of the same bucket as another volume.
+#[test]
+fn the_cli_works_on_a_volume_in_a_bucket() {
+    let Some(g) = Garage::start() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let url = g.url("home/vol");
+    init(&g, &state, &url);
+    let big = common::pattern(1, 3 << 20 | 123);
+    let f = src(tmp.path(), "big", &big);
+    g.intact(&state, &url, &["put", &f, "/big.bin"]).ok();
+    g.intact(&state, &url, &["mkdir", "/d"]).ok();
+    let s = src(tmp.path(), "small", b"hello, bucket");
+    g.intact(&state, &url, &["put", &s, "/d/small.txt"]).ok();
+    let out = tmp.path().join("out");
+    g.intact(&state, &url, &["get", "/big.bin", out.to_str().unwrap()])
+        .ok();
+    assert_eq!(std::fs::read(&out).unwrap(), big);
+    assert_eq!(
+        g.intact(&state, &url, &["cat", "/d/small.txt"]).ok().stdout,
+        "hello, bucket"
+    );
+    let ls = g.intact(&state, &url, &["ls", "-l", "/"]).ok().stdout;
+    assert!(
+        ls.contains("big.bin") && ls.contains(&(3usize << 20 | 123).to_string()),
+        "{ls}"
+    );
+    assert!(fsck_clean(&g, &state, &url));
+    // Everything lies under the prefix, as chunk objects of at most 1 MiB.
+    let client = g.client();
+    let all = keys(&client, "");
+    assert!(!all.is_empty());
+    for (k, size) in &all {
+        assert!(k.starts_with("home/vol/"), "{k} outside the prefix");
+        assert!(*size <= 1 << 20, "{k}: {size} bytes");
+        assert!(
+            k.rsplit_once('@').is_some_and(|(_, i)| i.len() == 16),
+            "{k}"
+        );
+    }
+    // The file's data is in the bucket encrypted: no 64-byte run of it appears.
+    let stored: Vec<u8> = all.iter().flat_map(|(k, _)| get(&client, k)).collect();
+    assert!(!stored.windows(64).any(|w| w == &big[4096..4160]));
+    // Another prefix is another volume.
+    let other = g.url("home/other");
+    let state2 = tmp.path().join("state2");
+    init(&g, &state2, &other);
+    let ls = g.intact(&state2, &other, &["ls", "/"]).ok().stdout;
+    assert!(!ls.contains("big.bin"), "{ls}");
+    // init refuses a prefix that holds a volume, or lies inside one.
+    let again = g.intact(&state, &url, &["init", &url, "--kdf-memory", "1024"]);
+    assert_ne!(again.code, 0);
+    assert!(again.stderr.contains("not empty"), "{}", again.stderr);
+    let inner = g.url("home/vol/inner");
+    let r = g.intact(&state, &inner, &["init", &inner, "--kdf-memory", "1024"]);
+    assert!(
+        r.stderr.contains("cannot lie inside another"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// A byte flipped in an object of the bucket is caught; so is the whole prefix put back
+/// as it was before a change (a rollback of the volume): reads fail with the integrity
+/// exit code, and work again once the bucket holds what was sealed.
+#[test]
+fn tampering_and_rollback_in_the_bucket_are_caught() {
+    let Some(g) = Garage::start() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let url = g.url("v");
+    init(&g, &state, &url);
+    let client = g.client();
+    let snapshot = |c: &AmazonS3| -> Vec<(String, Vec<u8>)> {
+        keys(c, "v")
+            .into_iter()
+            .map(|(k, _)| {
+                let b = get(c, &k);
+                (k, b)
+            })
+            .collect()
+    };
+    let f = src(tmp.path(), "a", &common::pattern(2, 20_000));
+    g.intact(&state, &url, &["put", &f, "/a"]).ok();
+    let old = snapshot(&client);
+    let new = common::pattern(3, 20_000);
+    let f = src(tmp.path(), "b", &new);
+    g.intact(&state, &url, &["put", &f, "/a"]).ok();
+    let o = tmp.path().join("o");
+    g.intact(&state, &url, &["get", "/a", o.to_str().unwrap()])
+        .ok();
+    assert_eq!(std::fs::read(&o).unwrap(), new);
+    let current = snapshot(&client);
+    let restore = |to: &[(String, Vec<u8>)]| {
+        for (k, _) in keys(&client, "v") {
+            if !to.iter().any(|(t, _)| *t == k) {
+                rt().block_on(client.delete(&Key::from(k.as_str())))
+                    .unwrap();
+            }
+        }
+        for (k, b) in to {
+            put(&client, k, b.clone());
+        }
+    };
+    // Rollback: every object of the volume as it was one seal ago.
+    restore(&old);
+    let r = g.intact(&state, &url, &["cat", "/a"]);
+    assert_eq!(r.code, INTEGRITY, "rollback not caught: {}", r.stderr);
+    restore(&current);
+    // A flipped byte in the file's data.
+    let data = current
+        .iter()
+        .find(|(k, _)| k.contains(".d@") && !old.iter().any(|(o, _)| o == k))
+        .expect("the new file's data chunk");
+    let mut bad = data.1.clone();
+    bad[100] ^= 1;
+    put(&client, &data.0, bad);
+    let r = g.intact(&state, &url, &["cat", "/a"]);
+    assert_eq!(r.code, INTEGRITY, "tampering not caught: {}", r.stderr);
+    assert_eq!(g.intact(&state, &url, &["fsck"]).code, INTEGRITY);
+    // Put right, it reads again.
+    restore(&current);
+    std::fs::remove_file(&o).unwrap();
+    g.intact(&state, &url, &["get", "/a", o.to_str().unwrap()])
+        .ok();
+    assert_eq!(std::fs::read(&o).unwrap(), new);
+    assert!(fsck_clean(&g, &state, &url));
+}
+
+/// The store goes away: a change fails with a clear I/O error, and once the store is back
+/// the volume reads as last sealed, with fsck clean. A store that never answers and a key
+/// the store refuses are reported at once, naming the URL.
+#[test]
+fn a_store_that_goes_away_loses_nothing_sealed() {
+    let Some(mut g) = Garage::start() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let url = g.url("v");
+    init(&g, &state, &url);
+    let f = src(tmp.path(), "a", b"sealed before the outage");
+    g.intact(&state, &url, &["put", &f, "/a"]).ok();
+    g.stop();
+    let f = src(tmp.path(), "b", &common::pattern(4, 100_000));
+    let t = Instant::now();
+    let r = g.intact(&state, &url, &["put", &f, "/b"]);
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr.contains("s3://intact-test/v") && r.stderr.contains("does not answer"),
+        "{}",
+        r.stderr
+    );
+    assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
+    g.run();
+    assert_eq!(
+        g.intact(&state, &url, &["cat", "/a"]).ok().stdout,
+        "sealed before the outage"
+    );
+    assert!(!g
+        .intact(&state, &url, &["ls", "/"])
+        .ok()
+        .stdout
+        .contains('b'));
+    assert!(fsck_clean(&g, &state, &url));
+    // The volume goes on.
+    g.intact(&state, &url, &["put", &f, "/b"]).ok();
+    let o = tmp.path().join("o");
+    g.intact(&state, &url, &["get", "/b", o.to_str().unwrap()])
+        .ok();
+    assert_eq!(std::fs::read(&o).unwrap(), common::pattern(4, 100_000));
+    // A refused key: reported at once, not retried.
+    let r = g.intact_env(
+        &state,
+        &url,
+        &["ls", "/"],
+        &[("AWS_SECRET_ACCESS_KEY", "wrong")],
+    );
+    assert_ne!(r.code, 0);
+    assert!(r.stderr.contains("s3://intact-test/v"), "{}", r.stderr);
+    // A bucket that does not exist.
+    let nob = url.replace(BUCKET, "no-such-bucket");
+    let r = g.intact(&state, &nob, &["ls", "/"]);
+    assert_ne!(r.code, 0);
+    assert!(r.stderr.contains("s3://no-such-bucket/v"), "{}", r.stderr);
+}
+
+/// The mount works on a volume in the bucket: files written through it, synced and
+/// unmounted, read back with the CLI.
+#[test]
+fn a_mount_of_a_volume_in_a_bucket() {
+    let Some(g) = Garage::start() else { return };
+    if !common::need(&["fusermount3"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let url = g.url("m");
+    init(&g, &state, &url);
+    let mnt = tmp.path().join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mut child = Command::new(BIN)
+        .env_remove("INTACT_ANCHOR")
+        .env("HOME", g.dir.path())
+        .env("INTACT_PASSWORD", PW)
+        .env("INTACT_STATE", &state)
+        .env("AWS_ACCESS_KEY_ID", &g.key_id)
+        .env("AWS_SECRET_ACCESS_KEY", &g.secret)
+        .args(["mount", &url])
+        .arg(&mnt)
+        .args(["-f", "--commit-interval", "0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    while !common::is_mounted(&mnt) {
+        assert!(child.try_wait().unwrap().is_none(), "the mount exited");
+        assert!(Instant::now() < until, "not mounted after 30 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let data = common::pattern(5, (2 << 20) + 7);
+    std::fs::create_dir(mnt.join("dir")).unwrap();
+    std::fs::write(mnt.join("dir/f"), &data).unwrap();
+    let f = std::fs::File::open(mnt.join("dir/f")).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    assert_eq!(std::fs::read(mnt.join("dir/f")).unwrap(), data);
+    let (clean, status) = common::unmount_or_kill(&mnt, &mut child, 200);
+    assert!(clean && status.success(), "{status}");
+    let out = tmp.path().join("out");
+    g.intact(&state, &url, &["get", "/dir/f", out.to_str().unwrap()])
+        .ok();
+    assert_eq!(std::fs::read(&out).unwrap(), data);
+    assert!(fsck_clean(&g, &state, &url));
+}
