@@ -16,6 +16,10 @@
 //!   ([`CONCURRENCY`]); a chunk only partly written is first read back from the store and
 //!   merged. One request per chunk, never one per block: a checkpoint that changes 256
 //!   blocks of a file sends one PUT. Reads see unsynced writes.
+//! - **Reads fetch whole chunks** and keep the last [`CACHED_CHUNKS`] of them: a run of
+//!   block reads costs one GET per chunk, and a read that goes on from the chunk before
+//!   fetches the next [`READ_AHEAD`] at once. An upload, a deletion or a truncation forgets
+//!   what it changes, and a GET that overlapped a forgetting is not kept.
 //! - **Truncation** marks the chunks past the new end stale: they read as zeros, and the
 //!   next sync deletes them after it has stored the new last chunk.
 //! - **Memory** held by unsynced writes is bounded ([`MAX_DIRTY`]): past it a write first
@@ -48,6 +52,10 @@ pub const CONCURRENCY: usize = 32;
 pub const MAX_DIRTY: usize = 256 << 20;
 /// Chunks at least this large go up as multipart uploads.
 pub const MULTIPART_MIN: usize = 16 << 20;
+/// Chunks fetched ahead of a read that goes on from the chunk before.
+pub const READ_AHEAD: u64 = 4;
+/// Whole chunks kept for reads (32 MiB).
+pub const CACHED_CHUNKS: usize = 32;
 /// How long opening the store waits for its first answer.
 const PROBE_WAIT: Duration = Duration::from_secs(15);
 /// Lengths of objects with nothing unsynced kept in memory (a bound on what the store
@@ -360,6 +368,53 @@ pub struct S3Store {
     state: Mutex<State>,
     /// One sync (or deletion) talks to the store at a time; each sends many requests.
     io: Mutex<()>,
+    cache: Mutex<ReadCache>,
+}
+
+/// Whole chunks read lately, [`CACHED_CHUNKS`] at most, oldest out first: a run of block
+/// reads costs one request per chunk, not one per block. What is cached is the store's
+/// untrusted bytes (the engine authenticates what it reads), kept only while they are what
+/// the store holds: an upload, a deletion or a truncation forgets the chunks it changes.
+#[derive(Default)]
+struct ReadCache {
+    chunks: HashMap<(String, u64), Bytes>,
+    order: std::collections::VecDeque<(String, u64)>,
+    /// Bumped by every forgetting: a read that began before one does not keep what it got.
+    epoch: u64,
+}
+
+impl ReadCache {
+    fn insert(&mut self, name: &str, idx: u64, b: Bytes, epoch_then: u64) {
+        if self.epoch != epoch_then {
+            return;
+        }
+        let k = (name.to_string(), idx);
+        if self.chunks.insert(k.clone(), b).is_none() {
+            self.order.push_back(k);
+        }
+        while self.order.len() > CACHED_CHUNKS {
+            if let Some(old) = self.order.pop_front() {
+                self.chunks.remove(&old);
+            }
+        }
+    }
+
+    /// Forgets the chunks of `name` from index `from` on.
+    fn forget(&mut self, name: &str, from: u64) {
+        self.epoch += 1;
+        let gone = |k: &(String, u64)| k.0 == name && k.1 >= from;
+        self.chunks.retain(|k, _| !gone(k));
+        self.order.retain(|k| !gone(k));
+    }
+
+    /// Forgets chunk `idx` of `name`.
+    fn forget_one(&mut self, name: &str, idx: u64) {
+        self.epoch += 1;
+        let k = (name.to_string(), idx);
+        if self.chunks.remove(&k).is_some() {
+            self.order.retain(|o| *o != k);
+        }
+    }
 }
 
 /// A failed request as the engine's I/O error, naming the URL and the object.
@@ -444,6 +499,7 @@ impl S3Store {
             rt,
             state: Mutex::new(State::default()),
             io: Mutex::new(()),
+            cache: Mutex::new(ReadCache::default()),
         };
         // One request, so that a wrong endpoint, bucket or key fails here, and within
         // PROBE_WAIT (retries go on for longer once the store has answered).
@@ -638,31 +694,78 @@ impl S3Store {
     }
 
     /// Stored bytes `from..from + buf.len()` of chunk `idx` into `buf` (zeros where the
-    /// chunk is missing or short); returns nothing else.
+    /// chunk is missing or short): the whole chunk is read, and kept ([`ReadCache`]).
     fn read_stored(&self, name: &str, idx: u64, from: usize, buf: &mut [u8]) -> Result<()> {
         buf.fill(0);
         if buf.is_empty() {
             return Ok(());
         }
-        let key = self.key(name, idx);
-        let range = from as u64..(from + buf.len()) as u64;
-        let got = self.rt.block_on(self.store.get_range(&key, range.clone()));
-        let bytes = match got {
-            Ok(b) => b,
-            Err(object_store::Error::NotFound { .. }) => return Ok(()),
-            // A range past a short chunk's end: the whole chunk, cut here.
-            Err(_) => match self
-                .rt
-                .block_on(async { self.store.get(&key).await?.bytes().await })
-            {
-                Ok(b) => b.slice((from).min(b.len())..),
-                Err(object_store::Error::NotFound { .. }) => return Ok(()),
-                Err(e) => return Err(s3_err(&self.url, &format!("reading {name}"), e)),
-            },
+        let (hit, epoch) = {
+            let c = lock(&self.cache);
+            (c.chunks.get(&(name.to_string(), idx)).cloned(), c.epoch)
         };
-        let n = bytes.len().min(buf.len());
-        buf[..n].copy_from_slice(&bytes[..n]);
+        let bytes = match hit {
+            Some(b) => b,
+            None => {
+                // A read that goes on from the chunk before fetches the next ones too, at once.
+                let mut want = vec![idx];
+                if idx > 0
+                    && lock(&self.cache)
+                        .chunks
+                        .contains_key(&(name.to_string(), idx - 1))
+                {
+                    want.extend(self.read_ahead(name, idx));
+                }
+                let got: Vec<object_store::Result<Bytes>> =
+                    self.rt
+                        .block_on(futures_util::future::join_all(want.iter().map(|&i| {
+                            let key = self.key(name, i);
+                            async move {
+                                match self.store.get(&key).await {
+                                    Ok(r) => r.bytes().await,
+                                    Err(object_store::Error::NotFound { .. }) => Ok(Bytes::new()),
+                                    Err(e) => Err(e),
+                                }
+                            }
+                        })));
+                let mut first = None;
+                let mut cache = lock(&self.cache);
+                for (i, r) in want.iter().zip(got) {
+                    match r {
+                        Ok(b) => {
+                            cache.insert(name, *i, b.clone(), epoch);
+                            if *i == idx {
+                                first = Some(b);
+                            }
+                        }
+                        Err(e) if *i == idx => {
+                            return Err(s3_err(&self.url, &format!("reading {name}"), e))
+                        }
+                        Err(_) => {} // read ahead only
+                    }
+                }
+                first.expect("fetched")
+            }
+        };
+        if from < bytes.len() {
+            let n = (bytes.len() - from).min(buf.len());
+            buf[..n].copy_from_slice(&bytes[from..from + n]);
+        }
         Ok(())
+    }
+
+    /// The chunks after `idx` of `name` worth reading ahead: up to [`READ_AHEAD`] of them,
+    /// within the object, stored as they are (not dirty, not stale), not cached.
+    fn read_ahead(&self, name: &str, idx: u64) -> Vec<u64> {
+        let st = lock(&self.state);
+        let Some(o) = st.objs.get(name) else {
+            return Vec::new();
+        };
+        let cache = lock(&self.cache);
+        (idx + 1..=idx + READ_AHEAD)
+            .filter(|&j| j <= Obj::last_chunk(o.len) && !o.dirty.contains_key(&j) && !o.stale(j))
+            .filter(|&j| !cache.chunks.contains_key(&(name.to_string(), j)))
+            .collect()
     }
 
     /// Uploads what is dirty in `names` (every object when `None`), then deletes stale
@@ -742,7 +845,14 @@ impl S3Store {
         if let Some(e) = failed {
             return Err(s3_err(&self.url, "storing", e));
         }
-        // The uploaded chunks are clean unless written again since.
+        // The uploaded chunks are clean unless written again since; what was read of them
+        // before is not what the store holds now.
+        {
+            let mut cache = lock(&self.cache);
+            for (name, idx, _, _) in &jobs {
+                cache.forget_one(name, *idx);
+            }
+        }
         {
             let mut st = lock(&self.state);
             let State { objs, dirty_bytes } = &mut *st;
@@ -772,6 +882,7 @@ impl S3Store {
                 .filter(|i| *i >= from && !uploaded.contains(i) && !keep.contains(i))
                 .collect();
             self.delete_chunks(&name, &doomed)?;
+            lock(&self.cache).forget(&name, from);
             let mut st = lock(&self.state);
             if let Some(o) = st.objs.get_mut(&name) {
                 if o.cuts == cuts_then {
@@ -940,7 +1051,9 @@ impl UntrustedStore for S3Store {
             }
         }
         let idxs: Vec<u64> = self.stored_chunks(name)?.into_iter().map(|c| c.0).collect();
-        self.delete_chunks(name, &idxs)
+        let r = self.delete_chunks(name, &idxs);
+        lock(&self.cache).forget(name, 0);
+        r
     }
 
     fn sync(&self, names: &[String]) -> Result<()> {
@@ -1016,6 +1129,7 @@ impl UntrustedStore for S3Store {
         self.rt
             .block_on(self.put(&self.key(name, 0), data.to_vec()))
             .map_err(|e| s3_err(&self.url, &format!("storing {name}"), e))?;
+        lock(&self.cache).forget(name, 0);
         {
             let mut st = lock(&self.state);
             if let Some(o) = st.objs.remove(name) {
@@ -1353,6 +1467,112 @@ mod tests {
                 assert_eq!(back, vec![t.wrapping_mul(31).wrapping_add(r as u8); 5000]);
             }
         }
+    }
+
+    /// A run of reads over a chunk is one GET of the chunk (the bucket changed behind the
+    /// store's back shows only once the chunk left the cache); an upload forgets the chunk,
+    /// so the next read sees the new bytes; at most CACHED_CHUNKS are kept.
+    #[test]
+    fn reads_fetch_whole_chunks_and_forget_what_changes() {
+        let (s, b) = mem();
+        s.write_at("f", 0, &vec![1u8; (CHUNK + 10) as usize])
+            .unwrap();
+        s.sync_all().unwrap();
+        let mut buf = [0u8; 4096];
+        s.read_at("f", 0, &mut buf).unwrap();
+        assert_eq!(lock(&s.cache).chunks.len(), 1);
+        // Behind the store's back: the cached chunk still answers.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let key = s.key("f", 0);
+        rt.block_on(b.put(&key, PutPayload::from(vec![2u8; CHUNK as usize])))
+            .unwrap();
+        for i in 1..256u64 {
+            s.read_at("f", i * 4096, &mut buf).unwrap();
+            assert_eq!(buf, [1u8; 4096], "block {i} not from the cache");
+        }
+        // A write and its sync forget the chunk: what the store holds now is read.
+        s.write_at("f", 0, b"new").unwrap();
+        s.sync_all().unwrap();
+        assert!(lock(&s.cache).chunks.is_empty());
+        s.read_at("f", 0, &mut buf).unwrap();
+        assert_eq!(&buf[..5], b"new\x02\x02");
+        // A truncation's deletions and a deletion forget too.
+        s.read_at("f", CHUNK, &mut buf[..10]).unwrap();
+        assert_eq!(lock(&s.cache).chunks.len(), 2);
+        s.set_len("f", 5).unwrap();
+        s.sync_all().unwrap();
+        assert!(lock(&s.cache).chunks.keys().all(|k| k.1 == 0));
+        s.delete("f").unwrap();
+        assert!(lock(&s.cache).chunks.is_empty());
+        // Bounded.
+        for i in 0..(CACHED_CHUNKS as u64 + 5) {
+            s.write_at("g", i * CHUNK, b"x").unwrap();
+        }
+        s.sync_all().unwrap();
+        for i in 0..(CACHED_CHUNKS as u64 + 5) {
+            s.read_at("g", i * CHUNK, &mut buf[..1]).unwrap();
+            assert_eq!(buf[0], b'x');
+        }
+        let c = lock(&s.cache);
+        assert_eq!(
+            (c.chunks.len(), c.order.len()),
+            (CACHED_CHUNKS, CACHED_CHUNKS)
+        );
+        assert!(
+            !c.chunks.contains_key(&("g".to_string(), 0)),
+            "the oldest stays"
+        );
+    }
+
+    /// A read that goes on from the chunk before fetches the next chunks too, but never a
+    /// dirty or stale one or one past the end.
+    #[test]
+    fn sequential_reads_fetch_ahead() {
+        let (s, _) = mem();
+        s.write_at("f", 0, &vec![3u8; (8 * CHUNK) as usize])
+            .unwrap();
+        s.sync_all().unwrap();
+        s.write_at("f", 3 * CHUNK, b"dirty").unwrap();
+        let mut buf = [0u8; 16];
+        s.read_at("f", 0, &mut buf).unwrap();
+        assert_eq!(
+            lock(&s.cache).chunks.len(),
+            1,
+            "no read ahead on a first read"
+        );
+        s.read_at("f", CHUNK, &mut buf).unwrap();
+        let cached = |s: &S3Store| {
+            let mut v: Vec<u64> = lock(&s.cache).chunks.keys().map(|k| k.1).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(cached(&s), [0, 1, 2, 4, 5], "chunk 3 is dirty");
+        // Chunk 6 becomes the (dirty) last one, 7 is past the end.
+        s.set_len("f", 6 * CHUNK + 1).unwrap();
+        assert_eq!(s.read_ahead("f", 5), Vec::<u64>::new());
+        s.sync_all().unwrap();
+        assert_eq!(s.read_ahead("f", 5), [6], "stored and clean now");
+        assert_eq!(s.read_ahead("f", 6), Vec::<u64>::new());
+        assert_eq!(s.read_ahead("missing", 0), Vec::<u64>::new());
+    }
+
+    /// A read that began before a forgetting does not keep what it got.
+    #[test]
+    fn a_read_overlapping_a_forgetting_is_not_kept() {
+        let mut c = ReadCache::default();
+        let e = c.epoch;
+        c.forget_one("f", 3);
+        c.insert("f", 3, Bytes::from_static(b"old"), e);
+        assert!(c.chunks.is_empty() && c.order.is_empty());
+        c.insert("f", 3, Bytes::from_static(b"new"), c.epoch);
+        c.insert("f", 3, Bytes::from_static(b"newer"), c.epoch);
+        assert_eq!(c.order.len(), 1);
+        assert_eq!(
+            c.chunks[&("f".to_string(), 3)],
+            Bytes::from_static(b"newer")
+        );
     }
 
     /// A new volume needs an empty prefix that no volume lies above.
