@@ -25,12 +25,13 @@
 //! - **Memory** held by unsynced writes is bounded ([`MAX_DIRTY`]): past it a write first
 //!   uploads what is dirty, as a local file system writes back its page cache.
 //!
-//! Requests go through `object_store`'s S3 client: request signing, retries with
-//! exponential backoff on throttling (503 SlowDown, 429) and server errors, and
-//! multipart uploads past [`MULTIPART_MIN`] (chunks are smaller by default, so each is a
-//! single PUT). A store that cannot be reached is an I/O error naming the URL; nothing the
-//! engine sealed is lost by it, because the anchor is stored only after the sync that
-//! makes the sealed objects durable has returned.
+//! Requests go through `object_store`'s S3 client: request signing, and retries with
+//! exponential backoff on throttling (503 SlowDown, 429) and server errors. No object is
+//! larger than a chunk, so each upload is one PUT: a large file is many chunks sent at
+//! once, which is what a multipart upload would do for one large object. A store that
+//! cannot be reached is an I/O error naming the URL; nothing the engine sealed is lost by
+//! it, because the anchor is stored only after the sync that makes the sealed objects
+//! durable has returned.
 
 use crate::error::{Error, Result};
 use crate::store::{check_name, UntrustedStore};
@@ -50,8 +51,6 @@ pub const CHUNK: u64 = 1 << 20;
 pub const CONCURRENCY: usize = 32;
 /// Unsynced bytes held in memory before a write uploads them.
 pub const MAX_DIRTY: usize = 256 << 20;
-/// Chunks at least this large go up as multipart uploads.
-pub const MULTIPART_MIN: usize = 16 << 20;
 /// Chunks fetched ahead of a read that goes on from the chunk before.
 pub const READ_AHEAD: u64 = 4;
 /// Whole chunks kept for reads (32 MiB).
@@ -893,13 +892,9 @@ impl S3Store {
         Ok(())
     }
 
+    /// One PUT: a chunk is at most [`CHUNK`] bytes, far below the size past which S3
+    /// wants a multipart upload (5 GiB at most in one PUT; multipart pays from tens of MiB).
     async fn put(&self, key: &OsPath, buf: Vec<u8>) -> object_store::Result<()> {
-        if buf.len() >= MULTIPART_MIN {
-            let upload = self.store.put_multipart(key).await?;
-            let mut w = object_store::WriteMultipart::new(upload);
-            w.write(&buf);
-            return w.finish().await.map(|_| ());
-        }
         self.store
             .put(key, PutPayload::from(Bytes::from(buf)))
             .await
@@ -1178,6 +1173,10 @@ mod tests {
 
     #[test]
     fn urls_parse_with_their_settings_and_bad_ones_are_refused() {
+        assert_eq!(
+            S3Url::parse("s3://my.bucket-2/x").unwrap().bucket,
+            "my.bucket-2"
+        );
         let u = S3Url::parse("s3://my-bucket/a/b/?endpoint=http://127.0.0.1:3900&region=garage")
             .unwrap();
         assert_eq!(u.bucket, "my-bucket");
