@@ -213,6 +213,13 @@ fn key_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/')
 }
 
+/// A chunk to upload: the object's name, the chunk's index, the chunk as it was taken,
+/// and the object's length then.
+type Job = (String, u64, Chunk, u64);
+/// A truncation's stale chunks to delete: the object, the first stale index, and its
+/// count of truncations then.
+type Cut = (String, u64, u64);
+
 /// One chunk's unsynced state.
 #[derive(Debug, Clone, Default)]
 struct Chunk {
@@ -771,9 +778,20 @@ impl S3Store {
     /// chunks; what changed meanwhile stays dirty.
     fn flush(&self, names: Option<&[String]>) -> Result<()> {
         let _io = lock(&self.io);
-        // What to upload: (name, index, chunk as now, the object's length).
-        let mut jobs: Vec<(String, u64, Chunk, u64)> = Vec::new();
-        let mut cuts: Vec<(String, u64, u64)> = Vec::new();
+        let (jobs, cuts) = self.take_jobs(names);
+        if jobs.is_empty() && cuts.is_empty() {
+            return Ok(());
+        }
+        self.upload(&jobs)?;
+        self.uploaded(&jobs);
+        self.drop_stale(&jobs, cuts)
+    }
+
+    /// What a sync of `names` (every object when `None`) uploads, as it is now, and the
+    /// truncations whose stale chunks it deletes.
+    fn take_jobs(&self, names: Option<&[String]>) -> (Vec<Job>, Vec<Cut>) {
+        let mut jobs: Vec<Job> = Vec::new();
+        let mut cuts: Vec<Cut> = Vec::new();
         {
             let st = lock(&self.state);
             let mut take = |name: &String, o: &Obj| {
@@ -799,9 +817,11 @@ impl S3Store {
                 }
             }
         }
-        if jobs.is_empty() && cuts.is_empty() {
-            return Ok(());
-        }
+        (jobs, cuts)
+    }
+
+    /// Stores each job's chunk (many at once).
+    fn upload(&self, jobs: &[Job]) -> Result<()> {
         let uploads =
             futures_util::stream::iter(jobs.iter().map(|(name, idx, c, len)| async move {
                 // The last chunk holds exactly the object's bytes in it; one before it may be
@@ -844,18 +864,22 @@ impl S3Store {
         if let Some(e) = failed {
             return Err(s3_err(&self.url, "storing", e));
         }
-        // The uploaded chunks are clean unless written again since; what was read of them
-        // before is not what the store holds now.
+        Ok(())
+    }
+
+    /// The jobs' chunks are stored: clean unless written again since they were taken;
+    /// what was read of them before is not what the store holds now.
+    fn uploaded(&self, jobs: &[Job]) {
         {
             let mut cache = lock(&self.cache);
-            for (name, idx, _, _) in &jobs {
+            for (name, idx, _, _) in jobs {
                 cache.forget_one(name, *idx);
             }
         }
         {
             let mut st = lock(&self.state);
             let State { objs, dirty_bytes } = &mut *st;
-            for (name, idx, c, _) in &jobs {
+            for (name, idx, c, _) in jobs {
                 if let Some(o) = objs.get_mut(name) {
                     if o.dirty.get(idx).is_some_and(|now| now.version == c.version) {
                         let gone = o.dirty.remove(idx).expect("looked at");
@@ -864,7 +888,10 @@ impl S3Store {
                 }
             }
         }
-        // Stale chunks go once the new last chunk is stored.
+    }
+
+    /// Deletes the chunks truncations left stale, once the new last chunks are stored.
+    fn drop_stale(&self, jobs: &[Job], cuts: Vec<Cut>) -> Result<()> {
         for (name, from, cuts_then) in cuts {
             let keep: Vec<u64> = {
                 let st = lock(&self.state);
@@ -1601,6 +1628,72 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("holds a volume"), "{e}");
+    }
+
+    /// A chunk's written ranges are merged, cover what they cover, and a cut forgets what
+    /// lies past it; every change counts a new version.
+    #[test]
+    fn a_chunk_keeps_its_written_ranges_merged() {
+        let mut c = Chunk::fresh(100);
+        c.write(10, &[1; 10]);
+        c.write(30, &[2; 10]);
+        assert_eq!(c.mask, [(10, 20), (30, 40)]);
+        c.write(20, &[3; 10]); // touching both: one range
+        assert_eq!(c.mask, [(10, 40)]);
+        c.write(5, &[4; 3]); // apart, before
+        assert_eq!(c.mask, [(5, 8), (10, 40)]);
+        assert!(!c.covers(40));
+        c.write(0, &[5; 12]); // overlapping the first two
+        assert_eq!(c.mask, [(0, 40)]);
+        assert!(c.covers(40) && c.covers(39) && !c.covers(41));
+        assert!(Chunk::fresh(0).covers(0) && !Chunk::fresh(0).covers(1));
+        assert_eq!(c.data.len(), 40);
+        assert_eq!(c.version, 5);
+        let mut buf = [9u8; 8];
+        c.overlay(36, &mut buf);
+        assert_eq!(buf, [2, 2, 2, 2, 9, 9, 9, 9]);
+        c.cut(30);
+        assert_eq!(
+            (c.mask.as_slice(), c.data.len(), c.base),
+            (&[(0, 30)][..], 30, 30)
+        );
+        c.cut(0);
+        assert!(c.mask.is_empty() && c.data.is_empty() && c.base == 0);
+        assert_eq!(c.version, 7);
+        // A cut at the start of a range leaves no empty range behind.
+        let mut d = Chunk::fresh(0);
+        d.write(4, &[1; 4]);
+        d.cut(4);
+        assert!(d.mask.is_empty(), "{:?}", d.mask);
+    }
+
+    /// A write or a truncation that lands while a sync uploads (after the sync took the
+    /// chunks, before it marks them clean) stays dirty, and the next sync stores it.
+    #[test]
+    fn a_change_during_an_upload_is_not_marked_clean() {
+        let (s, b) = mem();
+        s.write_at("a", 0, b"one").unwrap();
+        s.sync_all().unwrap();
+        s.write_at("a", 0, b"two").unwrap();
+        let (jobs, _) = s.take_jobs(None);
+        s.write_at("a", 1, b"X").unwrap(); // during the upload
+        s.upload(&jobs).unwrap();
+        s.uploaded(&jobs);
+        assert_eq!(lock(&s.state).objs["a"].dirty.len(), 1, "marked clean");
+        s.sync_all().unwrap();
+        let again =
+            S3Store::with_store(S3Url::parse("s3://bucket/vol").unwrap(), b.clone()).unwrap();
+        assert_eq!(again.read_all("a").unwrap().unwrap(), b"tXo");
+        // The same with a truncation in between.
+        s.write_at("a", 0, b"four").unwrap();
+        let (jobs, _) = s.take_jobs(None);
+        s.set_len("a", 2).unwrap();
+        s.upload(&jobs).unwrap();
+        s.uploaded(&jobs);
+        assert_eq!(s.len("a").unwrap(), Some(2));
+        s.sync_all().unwrap();
+        let again = S3Store::with_store(S3Url::parse("s3://bucket/vol").unwrap(), b).unwrap();
+        assert_eq!(again.read_all("a").unwrap().unwrap(), b"fo");
     }
 
     /// Writes made while a sync uploads stay dirty and go up at the next sync.
