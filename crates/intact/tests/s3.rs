@@ -187,6 +187,31 @@ impl Garage {
         )
     }
 
+    /// A foreground mount of the volume at `url` on `mnt`, once it is mounted.
+    fn mount(&self, state: &Path, url: &str, mnt: &Path) -> Child {
+        let mut child = Command::new(BIN)
+            .env_remove("INTACT_ANCHOR")
+            .env("HOME", self.dir.path())
+            .env("INTACT_PASSWORD", PW)
+            .env("INTACT_STATE", state)
+            .env("AWS_ACCESS_KEY_ID", &self.key_id)
+            .env("AWS_SECRET_ACCESS_KEY", &self.secret)
+            .args(["mount", url])
+            .arg(mnt)
+            .args(["-f", "--commit-interval", "0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let until = Instant::now() + Duration::from_secs(30);
+        while !common::is_mounted(mnt) {
+            assert!(child.try_wait().unwrap().is_none(), "the mount exited");
+            assert!(Instant::now() < until, "not mounted after 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child
+    }
+
     /// A plain S3 client on the bucket: the adversary's hands.
     fn client(&self) -> AmazonS3 {
         AmazonS3Builder::new()
@@ -496,26 +521,7 @@ fn a_mount_of_a_volume_in_a_bucket() {
     init(&g, &state, &url);
     let mnt = tmp.path().join("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
-    let mut child = Command::new(BIN)
-        .env_remove("INTACT_ANCHOR")
-        .env("HOME", g.dir.path())
-        .env("INTACT_PASSWORD", PW)
-        .env("INTACT_STATE", &state)
-        .env("AWS_ACCESS_KEY_ID", &g.key_id)
-        .env("AWS_SECRET_ACCESS_KEY", &g.secret)
-        .args(["mount", &url])
-        .arg(&mnt)
-        .args(["-f", "--commit-interval", "0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let until = Instant::now() + Duration::from_secs(30);
-    while !common::is_mounted(&mnt) {
-        assert!(child.try_wait().unwrap().is_none(), "the mount exited");
-        assert!(Instant::now() < until, "not mounted after 30 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut child = g.mount(&state, &url, &mnt);
     let data = common::pattern(5, (2 << 20) + 7);
     std::fs::create_dir(mnt.join("dir")).unwrap();
     std::fs::write(mnt.join("dir/f"), &data).unwrap();
@@ -678,26 +684,7 @@ fn a_mount_of_a_bucket_killed_mid_write_keeps_what_was_fsynced() {
         .ok();
         let mnt = tmp.path().join("mnt");
         std::fs::create_dir_all(&mnt).unwrap();
-        let mut child = Command::new(BIN)
-            .env_remove("INTACT_ANCHOR")
-            .env("HOME", g.dir.path())
-            .env("INTACT_PASSWORD", PW)
-            .env("INTACT_STATE", &state)
-            .env("AWS_ACCESS_KEY_ID", &g.key_id)
-            .env("AWS_SECRET_ACCESS_KEY", &g.secret)
-            .args(["mount", &url])
-            .arg(&mnt)
-            .args(["-f", "--commit-interval", "0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let until = Instant::now() + Duration::from_secs(30);
-        while !common::is_mounted(&mnt) {
-            assert!(child.try_wait().unwrap().is_none(), "the mount exited");
-            assert!(Instant::now() < until, "not mounted after 30 s");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let mut child = g.mount(&state, &url, &mnt);
         // Fsynced: three files, one overwritten in part after its first fsync.
         let mut kept = Vec::new();
         for i in 0..3u64 {

@@ -490,12 +490,7 @@ impl UntrustedStore for LocalDirStore {
     }
 
     fn list(&self) -> Result<Vec<String>> {
-        let mut out = Vec::new();
-        self.list_each(&mut |n| {
-            out.push(n.to_string());
-            Ok(())
-        })?;
-        Ok(out)
+        super::names_of(self)
     }
 
     fn list_each(&self, f: &mut dyn FnMut(&str) -> Result<()>) -> Result<()> {

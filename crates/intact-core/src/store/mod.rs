@@ -176,6 +176,17 @@ impl<T: UntrustedStore + ?Sized> UntrustedStore for std::sync::Arc<T> {
     }
 }
 
+/// Every name [`UntrustedStore::list_each`] gives, collected: `list` for the stores that
+/// stream their listing.
+pub(crate) fn names_of(s: &dyn UntrustedStore) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    s.list_each(&mut |n| {
+        out.push(n.to_string());
+        Ok(())
+    })?;
+    Ok(out)
+}
+
 /// Rejects names that could escape a store's root.
 pub fn check_name(name: &str) -> Result<()> {
     let bad = name.is_empty()

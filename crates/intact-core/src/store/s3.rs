@@ -956,6 +956,15 @@ impl S3Store {
     }
 }
 
+impl State {
+    /// Forgets what is known of `name`, and the unsynced bytes it held.
+    fn drop_obj(&mut self, name: &str) {
+        if let Some(o) = self.objs.remove(name) {
+            self.dirty_bytes = self.dirty_bytes.saturating_sub(o.held());
+        }
+    }
+}
+
 impl UntrustedStore for S3Store {
     fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> Result<usize> {
         Self::check(name)?;
@@ -963,7 +972,10 @@ impl UntrustedStore for S3Store {
         enum Piece {
             Zero,
             Stored(u64),
-            Dirty(u64, Chunk),
+            /// A dirty chunk: the stored bytes to read first (up to this offset in the
+            /// chunk, where its written ranges leave a gap), and the written bytes within
+            /// the range read (copied under the lock, not the whole chunk).
+            Dirty(u64, usize, Vec<u8>, Vec<(usize, usize)>),
         }
         let (n, pieces) = {
             let mut st = lock(&self.state);
@@ -982,7 +994,21 @@ impl UntrustedStore for S3Store {
             while at < off + n as u64 {
                 let idx = at / CHUNK;
                 let p = match o.dirty.get(&idx) {
-                    Some(c) => Piece::Dirty(idx, c.clone()),
+                    Some(c) => {
+                        let from = (at - idx * CHUNK) as usize;
+                        let upto = from + (((idx + 1) * CHUNK).min(off + n as u64) - at) as usize;
+                        let covered = c.mask.iter().any(|r| r.0 <= from && r.1 >= upto);
+                        let stored_end = if covered { from } else { c.base.min(upto) };
+                        let mut written = vec![0u8; upto - from];
+                        c.overlay(from, &mut written);
+                        let ranges = c
+                            .mask
+                            .iter()
+                            .map(|&(a, b)| (a.max(from), b.min(upto)))
+                            .filter(|(a, b)| a < b)
+                            .collect();
+                        Piece::Dirty(idx, stored_end, written, ranges)
+                    }
                     None if o.stale(idx) => Piece::Zero,
                     None => Piece::Stored(idx),
                 };
@@ -1001,16 +1027,16 @@ impl UntrustedStore for S3Store {
             match p {
                 Piece::Zero => out.fill(0),
                 Piece::Stored(i) => self.read_stored(name, i, from, out)?,
-                Piece::Dirty(i, c) => {
-                    let upto = from + out.len();
-                    let stored_end = c.base.min(upto);
-                    if stored_end > from && !c.mask.iter().any(|r| r.0 <= from && r.1 >= upto) {
+                Piece::Dirty(i, stored_end, written, ranges) => {
+                    if stored_end > from {
                         self.read_stored(name, i, from, &mut out[..stored_end - from])?;
                         out[stored_end - from..].fill(0);
                     } else {
                         out.fill(0);
                     }
-                    c.overlay(from, out);
+                    for (a, b) in ranges {
+                        out[a - from..b - from].copy_from_slice(&written[a - from..b - from]);
+                    }
                 }
             }
             at = to;
@@ -1066,12 +1092,7 @@ impl UntrustedStore for S3Store {
     fn delete(&self, name: &str) -> Result<()> {
         Self::check(name)?;
         let _io = lock(&self.io);
-        {
-            let mut st = lock(&self.state);
-            if let Some(o) = st.objs.remove(name) {
-                st.dirty_bytes = st.dirty_bytes.saturating_sub(o.held());
-            }
-        }
+        lock(&self.state).drop_obj(name);
         let idxs: Vec<u64> = self.stored_chunks(name)?.into_iter().map(|c| c.0).collect();
         let r = self.delete_chunks(name, &idxs);
         lock(&self.cache).forget(name, 0);
@@ -1090,12 +1111,7 @@ impl UntrustedStore for S3Store {
     }
 
     fn list(&self) -> Result<Vec<String>> {
-        let mut out = Vec::new();
-        self.list_each(&mut |n| {
-            out.push(n.to_string());
-            Ok(())
-        })?;
-        Ok(out)
+        crate::store::names_of(self)
     }
 
     fn list_each(&self, f: &mut dyn FnMut(&str) -> Result<()>) -> Result<()> {
@@ -1154,9 +1170,7 @@ impl UntrustedStore for S3Store {
         lock(&self.cache).forget(name, 0);
         {
             let mut st = lock(&self.state);
-            if let Some(o) = st.objs.remove(name) {
-                st.dirty_bytes = st.dirty_bytes.saturating_sub(o.held());
-            }
+            st.drop_obj(name);
             st.objs.insert(
                 name.to_string(),
                 Obj {
@@ -1166,10 +1180,6 @@ impl UntrustedStore for S3Store {
             );
         }
         self.delete_chunks(name, &stale)
-    }
-
-    fn modified(&self, _name: &str) -> Option<std::time::SystemTime> {
-        None
     }
 }
 
