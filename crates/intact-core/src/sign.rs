@@ -1,6 +1,6 @@
 //! Signed roots (issue 9): the writer signs every anchor it stores, and a reader that holds
 //! only the writer's public key accepts only anchors signed by it (docs/design.md, "Signed
-//! roots"; format: docs/file-format.md §1.3).
+//! roots"; format: docs/file-format.md §1.2.2 and §1.2.3).
 //!
 //! The anchor is already authenticated by a MAC under the volume's key, but every holder of
 //! the password has that key: a reader could forge an anchor (and with it any state of the
@@ -24,7 +24,7 @@ use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::signature::{self, KeyPair as _};
 
 use crate::error::{Error, Result, Subject};
-use crate::store::{TrustedLock, TrustedStore};
+use crate::store::{LocalStateDir, SeenRoot, TrustedLock, TrustedStore, UntrustedStore};
 
 const MAGIC: &[u8; 4] = b"ISIG";
 const VERSION: u8 = 1;
@@ -385,14 +385,42 @@ fn split(b: &[u8]) -> Option<(Option<SigAlg>, &[u8], &[u8])> {
     Some((SigAlg::from_byte(b[5]), sig, &b[8 + n..]))
 }
 
+/// The object of the untrusted store where a signing writer publishes each signed root it
+/// stores, for readers who cannot reach the trusted anchor (docs/file-format.md §1.1).
+pub const PUBLISHED_NAME: &str = "anchor.signed";
+
 /// A trusted store whose anchors are signed ([`Signer`]) and, for a reader, checked
 /// ([`PublicKey`]): the writer's store signs what it stores; a reader's refuses every
 /// anchor not signed by its key. Either may be absent: a writer without a key stores
 /// plain anchors and reads signed ones as plain.
+///
+/// With [`SignedAnchor::published_in`], a writer also publishes each signed root in the
+/// untrusted store ([`PUBLISHED_NAME`]), and a reader who cannot reach the trusted anchor
+/// (etcd down, or a machine whose state directory holds none) reads it from there. With
+/// [`SignedAnchor::remembering_in`], a reader keeps the newest root it accepted in its
+/// state directory and refuses an older one, or another one of the same epoch: the
+/// freshness a reader has without the trusted anchor (docs/design.md, "Signed roots").
 pub struct SignedAnchor {
     inner: Box<dyn TrustedStore>,
     signer: Option<Arc<Signer>>,
     verify: Option<PublicKey>,
+    published: Option<Arc<dyn UntrustedStore>>,
+    seen: Option<LocalStateDir>,
+    /// Where the last root a reader accepted came from, for [`TrustedStore::location`].
+    source: std::sync::Mutex<Option<Source>>,
+}
+
+/// Where a reader found the root it accepted.
+#[derive(Debug, Clone)]
+enum Source {
+    /// The trusted anchor (fresh: the newest root sealed).
+    Trusted,
+    /// The root published in the untrusted store: no older than the newest seen here.
+    Published {
+        /// Why not the trusted anchor.
+        why: String,
+        epoch: u64,
+    },
 }
 
 impl SignedAnchor {
@@ -406,39 +434,154 @@ impl SignedAnchor {
             inner,
             signer,
             verify,
+            published: None,
+            seen: None,
+            source: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Publishes every signed root in `store` as well (a writer with a key), and reads it
+    /// from there when the trusted anchor cannot be reached or this machine has none (a
+    /// reader with a key).
+    pub fn published_in(mut self, store: Arc<dyn UntrustedStore>) -> SignedAnchor {
+        self.published = Some(store);
+        self
+    }
+
+    /// Keeps the newest root a reader accepts in `state` ([`LocalStateDir::seen_root`]),
+    /// and refuses one that is older or forks it. Its lock also stands in for the trusted
+    /// anchor's when a reader falls back to the published root.
+    pub fn remembering_in(mut self, state: LocalStateDir) -> SignedAnchor {
+        self.seen = Some(state);
+        self
+    }
+
+    /// Whether a failure of the trusted anchor lets a reader fall back to the published
+    /// root: a reader with a key, a store to read it from, and an anchor that cannot be
+    /// reached (an I/O error: etcd down, a timeout).
+    fn falls_back(&self, e: &Error) -> bool {
+        self.verify.is_some() && self.published.is_some() && matches!(e, Error::Io { .. })
+    }
+
+    /// The signed root published in the store, with why it is read instead of the trusted
+    /// anchor.
+    fn published_root(&self, why: String) -> Result<Option<(Vec<u8>, Source)>> {
+        let Some(store) = &self.published else {
+            return Ok(None);
+        };
+        Ok(store
+            .read_all(PUBLISHED_NAME)?
+            .map(|b| (b, Source::Published { why, epoch: 0 })))
+    }
+
+    /// Refuses `anchor` if it is older than the newest root seen here, or another root of
+    /// the same epoch; records it when it is newer.
+    fn check_seen(&self, anchor: &[u8]) -> Result<()> {
+        let Some(state) = &self.seen else {
+            return Ok(());
+        };
+        let fail = |what: String| Err(Error::tampered(Subject::Anchor, None, what));
+        let Some(root) = SeenRoot::of(anchor) else {
+            return fail("the signed anchor is too short to hold an epoch".into());
+        };
+        match state.seen_root()? {
+            Some(s) if root.epoch < s.epoch => fail(format!(
+                "the signed root is of epoch {}, older than epoch {} which this machine has \
+                 already read (a replayed root or a rolled-back store; recorded in {})",
+                root.epoch,
+                s.epoch,
+                state.seen_root_path().display()
+            )),
+            Some(s) if root.epoch == s.epoch && root.digest != s.digest => fail(format!(
+                "two different roots are signed for epoch {}: the volume was forked",
+                root.epoch
+            )),
+            Some(s) if root.epoch == s.epoch => Ok(()),
+            _ => state.set_seen_root(&root),
         }
     }
 }
 
 impl TrustedStore for SignedAnchor {
     fn load(&self) -> Result<Option<Vec<u8>>> {
-        let Some(b) = self.inner.load()? else {
-            return Ok(None);
-        };
-        match &self.verify {
-            Some(k) => Ok(Some(k.open(&b)?.to_vec())),
-            None => Ok(Some(match split(&b) {
+        let Some(k) = &self.verify else {
+            return Ok(self.inner.load()?.map(|b| match split(&b) {
                 Some((_, _, anchor)) => anchor.to_vec(),
                 None => b,
-            })),
+            }));
+        };
+        let (envelope, mut source) = match self.inner.load() {
+            Ok(Some(b)) => (b, Source::Trusted),
+            Ok(None) => {
+                let why = format!("{} holds no anchor", self.inner.location());
+                match self.published_root(why)? {
+                    Some(found) => found,
+                    None => return Ok(None),
+                }
+            }
+            Err(e) if self.falls_back(&e) => match self.published_root(e.to_string())? {
+                Some(found) => found,
+                None => return Err(e),
+            },
+            Err(e) => return Err(e),
+        };
+        let anchor = k.open(&envelope)?.to_vec();
+        self.check_seen(&anchor)?;
+        if let Source::Published { epoch, .. } = &mut source {
+            *epoch = SeenRoot::of(&anchor).map_or(0, |r| r.epoch);
         }
+        *self.source.lock().unwrap_or_else(|p| p.into_inner()) = Some(source);
+        Ok(Some(anchor))
     }
 
     fn store(&self, bytes: &[u8]) -> Result<()> {
-        match &self.signer {
-            Some(s) => self.inner.store(&s.seal(bytes)?),
-            None => self.inner.store(bytes),
+        let Some(s) = &self.signer else {
+            return self.inner.store(bytes);
+        };
+        let envelope = s.seal(bytes)?;
+        self.inner.store(&envelope)?;
+        if let Some(store) = &self.published {
+            // The seal is done once the trusted anchor holds it; a published copy that
+            // lags only makes readers without the trusted anchor see an older root.
+            if let Err(e) = store.replace(PUBLISHED_NAME, &envelope) {
+                tracing::warn!(error = %e, "cannot publish the signed root in the store");
+            }
         }
+        Ok(())
     }
 
     fn lock(&self, exclusive: bool) -> Result<TrustedLock> {
-        self.inner.lock(exclusive)
+        match self.inner.lock(exclusive) {
+            Err(e) if !exclusive && self.falls_back(&e) => match &self.seen {
+                Some(state) => state.lock(false),
+                None => Err(e),
+            },
+            r => r,
+        }
     }
 
     fn location(&self) -> String {
-        let mut s = self.inner.location();
+        let source = self
+            .source
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut s = match &source {
+            Some(Source::Published { .. }) => format!("{PUBLISHED_NAME} in the store"),
+            _ => self.inner.location(),
+        };
         if let Some(k) = &self.verify {
-            s.push_str(&format!(" (roots checked against the {k})"));
+            s.push_str(&format!(" (roots checked against the {k}"));
+            match source {
+                Some(Source::Trusted) => {
+                    s.push_str("; fresh: the newest root, read from the trusted anchor)")
+                }
+                Some(Source::Published { why, epoch }) => s.push_str(&format!(
+                    "; freshness: epoch {epoch}, no older than the newest this machine has \
+                     seen, since the trusted anchor was not read: {why})"
+                )),
+                None => s.push(')'),
+            }
         } else if let Some(k) = &self.signer {
             s.push_str(&format!(" (roots signed with the {})", k.public()));
         }
@@ -569,6 +712,228 @@ mod tests {
             local.lock(false).is_err(),
             "the lock is the wrapped store's"
         );
+    }
+
+    /// Anchor bytes of `epoch` (bytes 24..32, as in file-format.md §3), told apart by `tag`.
+    fn root(epoch: u64, tag: u8) -> Vec<u8> {
+        let mut b = b"INTANCH2".to_vec();
+        b.extend_from_slice(&[tag; 16]);
+        b.extend_from_slice(&epoch.to_le_bytes());
+        b.extend_from_slice(&[tag; 8]);
+        b
+    }
+
+    /// A trusted anchor that fails every call with `err`.
+    struct Failing(fn() -> Error);
+
+    impl TrustedStore for Failing {
+        fn load(&self) -> Result<Option<Vec<u8>>> {
+            Err((self.0)())
+        }
+        fn store(&self, _: &[u8]) -> Result<()> {
+            Err((self.0)())
+        }
+        fn lock(&self, _: bool) -> Result<TrustedLock> {
+            Err((self.0)())
+        }
+        fn location(&self) -> String {
+            "etcd://down/v".into()
+        }
+        fn remove(&self) -> Result<()> {
+            Err((self.0)())
+        }
+    }
+
+    fn down() -> Error {
+        Error::io("etcd://down/v", std::io::Error::other("no answer"))
+    }
+
+    /// A writer, the store it publishes in, and a reader of another machine (empty state
+    /// directory, so no trusted anchor of its own) that keeps what it saw in `dir`.
+    fn writer_and_remote_reader(
+        dir: &Path,
+    ) -> (SignedAnchor, Arc<crate::store::MemStore>, SignedAnchor) {
+        let s = Arc::new(signer(KeyKind::Ed25519));
+        let store = Arc::new(crate::store::MemStore::new());
+        let writer = SignedAnchor::new(Box::new(MemTrusted::new()), Some(s.clone()), None)
+            .published_in(store.clone());
+        let state = LocalStateDir::new(dir.to_path_buf(), "ab").unwrap();
+        let reader = SignedAnchor::new(Box::new(state.clone()), None, Some(s.public().clone()))
+            .published_in(store.clone())
+            .remembering_in(state);
+        (writer, store, reader)
+    }
+
+    #[test]
+    fn a_reader_without_the_trusted_anchor_reads_the_published_root_never_an_older_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let (writer, store, reader) = writer_and_remote_reader(dir.path());
+        assert!(reader.load().unwrap().is_none(), "nothing published yet");
+        writer.store(&root(3, 1)).unwrap();
+        assert_eq!(
+            &store.read_all(PUBLISHED_NAME).unwrap().unwrap()[..4],
+            b"ISIG"
+        );
+        let old = store.read_all(PUBLISHED_NAME).unwrap().unwrap();
+        assert_eq!(reader.load().unwrap().unwrap(), root(3, 1));
+        let loc = reader.location();
+        assert!(
+            loc.contains("anchor.signed in the store") && loc.contains("freshness: epoch 3"),
+            "{loc}"
+        );
+        assert!(loc.contains("holds no anchor"), "{loc}");
+        // Read again: the same root is accepted.
+        assert_eq!(reader.load().unwrap().unwrap(), root(3, 1));
+        writer.store(&root(4, 1)).unwrap();
+        assert_eq!(reader.load().unwrap().unwrap(), root(4, 1));
+        // The store rolled back to the root of epoch 3: refused, it has seen 4.
+        store.replace(PUBLISHED_NAME, &old).unwrap();
+        let e = reader.load().unwrap_err();
+        assert!(e.is_tampered(), "{e}");
+        assert!(e.to_string().contains("older than epoch 4"), "{e}");
+        // Another root signed for epoch 4: a fork.
+        writer.store(&root(4, 2)).unwrap();
+        let e = reader.load().unwrap_err();
+        assert!(e.to_string().contains("two different roots"), "{e}");
+        // A newer one is accepted and remembered, in the state directory.
+        writer.store(&root(5, 1)).unwrap();
+        assert_eq!(reader.load().unwrap().unwrap(), root(5, 1));
+        let state = LocalStateDir::new(dir.path().to_path_buf(), "ab").unwrap();
+        assert_eq!(state.seen_root().unwrap().unwrap().epoch, 5);
+        // Another key's root, or an unsigned one, is refused as before.
+        let other = SignedAnchor::new(
+            Box::new(MemTrusted::new()),
+            Some(Arc::new(signer(KeyKind::Ed25519))),
+            None,
+        )
+        .published_in(store.clone());
+        other.store(&root(9, 1)).unwrap();
+        assert!(reader
+            .load()
+            .unwrap_err()
+            .to_string()
+            .contains("does not verify"));
+        store.replace(PUBLISHED_NAME, &root(9, 1)).unwrap();
+        assert!(reader
+            .load()
+            .unwrap_err()
+            .to_string()
+            .contains("not signed"));
+        // A writer without a key publishes nothing.
+        let plain =
+            SignedAnchor::new(Box::new(MemTrusted::new()), None, None).published_in(store.clone());
+        plain.store(&root(10, 1)).unwrap();
+        assert_eq!(store.read_all(PUBLISHED_NAME).unwrap().unwrap(), root(9, 1));
+    }
+
+    #[test]
+    fn the_trusted_anchor_comes_first_and_a_rollback_of_it_is_refused_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Arc::new(signer(KeyKind::EcdsaP256));
+        let (mem, store) = (MemTrusted::new(), Arc::new(crate::store::MemStore::new()));
+        let writer = SignedAnchor::new(Box::new(mem.clone()), Some(s.clone()), None)
+            .published_in(store.clone());
+        let state = LocalStateDir::new(dir.path().to_path_buf(), "ab").unwrap();
+        let reader = SignedAnchor::new(Box::new(mem.clone()), None, Some(s.public().clone()))
+            .published_in(store.clone())
+            .remembering_in(state);
+        writer.store(&root(7, 1)).unwrap();
+        let old = mem.snapshot();
+        // The published copy is older than the trusted anchor: the trusted one is read.
+        writer.store(&root(8, 1)).unwrap();
+        store
+            .replace(PUBLISHED_NAME, &s.seal(&root(1, 1)).unwrap())
+            .unwrap();
+        assert_eq!(reader.load().unwrap().unwrap(), root(8, 1));
+        assert!(reader
+            .location()
+            .contains("fresh: the newest root, read from the trusted anchor"));
+        // A trusted anchor put back to an older signed root (a compromised etcd).
+        mem.restore(old);
+        let e = reader.load().unwrap_err();
+        assert!(e.to_string().contains("older than epoch 8"), "{e}");
+    }
+
+    #[test]
+    fn a_reader_falls_back_only_when_the_trusted_anchor_cannot_be_reached() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Arc::new(signer(KeyKind::Ed25519));
+        let store = Arc::new(crate::store::MemStore::new());
+        let writer = SignedAnchor::new(Box::new(MemTrusted::new()), Some(s.clone()), None)
+            .published_in(store.clone());
+        writer.store(&root(2, 1)).unwrap();
+        let state = LocalStateDir::new(dir.path().to_path_buf(), "ab").unwrap();
+        let reader = |fail: fn() -> Error| {
+            SignedAnchor::new(Box::new(Failing(fail)), None, Some(s.public().clone()))
+                .published_in(store.clone())
+                .remembering_in(state.clone())
+        };
+        let r = reader(down);
+        assert_eq!(r.load().unwrap().unwrap(), root(2, 1));
+        assert!(r.location().contains("no answer"), "{}", r.location());
+        let held = r
+            .lock(false)
+            .expect("a reader's lock falls back to the state directory's");
+        assert!(!held.is_exclusive());
+        assert!(state.lock(true).is_err(), "the local lock is held");
+        drop(held);
+        assert!(r.lock(true).is_err(), "a writer never falls back");
+        // Other errors are not an unreachable anchor: they go through.
+        let locked = reader(|| Error::Locked("a writer".into()));
+        assert!(matches!(locked.load(), Err(Error::Locked(_))));
+        assert!(matches!(locked.lock(false), Err(Error::Locked(_))));
+        // Without the published root, the anchor's own error.
+        let empty = SignedAnchor::new(Box::new(Failing(down)), None, Some(s.public().clone()))
+            .published_in(Arc::new(crate::store::MemStore::new()));
+        assert!(matches!(empty.load(), Err(Error::Io { .. })));
+        // A writer does not read the published root instead of its anchor.
+        let w = SignedAnchor::new(Box::new(Failing(down)), Some(s.clone()), None)
+            .published_in(store.clone());
+        assert!(w.load().is_err());
+        assert!(
+            w.store(&root(3, 1)).is_err(),
+            "a seal needs the trusted anchor"
+        );
+        assert_eq!(
+            s.public()
+                .open(&store.read_all(PUBLISHED_NAME).unwrap().unwrap())
+                .unwrap(),
+            &root(2, 1)[..],
+            "nothing is published for a seal that failed"
+        );
+    }
+
+    #[test]
+    fn the_seen_root_record_is_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = LocalStateDir::new(dir.path().to_path_buf(), "ab").unwrap();
+        assert_eq!(state.seen_root().unwrap(), None);
+        let r = SeenRoot::of(&root(0x0102, 7)).unwrap();
+        assert_eq!(r.epoch, 0x0102);
+        state.set_seen_root(&r).unwrap();
+        assert_eq!(state.seen_root().unwrap(), Some(r));
+        let text = std::fs::read_to_string(state.seen_root_path()).unwrap();
+        assert_eq!(
+            text,
+            format!(
+                "intact-seen-root v1\n258 {}\n",
+                hex::encode(blake3::hash(&root(0x0102, 7)).as_bytes())
+            )
+        );
+        for bad in [
+            "",
+            "intact-seen-root v1\n",
+            "intact-seen-root v1\n5 zz\n",
+            "intact-seen-root v2\n5 00\n",
+            &format!("{text}x\n"),
+        ] {
+            std::fs::write(state.seen_root_path(), bad).unwrap();
+            assert!(
+                matches!(state.seen_root(), Err(Error::AnchorCorrupt(_))),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(SeenRoot::of(&[0u8; 31]), None);
     }
 
     #[test]

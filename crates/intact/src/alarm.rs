@@ -14,7 +14,7 @@ use std::io::{IsTerminal, Write};
 /// What the trusted anchor and the cipher directory each say (without opening the volume).
 pub fn state_report(cli: &Cli) -> Result<StateReport> {
     let (store, state) = locate(cli)?;
-    let trusted = crate::trusted(cli, &state)?;
+    let trusted = crate::trusted(cli, &state, &store)?;
     let pw = password(cli, false)?;
     Ok(Volume::state_report(
         store.as_ref(),
@@ -142,7 +142,7 @@ fn audit(state: &LocalStateDir, entry: &serde_json::Value) -> Result<std::path::
 /// `intact accept-store`.
 pub fn accept_store(cli: &Cli, yes: bool) -> Result<()> {
     let (store, state) = locate(cli)?;
-    let trusted = crate::trusted(cli, &state)?;
+    let trusted = crate::trusted(cli, &state, &store)?;
     let pw = password(cli, false)?;
     let report = Volume::state_report(store.as_ref(), trusted.as_ref(), pw.as_bytes())?;
     let (Some(anchor), StoreCopy::Authentic { seal }) = (&report.anchor, &report.store) else {

@@ -488,9 +488,15 @@ fn etcd(url: &str) -> Result<intact_core::store::EtcdAnchor> {
 /// directory records that it lives there (`init --anchor`, `anchor move`), else the state
 /// directory itself. A volume opened with `--anchor etcd://...` for the first time on
 /// this machine (no local anchor) records the URL, so later commands need no flag.
-pub(crate) fn trusted(cli: &Cli, state: &LocalStateDir) -> Result<Box<dyn TrustedStore>> {
-    let inner = anchor_store(cli, state)?;
-    // Always wrapped: a command without keys reads a signed root's anchor as any other.
+///
+/// A writer with `--sign-key` also publishes each signed root in `store`; a reader with
+/// `--verify-key` reads it from there when the anchor cannot be reached or this machine has
+/// none, and never accepts a root older than the newest it read before (kept in `state`).
+pub(crate) fn trusted(
+    cli: &Cli,
+    state: &LocalStateDir,
+    store: &Arc<dyn UntrustedStore>,
+) -> Result<Box<dyn TrustedStore>> {
     let signer = match &cli.sign_key {
         Some(p) => Some(Arc::new(intact_core::sign::Signer::load(p)?)),
         None => None,
@@ -499,9 +505,52 @@ pub(crate) fn trusted(cli: &Cli, state: &LocalStateDir) -> Result<Box<dyn Truste
         Some(p) => Some(intact_core::sign::PublicKey::load(p)?),
         None => None,
     };
-    Ok(Box::new(intact_core::sign::SignedAnchor::new(
-        inner, signer, verify,
-    )))
+    let reader = verify.is_some() && signer.is_none();
+    let inner = match anchor_store(cli, state) {
+        Ok(s) => s,
+        // etcd down: a reader may still read the published root.
+        Err(e) if reader => match e.downcast::<Error>() {
+            Ok(e @ Error::Io { .. }) => Box::new(Unreachable(e.to_string())),
+            Ok(e) => return Err(e.into()),
+            Err(e) => return Err(e),
+        },
+        Err(e) => return Err(e),
+    };
+    // Always wrapped: a command without keys reads a signed root's anchor as any other.
+    let mut s =
+        intact_core::sign::SignedAnchor::new(inner, signer, verify).published_in(store.clone());
+    if reader {
+        s = s.remembering_in(state.clone());
+    }
+    Ok(Box::new(s))
+}
+
+/// A trusted anchor that could not be reached (the error, as text): every call fails with
+/// it as an I/O error, so a reader with a key falls back to the published root.
+struct Unreachable(String);
+
+impl Unreachable {
+    fn err(&self) -> Error {
+        Error::io(self.0.clone(), std::io::Error::other("cannot be reached"))
+    }
+}
+
+impl TrustedStore for Unreachable {
+    fn load(&self) -> intact_core::Result<Option<Vec<u8>>> {
+        Err(self.err())
+    }
+    fn store(&self, _: &[u8]) -> intact_core::Result<()> {
+        Err(self.err())
+    }
+    fn lock(&self, _: bool) -> intact_core::Result<intact_core::store::TrustedLock> {
+        Err(self.err())
+    }
+    fn location(&self) -> String {
+        self.0.clone()
+    }
+    fn remove(&self) -> intact_core::Result<()> {
+        Err(self.err())
+    }
 }
 
 /// A reader's `--verify-key` with a command that writes: refused (it would store roots
@@ -771,7 +820,8 @@ fn open_pw(cli: &Cli, pw: &str, read_only: bool) -> Result<Volume> {
                  command writes"
             );
         }
-        let vol = Volume::open_stale(store, trusted(cli, &state)?, pw.as_bytes(), &opts)?;
+        let anchor = trusted(cli, &state, &store)?;
+        let vol = Volume::open_stale(store, anchor, pw.as_bytes(), &opts)?;
         alarm::warn_stale(&vol);
         return Ok(vol);
     }
@@ -780,7 +830,7 @@ fn open_pw(cli: &Cli, pw: &str, read_only: bool) -> Result<Volume> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let vol = loop {
         let unmounting = mount::unmounting(&state);
-        let anchor = trusted(cli, &state)?;
+        let anchor = trusted(cli, &state, &store)?;
         match Volume::open(store, anchor, pw.as_bytes(), &opts) {
             Err(Error::Locked(_)) if unmounting && std::time::Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(100));
@@ -946,11 +996,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             // The volume id is only known once the config exists, so the state directory
             // for the anchor is chosen by a two-step create.
             let sd = state_dir(&cli);
+            let published = store.clone();
             let vol = Volume::create(
                 store,
                 |id| {
                     let st = LocalStateDir::new(sd.clone(), id)?;
-                    trusted(&cli, &st).map_err(|e| Error::Invalid(format!("{e:#}")))
+                    trusted(&cli, &st, &published).map_err(|e| Error::Invalid(format!("{e:#}")))
                 },
                 pw.as_bytes(),
                 &copts,
@@ -1590,7 +1641,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 );
             }
             let (store, state) = locate(&cli)?;
-            let trusted = trusted(&cli, &state)?;
+            let trusted = trusted(&cli, &state, &store)?;
             let pw = password(&cli, false)?;
             let epoch = Volume::recover_anchor(store.as_ref(), trusted.as_ref(), pw.as_bytes())?;
             println!(

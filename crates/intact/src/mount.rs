@@ -56,7 +56,7 @@ fn open_for_mount(
         meta_cache_bytes: crate::meta_cache(cli),
     };
     crate::check_verify_only_reads(cli, a.ro)?;
-    let trusted = crate::trusted(cli, &state)?;
+    let trusted = crate::trusted(cli, &state, &store)?;
     if cli.accept_stale {
         if !a.ro {
             bail!("--accept-stale mounts only read-only: add --ro");

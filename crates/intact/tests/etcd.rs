@@ -515,3 +515,59 @@ fn a_writer_rides_out_an_etcd_restart_shorter_than_its_lease() {
     assert!(b.lock(true).is_err(), "the lock is still held");
     assert_eq!(b.load().unwrap().as_deref(), Some(&b"after the outage"[..]));
 }
+
+/// A reader of another machine with the public key reads the newest root from etcd; with
+/// etcd down it reads the root the writer published in the store, no older than the newest
+/// it has read; a compromised etcd that hands back an older signed root is refused.
+#[test]
+fn a_reader_with_the_public_key_follows_etcd_and_reads_the_published_root_when_it_is_down() {
+    let Some(mut etcd) = Etcd::start() else {
+        return;
+    };
+    let v = Vol::new();
+    let key = v.dir.path().join("k");
+    v.run(&["keygen", "--out", key.to_str().unwrap()]).ok();
+    let (key, pubk) = (
+        key.to_str().unwrap().to_string(),
+        format!("{}.pub", key.display()),
+    );
+    let url = etcd.url_str("intact/p");
+    v.init(Some(&url));
+    v.put_with(&["--sign-key", &key], "/f", b"epoch one").ok();
+    let b = v.dir.path().join("machine-b");
+    let reader = |args: &[&str]| {
+        let mut a = vec![
+            "--state",
+            b.to_str().unwrap(),
+            "--anchor",
+            &url,
+            "--verify-key",
+            &pubk,
+        ];
+        a.extend_from_slice(args);
+        v.run(&a)
+    };
+    assert_eq!(reader(&["cat", "/f"]).ok().stdout, "epoch one");
+    let old = etcd.anchor("intact/p").load().unwrap().unwrap();
+    v.put_with(&["--sign-key", &key], "/f", b"epoch two").ok();
+    let info = reader(&["info"]).ok().stdout;
+    assert!(info.contains("fresh: the newest root"), "{info}");
+    assert_eq!(reader(&["cat", "/f"]).ok().stdout, "epoch two");
+    etcd.stop();
+    assert_eq!(reader(&["cat", "/f"]).ok().stdout, "epoch two");
+    let info = reader(&["info"]).ok().stdout;
+    assert!(
+        info.contains("anchor.signed in the store") && info.contains("unreachable"),
+        "{info}"
+    );
+    // A writer needs etcd: it cannot seal while etcd is down.
+    assert_eq!(v.put_with(&["--sign-key", &key], "/g", b"x").code, IO);
+    etcd.run();
+    // etcd handing back an older signed root: refused by the reader that read a newer one.
+    let a = etcd.anchor("intact/p");
+    a.load().unwrap();
+    a.store(&old).unwrap();
+    let r = reader(&["cat", "/f"]);
+    assert_eq!(r.code, INTEGRITY, "{}", r.stderr);
+    assert!(r.stderr.contains("older than epoch"), "{}", r.stderr);
+}

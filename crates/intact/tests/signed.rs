@@ -170,3 +170,86 @@ fn a_read_only_mount_checks_the_roots() {
     };
     assert_eq!(status.code(), Some(INTEGRITY));
 }
+
+/// `args` run as a reader on another machine: the same cipher directory, the state
+/// directory `state` of that machine (it holds no anchor), and the public key.
+fn elsewhere(v: &Vol, state: &std::path::Path, pubk: &str, args: &[&str]) -> common::vol::Run {
+    let mut a = vec!["--state", state.to_str().unwrap(), "--verify-key", pubk];
+    a.extend_from_slice(args);
+    v.run(&a)
+}
+
+/// Replaces the cipher directory with a copy of `from` (an adversary's rollback).
+fn put_back(v: &Vol, from: &std::path::Path) {
+    std::fs::remove_dir_all(v.cipher()).unwrap();
+    copy_dir(from, &v.cipher());
+}
+
+#[test]
+fn a_reader_on_another_machine_reads_the_published_root_never_an_older_one() {
+    let v = Vol::new();
+    let (key, pubk) = keygen(&v, "ed25519", "writer");
+    v.init(None);
+    v.put_with(&["--sign-key", &key], "/f", b"first").ok();
+    assert!(
+        v.cipher().join("anchor.signed").exists(),
+        "the writer publishes its signed root in the store"
+    );
+    let b = v.dir.path().join("machine-b");
+    assert_eq!(
+        elsewhere(&v, &b, &pubk, &["cat", "/f"]).ok().stdout,
+        "first"
+    );
+    let info = elsewhere(&v, &b, &pubk, &["info"]).ok();
+    assert!(
+        info.stdout.contains("anchor.signed in the store")
+            && info
+                .stdout
+                .contains("no older than the newest this machine has seen"),
+        "{}",
+        info.stdout
+    );
+    // Without the key, machine B has no anchor to trust.
+    let r = v.run(&["--state", b.to_str().unwrap(), "cat", "/f"]);
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    // On the writer's machine the reader reads the trusted anchor itself.
+    let info = v.run(&["--verify-key", &pubk, "info"]).ok();
+    assert!(
+        info.stdout.contains("fresh: the newest root"),
+        "{}",
+        info.stdout
+    );
+
+    // An adversary keeps the store as it is, the writer goes on, B reads the newer root.
+    let old = v.dir.path().join("old");
+    copy_dir(&v.cipher(), &old);
+    v.put_with(&["--sign-key", &key], "/f", b"second").ok();
+    assert_eq!(
+        elsewhere(&v, &b, &pubk, &["cat", "/f"]).ok().stdout,
+        "second"
+    );
+    // The whole store put back (its published root with it): B has read a newer epoch.
+    put_back(&v, &old);
+    let r = elsewhere(&v, &b, &pubk, &["cat", "/f"]);
+    assert_eq!(r.code, INTEGRITY, "{}", r.stderr);
+    assert!(r.stderr.contains("older than epoch"), "{}", r.stderr);
+    // A machine that never read the volume has nothing to compare with: it reads the older
+    // root, authentic and signed (the limit of freshness without the trusted anchor).
+    let c = v.dir.path().join("machine-c");
+    assert_eq!(
+        elsewhere(&v, &c, &pubk, &["cat", "/f"]).ok().stdout,
+        "first"
+    );
+    // The writer's machine holds the anchor: the rollback is caught there as always.
+    assert_eq!(v.cat("/f").code, INTEGRITY);
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    let s = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(s.success());
+}

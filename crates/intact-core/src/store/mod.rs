@@ -25,7 +25,7 @@ pub use fault::{CrashImage, FaultPlan, FaultStore};
 pub use local::LocalDirStore;
 pub use memory::MemStore;
 pub use s3::{S3Store, S3Url};
-pub use trusted::{LocalStateDir, MemTrusted, TrustedLock, TrustedStore};
+pub use trusted::{LocalStateDir, MemTrusted, SeenRoot, TrustedLock, TrustedStore};
 
 /// What an object holds, for the counting wrapper and for reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -88,6 +88,53 @@ impl TrustedLock {
     }
 }
 
+/// The newest signed root a reader accepted: its epoch and the BLAKE3 of its anchor's
+/// bytes. A reader refuses a root of an older epoch, or another root of the same epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeenRoot {
+    /// The anchor's epoch (docs/file-format.md §3, bytes 24..32).
+    pub epoch: u64,
+    /// BLAKE3 of the anchor's bytes.
+    pub digest: [u8; 32],
+}
+
+impl SeenRoot {
+    const HEADER: &'static str = "intact-seen-root v1";
+
+    /// The record of `anchor`'s bytes (§3), `None` when they are too short to hold an epoch.
+    pub fn of(anchor: &[u8]) -> Option<SeenRoot> {
+        let epoch = u64::from_le_bytes(anchor.get(24..32)?.try_into().ok()?);
+        Some(SeenRoot {
+            epoch,
+            digest: *blake3::hash(anchor).as_bytes(),
+        })
+    }
+
+    fn to_text(self) -> String {
+        format!(
+            "{}\n{} {}\n",
+            Self::HEADER,
+            self.epoch,
+            hex::encode(self.digest)
+        )
+    }
+
+    fn parse(text: &str) -> Option<SeenRoot> {
+        let mut lines = text.lines();
+        if lines.next()? != Self::HEADER {
+            return None;
+        }
+        let (e, d) = lines.next()?.split_once(' ')?;
+        let mut digest = [0u8; 32];
+        hex::decode_to_slice(d, &mut digest).ok()?;
+        lines.next().is_none().then_some(())?;
+        Some(SeenRoot {
+            epoch: e.parse().ok()?,
+            digest,
+        })
+    }
+}
+
 /// The local trusted store: `dir/<volume id hex>/anchor` and `.../lock`, in a directory
 /// created with mode 0700 on first use.
 #[derive(Debug, Clone)]
@@ -173,33 +220,68 @@ impl LocalStateDir {
     /// Records (`Some`) or forgets (`None`) that the anchor lives at `url`, durably
     /// (temporary file, fsync, rename, fsync of the directory; or unlink and fsync).
     pub fn set_remote_anchor(&self, url: Option<&str>) -> Result<()> {
-        self.ensure_dir()?;
         let path = self.remote_anchor_path();
-        let log = self.log.as_deref();
-        let r = match url {
-            Some(u) => {
-                let seq = TMP_SEQ.fetch_add(1, Ordering::Relaxed);
-                let tmp = self
-                    .dir
-                    .join(format!("anchor.remote.tmp.{}.{seq}", std::process::id()));
-                let w = create_synced(
-                    log,
-                    OpenOptions::new().mode(0o600),
-                    &tmp,
-                    format!("{u}\n").as_bytes(),
-                )
-                .and_then(|()| rename(log, &tmp, &path));
-                if w.is_err() {
-                    let _ = fs::remove_file(&tmp);
+        match url {
+            Some(u) => self.replace_file(&path, format!("{u}\n").as_bytes()),
+            None => {
+                self.ensure_dir()?;
+                match fs::remove_file(&path) {
+                    Err(e) if e.kind() != ErrorKind::NotFound => {
+                        Err(Error::io(path.display().to_string(), e))
+                    }
+                    _ => self.sync_dir(),
                 }
-                w
             }
-            None => match fs::remove_file(&path) {
-                Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-                r => r,
-            },
+        }
+    }
+
+    /// The file where a reader with a verification key records the newest signed root it
+    /// accepted (`sign::SignedAnchor`; docs/file-format.md §1.2.3).
+    pub fn seen_root_path(&self) -> PathBuf {
+        self.dir.join("seen")
+    }
+
+    /// The newest signed root this machine's readers accepted, if any.
+    pub fn seen_root(&self) -> Result<Option<SeenRoot>> {
+        let path = self.seen_root_path();
+        let text = match fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io(path.display().to_string(), e)),
         };
-        r.map_err(|e| Error::io(path.display().to_string(), e))?;
+        SeenRoot::parse(&text).map(Some).ok_or_else(|| {
+            Error::AnchorCorrupt(format!(
+                "{}: not a record of the newest root seen (local damage; delete it to accept \
+                 the next signed root as the newest)",
+                path.display()
+            ))
+        })
+    }
+
+    /// Records `root` as the newest signed root seen, durably (temporary file, fsync,
+    /// rename, fsync of the directory).
+    pub fn set_seen_root(&self, root: &SeenRoot) -> Result<()> {
+        self.replace_file(&self.seen_root_path(), root.to_text().as_bytes())
+    }
+
+    /// Replaces the file `path` of this directory with `bytes` (temporary file, fsync,
+    /// rename, fsync of the directory).
+    fn replace_file(&self, path: &Path, bytes: &[u8]) -> Result<()> {
+        self.ensure_dir()?;
+        let seq = TMP_SEQ.fetch_add(1, Ordering::Relaxed);
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+        let tmp = self
+            .dir
+            .join(format!("{name}.tmp.{}.{seq}", std::process::id()));
+        let log = self.log.as_deref();
+        let write = || -> io::Result<()> {
+            create_synced(log, OpenOptions::new().mode(0o600), &tmp, bytes)?;
+            rename(log, &tmp, path)
+        };
+        if let Err(e) = write() {
+            let _ = fs::remove_file(&tmp);
+            return Err(Error::io(path.display().to_string(), e));
+        }
         self.sync_dir()
     }
 
@@ -222,21 +304,7 @@ impl LocalStateDir {
     /// Replaces the anchor file with `bytes` (temporary file, fsync, rename, fsync of the
     /// directory).
     fn replace_anchor(&self, bytes: &[u8]) -> Result<()> {
-        self.ensure_dir()?;
-        let seq = TMP_SEQ.fetch_add(1, Ordering::Relaxed);
-        let tmp = self
-            .dir
-            .join(format!("anchor.tmp.{}.{seq}", std::process::id()));
-        let (log, anchor) = (self.log.as_deref(), self.anchor_path());
-        let write = || -> io::Result<()> {
-            create_synced(log, OpenOptions::new().mode(0o600), &tmp, bytes)?;
-            rename(log, &tmp, &anchor)
-        };
-        if let Err(e) = write() {
-            let _ = fs::remove_file(&tmp);
-            return Err(Error::io(self.anchor_path().display().to_string(), e));
-        }
-        self.sync_dir()
+        self.replace_file(&self.anchor_path(), bytes)
     }
 
     /// Writes slot `idx` of the anchor file in place and makes it durable.
