@@ -8,9 +8,11 @@
 //!
 //! The algorithms are those of Contiu et al.'s Table 1 at their three security strengths,
 //! through aws-lc-rs: Ed25519 (the default), ECDSA P-256/SHA-256, P-384/SHA-384,
-//! P-521/SHA-512, and RSA-PSS (3072 bits with SHA-256 generated here; a 7680-bit key made
-//! elsewhere, e.g. by `openssl genpkey`, is used with SHA-384; aws-lc-rs takes RSA keys of
-//! 2048 to 8192 bits, so the 15360-bit row of the table is not available).
+//! P-521/SHA-512, and RSA-PSS at 3072 bits with SHA-256, 7680 with SHA-384 and 15360 with
+//! SHA-512. aws-lc-rs takes RSA keys of 2048 to 8192 bits and generates only some sizes, so
+//! RSA keys over 8192 bits (the 15360-bit row), and the generation of 7680- and 15360-bit
+//! keys, go through RustCrypto's `rsa` crate (PSS with a salt as long as the hash, as
+//! aws-lc-rs signs; the private key is zeroized on drop).
 //!
 //! Envelope (what the trusted store holds): `ISIG` (4 bytes), version 1 (u8), algorithm
 //! (u8), signature length (u16 LE), the signature, then the anchor's bytes. The signed
@@ -20,6 +22,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use aws_lc_rs::encoding::AsDer;
+use aws_lc_rs::error::Unspecified;
 use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::signature::{self, KeyPair as _};
 
@@ -46,18 +49,21 @@ pub enum SigAlg {
     EcdsaP521 = 4,
     /// RSA-PSS with SHA-256 (keys under 7680 bits: 3072 is the 128-bit strength).
     RsaPssSha256 = 5,
-    /// RSA-PSS with SHA-384 (keys of 7680 bits or more: the 192-bit strength).
+    /// RSA-PSS with SHA-384 (keys of 7680 to 15359 bits: the 192-bit strength).
     RsaPssSha384 = 6,
+    /// RSA-PSS with SHA-512 (keys of 15360 bits or more: the 256-bit strength).
+    RsaPssSha512 = 7,
 }
 
 impl SigAlg {
-    const ALL: [SigAlg; 6] = [
+    const ALL: [SigAlg; 7] = [
         SigAlg::Ed25519,
         SigAlg::EcdsaP256,
         SigAlg::EcdsaP384,
         SigAlg::EcdsaP521,
         SigAlg::RsaPssSha256,
         SigAlg::RsaPssSha384,
+        SigAlg::RsaPssSha512,
     ];
 
     /// Its name in key files and messages.
@@ -69,6 +75,7 @@ impl SigAlg {
             SigAlg::EcdsaP521 => "ecdsa-p521",
             SigAlg::RsaPssSha256 => "rsa-pss-sha256",
             SigAlg::RsaPssSha384 => "rsa-pss-sha384",
+            SigAlg::RsaPssSha512 => "rsa-pss-sha512",
         }
     }
 
@@ -88,7 +95,101 @@ impl SigAlg {
             SigAlg::EcdsaP521 => &signature::ECDSA_P521_SHA512_ASN1,
             SigAlg::RsaPssSha256 => &signature::RSA_PSS_2048_8192_SHA256,
             SigAlg::RsaPssSha384 => &signature::RSA_PSS_2048_8192_SHA384,
+            SigAlg::RsaPssSha512 => &signature::RSA_PSS_2048_8192_SHA512,
         }
+    }
+
+    /// The RSA-PSS algorithm for a key of `bits`: the hash of its security strength
+    /// (Contiu et al.'s Table 1: 3072 bits ~ 128, 7680 ~ 192, 15360 ~ 256).
+    fn rsa_for(bits: usize) -> SigAlg {
+        match bits {
+            ..7680 => SigAlg::RsaPssSha256,
+            7680..15360 => SigAlg::RsaPssSha384,
+            _ => SigAlg::RsaPssSha512,
+        }
+    }
+}
+
+/// RSA keys over this many bits go through the `rsa` crate (aws-lc-rs's largest).
+const AWS_LC_RSA_MAX_BITS: usize = 8192;
+/// The largest RSA key accepted.
+const RSA_MAX_BITS: usize = 16384;
+
+/// RSA-PSS through RustCrypto's `rsa` crate, for keys over 8192 bits.
+mod big_rsa {
+    use super::SigAlg;
+    use rsa::pkcs1::EncodeRsaPublicKey;
+    use rsa::signature::{RandomizedSigner, SignatureEncoding, Verifier};
+    use rsa::{pss, BigUint, RsaPrivateKey, RsaPublicKey};
+
+    /// A new key of `bits`, as PKCS#8 DER.
+    pub fn generate(bits: usize) -> Option<Vec<u8>> {
+        use rsa::pkcs8::EncodePrivateKey;
+        let k = RsaPrivateKey::new(&mut rand::rngs::OsRng, bits).ok()?;
+        Some(k.to_pkcs8_der().ok()?.as_bytes().to_vec())
+    }
+
+    /// The private key in PKCS#8 or PKCS#1 DER `der` (`openssl genpkey -outform DER`
+    /// writes PKCS#1), its public key's DER `RSAPublicKey` and its size in bits.
+    pub fn from_der(der: &[u8]) -> Option<(RsaPrivateKey, Vec<u8>, usize)> {
+        use rsa::pkcs1::DecodeRsaPrivateKey;
+        use rsa::pkcs8::DecodePrivateKey;
+        use rsa::traits::PublicKeyParts;
+        let k = RsaPrivateKey::from_pkcs8_der(der)
+            .ok()
+            .or_else(|| RsaPrivateKey::from_pkcs1_der(der).ok())?;
+        let bits = k.n().bits();
+        if bits > super::RSA_MAX_BITS {
+            return None;
+        }
+        let public = k.to_public_key().to_pkcs1_der().ok()?.as_bytes().to_vec();
+        Some((k, public, bits))
+    }
+
+    /// The modulus's size in bits of the DER `RSAPublicKey` `der`.
+    pub fn public_bits(der: &[u8]) -> Option<usize> {
+        public(der).map(|k| rsa::traits::PublicKeyParts::n(&k).bits())
+    }
+
+    fn public(der: &[u8]) -> Option<RsaPublicKey> {
+        let k = rsa::pkcs1::RsaPublicKey::try_from(der).ok()?;
+        RsaPublicKey::new_with_max_size(
+            BigUint::from_bytes_be(k.modulus.as_bytes()),
+            BigUint::from_bytes_be(k.public_exponent.as_bytes()),
+            super::RSA_MAX_BITS,
+        )
+        .ok()
+    }
+
+    /// The PSS signature of `msg` under `key` with `alg`'s hash.
+    pub fn sign(key: &RsaPrivateKey, alg: SigAlg, msg: &[u8]) -> Vec<u8> {
+        let rng = &mut rand::rngs::OsRng;
+        let k = key.clone();
+        match alg {
+            SigAlg::RsaPssSha256 => pss::BlindedSigningKey::<sha2::Sha256>::new(k)
+                .sign_with_rng(rng, msg)
+                .to_vec(),
+            SigAlg::RsaPssSha384 => pss::BlindedSigningKey::<sha2::Sha384>::new(k)
+                .sign_with_rng(rng, msg)
+                .to_vec(),
+            _ => pss::BlindedSigningKey::<sha2::Sha512>::new(k)
+                .sign_with_rng(rng, msg)
+                .to_vec(),
+        }
+    }
+
+    /// Whether `sig` is `alg`'s PSS signature of `msg` under the DER `RSAPublicKey` `der`.
+    pub fn verify(der: &[u8], alg: SigAlg, msg: &[u8], sig: &[u8]) -> bool {
+        let (Some(k), Ok(sig)) = (public(der), pss::Signature::try_from(sig)) else {
+            return false;
+        };
+        match alg {
+            SigAlg::RsaPssSha256 => pss::VerifyingKey::<sha2::Sha256>::new(k).verify(msg, &sig),
+            SigAlg::RsaPssSha384 => pss::VerifyingKey::<sha2::Sha384>::new(k).verify(msg, &sig),
+            SigAlg::RsaPssSha512 => pss::VerifyingKey::<sha2::Sha512>::new(k).verify(msg, &sig),
+            _ => return false,
+        }
+        .is_ok()
     }
 }
 
@@ -105,10 +206,15 @@ pub enum KeyKind {
     EcdsaP521,
     /// RSA-PSS, 3072 bits.
     RsaPss3072,
+    /// RSA-PSS, 7680 bits (generated by the `rsa` crate: tens of seconds).
+    RsaPss7680,
+    /// RSA-PSS, 15360 bits (generated by the `rsa` crate: minutes).
+    RsaPss15360,
 }
 
 impl KeyKind {
-    /// Parses `ed25519`, `ecdsa-p256`, `ecdsa-p384`, `ecdsa-p521` or `rsa-pss-3072`.
+    /// Parses `ed25519`, `ecdsa-p256`, `ecdsa-p384`, `ecdsa-p521`, `rsa-pss-3072`,
+    /// `rsa-pss-7680` or `rsa-pss-15360`.
     pub fn parse(s: &str) -> Result<KeyKind> {
         Ok(match s {
             "ed25519" => KeyKind::Ed25519,
@@ -116,14 +222,29 @@ impl KeyKind {
             "ecdsa-p384" => KeyKind::EcdsaP384,
             "ecdsa-p521" => KeyKind::EcdsaP521,
             "rsa-pss-3072" => KeyKind::RsaPss3072,
+            "rsa-pss-7680" => KeyKind::RsaPss7680,
+            "rsa-pss-15360" => KeyKind::RsaPss15360,
             _ => {
                 return Err(Error::Invalid(format!(
-                    "unknown key algorithm {s:?}: ed25519, ecdsa-p256, ecdsa-p384, ecdsa-p521 \
-                     or rsa-pss-3072 (a 7680-bit RSA key made by `openssl genpkey` is \
-                     accepted as a PKCS#8 file)"
+                    "unknown key algorithm {s:?}: ed25519, ecdsa-p256, ecdsa-p384, ecdsa-p521, \
+                     rsa-pss-3072, rsa-pss-7680 or rsa-pss-15360 (an RSA key of 2048 to \
+                     16384 bits made elsewhere, e.g. by `openssl genpkey`, is accepted as a \
+                     PKCS#8 file)"
                 )))
             }
         })
+    }
+}
+
+impl KeyKind {
+    /// The size of an RSA kind's keys.
+    pub fn rsa_bits(self) -> Option<usize> {
+        match self {
+            KeyKind::RsaPss3072 => Some(3072),
+            KeyKind::RsaPss7680 => Some(7680),
+            KeyKind::RsaPss15360 => Some(15360),
+            _ => None,
+        }
     }
 }
 
@@ -142,6 +263,8 @@ enum SignerKey {
     Ed(signature::Ed25519KeyPair),
     Ec(signature::EcdsaKeyPair),
     Rsa(signature::RsaKeyPair),
+    /// An RSA key over 8192 bits.
+    BigRsa(Box<rsa::RsaPrivateKey>),
 }
 
 impl std::fmt::Debug for Signer {
@@ -173,10 +296,15 @@ impl Signer {
                 let der: aws_lc_rs::encoding::Pkcs8V1Der = k.as_der().map_err(fail)?;
                 Ok(der.as_ref().to_vec())
             }
+            KeyKind::RsaPss7680 | KeyKind::RsaPss15360 => kind
+                .rsa_bits()
+                .and_then(big_rsa::generate)
+                .ok_or(fail(Unspecified)),
         }
     }
 
-    /// The key in PKCS#8 DER `der` (any of the algorithms; the curve or size tells which).
+    /// The key in PKCS#8 DER `der` (any of the algorithms; the curve or size tells which;
+    /// an RSA key may be PKCS#1 DER too).
     pub fn from_pkcs8(der: &[u8]) -> Result<Signer> {
         let p = Path::new("the key");
         if let Ok(k) = signature::Ed25519KeyPair::from_pkcs8(der) {
@@ -210,13 +338,12 @@ impl Signer {
                 });
             }
         }
-        match signature::RsaKeyPair::from_pkcs8(der) {
+        match signature::RsaKeyPair::from_pkcs8(der).or_else(|e| {
+            // PKCS#1, as `openssl genpkey -outform DER` writes RSA keys.
+            signature::RsaKeyPair::from_der(der).map_err(|_| e)
+        }) {
             Ok(k) => {
-                let alg = if k.public_modulus_len() * 8 >= 7680 {
-                    SigAlg::RsaPssSha384
-                } else {
-                    SigAlg::RsaPssSha256
-                };
+                let alg = SigAlg::rsa_for(k.public_modulus_len() * 8);
                 let public = PublicKey::new(alg, k.public_key().as_ref().to_vec());
                 Ok(Signer {
                     alg,
@@ -224,13 +351,23 @@ impl Signer {
                     public,
                 })
             }
-            Err(e) => Err(bad_key(
-                p,
-                format!(
-                    "not a PKCS#8 Ed25519, ECDSA (P-256, P-384, P-521) or RSA (2048 to 8192 \
-                     bits) private key ({e})"
-                ),
-            )),
+            Err(e) => match big_rsa::from_der(der) {
+                Some((k, public, bits)) if bits > AWS_LC_RSA_MAX_BITS => {
+                    let alg = SigAlg::rsa_for(bits);
+                    Ok(Signer {
+                        alg,
+                        key: SignerKey::BigRsa(Box::new(k)),
+                        public: PublicKey::new(alg, public),
+                    })
+                }
+                _ => Err(bad_key(
+                    p,
+                    format!(
+                        "not a PKCS#8 Ed25519, ECDSA (P-256, P-384, P-521) or RSA (2048 to \
+                         16384 bits; PKCS#1 too) private key ({e})"
+                    ),
+                )),
+            },
         }
     }
 
@@ -241,6 +378,22 @@ impl Signer {
             Error::Invalid(m) => bad_key(path, m.trim_start_matches("the key: ")),
             e => e,
         })
+    }
+
+    /// The key as PKCS#8 DER (what `keygen` writes), whatever form it was read from.
+    pub fn to_pkcs8(&self) -> Result<Vec<u8>> {
+        let fail = |_| Error::Invalid("encoding the key as PKCS#8 failed".into());
+        match &self.key {
+            SignerKey::Ed(k) => k.to_pkcs8().map(|d| d.as_ref().to_vec()).map_err(fail),
+            SignerKey::Ec(k) => k.to_pkcs8v1().map(|d| d.as_ref().to_vec()).map_err(fail),
+            SignerKey::Rsa(k) => {
+                let der: aws_lc_rs::encoding::Pkcs8V1Der = k.as_der().map_err(fail)?;
+                Ok(der.as_ref().to_vec())
+            }
+            SignerKey::BigRsa(k) => rsa::pkcs8::EncodePrivateKey::to_pkcs8_der(k.as_ref())
+                .map(|d| d.as_bytes().to_vec())
+                .map_err(|_| fail(Unspecified)),
+        }
     }
 
     /// Its public half.
@@ -267,6 +420,7 @@ impl Signer {
                 k.sign(enc, &rng, &msg, &mut sig).map_err(fail)?;
                 sig
             }
+            SignerKey::BigRsa(k) => big_rsa::sign(k, self.alg, &msg),
         };
         let mut out = Vec::with_capacity(8 + sig.len() + anchor.len());
         out.extend_from_slice(MAGIC);
@@ -364,13 +518,22 @@ impl PublicKey {
         let mut msg = Vec::with_capacity(CONTEXT.len() + anchor.len());
         msg.extend_from_slice(CONTEXT);
         msg.extend_from_slice(anchor);
-        signature::UnparsedPublicKey::new(self.alg.verification(), &self.bytes)
-            .verify(&msg, sig)
-            .map_err(|_| {
-                fail(format!(
-                    "the anchor's signature does not verify under the given {self}"
-                ))
-            })?;
+        let big = matches!(
+            self.alg,
+            SigAlg::RsaPssSha256 | SigAlg::RsaPssSha384 | SigAlg::RsaPssSha512
+        ) && big_rsa::public_bits(&self.bytes).is_some_and(|b| b > AWS_LC_RSA_MAX_BITS);
+        let ok = if big {
+            big_rsa::verify(&self.bytes, self.alg, &msg, sig)
+        } else {
+            signature::UnparsedPublicKey::new(self.alg.verification(), &self.bytes)
+                .verify(&msg, sig)
+                .is_ok()
+        };
+        if !ok {
+            return Err(fail(format!(
+                "the anchor's signature does not verify under the given {self}"
+            )));
+        }
         Ok(anchor)
     }
 }
@@ -958,6 +1121,8 @@ mod tests {
             );
             assert!(format!("{s:?}").contains(&fp), "{s:?}");
             assert!(s.public().to_string().starts_with(alg.name()));
+            let again = Signer::from_pkcs8(&s.to_pkcs8().unwrap()).unwrap();
+            assert_eq!(again.public(), s.public(), "{name}: PKCS#8 round trip");
         }
     }
 
@@ -988,6 +1153,94 @@ mod tests {
             let mut env2 = env.clone();
             env2[5] = other.alg as u8;
             assert!(other.open(&env2).is_err());
+        }
+    }
+
+    /// An RSA key of 15360 bits made by `openssl genpkey -outform DER` (PKCS#1) for these
+    /// tests only (generating one takes minutes).
+    const RSA_15360: &[u8] = include_bytes!("../testdata/rsa-15360-test-only.der");
+
+    #[test]
+    fn rsa_keys_over_8192_bits_sign_through_the_rsa_crate_with_sha_512() {
+        let s = Signer::from_pkcs8(RSA_15360).unwrap();
+        assert!(matches!(s.key, SignerKey::BigRsa(_)));
+        assert_eq!(s.public().alg(), SigAlg::RsaPssSha512);
+        assert_eq!(big_rsa::public_bits(&s.public().bytes), Some(15360));
+        let env = s.seal(b"INTANCH2 anchor").unwrap();
+        assert_eq!(env[5], SigAlg::RsaPssSha512 as u8);
+        assert_eq!(u16::from_le_bytes([env[6], env[7]]), 1920);
+        // Through the key file's text, as a reader has it.
+        let pk = PublicKey::from_text(&s.public().to_text()).unwrap();
+        assert!(pk.to_text().contains("rsa-pss-sha512"), "{}", pk.to_text());
+        assert_eq!(pk.open(&env).unwrap(), b"INTANCH2 anchor");
+        // Randomized: two envelopes of one anchor differ, both verify.
+        let env2 = s.seal(b"INTANCH2 anchor").unwrap();
+        assert_ne!(env, env2);
+        assert!(pk.open(&env2).is_ok());
+        // A changed byte of the signature or of the anchor, or another hash: refused.
+        for i in [8, 8 + 1919, env.len() - 1] {
+            let mut bad = env.clone();
+            bad[i] ^= 1;
+            assert!(pk.open(&bad).unwrap_err().is_tampered(), "byte {i}");
+        }
+        for alg in [SigAlg::RsaPssSha256, SigAlg::RsaPssSha384] {
+            let other = PublicKey::new(alg, pk.bytes.clone());
+            let mut e = env.clone();
+            e[5] = alg as u8;
+            assert!(other.open(&e).is_err(), "{alg:?}");
+        }
+        // Another key's signature.
+        let small = signer(KeyKind::RsaPss3072);
+        let mut e = small.seal(b"INTANCH2 anchor").unwrap();
+        e[5] = SigAlg::RsaPssSha512 as u8;
+        assert!(pk.open(&e).is_err());
+        // As PKCS#8 too.
+        let (k, _, _) = big_rsa::from_der(RSA_15360).unwrap();
+        let p8 = rsa::pkcs8::EncodePrivateKey::to_pkcs8_der(&k).unwrap();
+        let s8 = Signer::from_pkcs8(p8.as_bytes()).unwrap();
+        assert_eq!(s8.public(), s.public());
+        assert_eq!(
+            s.to_pkcs8().unwrap(),
+            p8.as_bytes(),
+            "PKCS#1 in, PKCS#8 out"
+        );
+        // The rsa crate's keys are read back as PKCS#8 (what `keygen` writes).
+        let der = big_rsa::generate(2048).unwrap();
+        let k = Signer::from_pkcs8(&der).unwrap();
+        assert_eq!(k.public().alg(), SigAlg::RsaPssSha256);
+        assert!(k.public().open(&k.seal(b"a").unwrap()).is_ok());
+        // A key of aws-lc-rs's sizes in PKCS#1 DER.
+        let (k2, _, _) = big_rsa::from_der(&der).unwrap();
+        let p1 = rsa::pkcs1::EncodeRsaPrivateKey::to_pkcs1_der(&k2).unwrap();
+        let s1 = Signer::from_pkcs8(p1.as_bytes()).unwrap();
+        assert!(matches!(s1.key, SignerKey::Rsa(_)));
+        assert_eq!(s1.public(), k.public());
+        // Too large a key is refused.
+        assert!(big_rsa::public_bits(b"junk").is_none());
+    }
+
+    #[test]
+    fn each_rsa_size_has_its_strength() {
+        for (bits, alg) in [
+            (2048, SigAlg::RsaPssSha256),
+            (3072, SigAlg::RsaPssSha256),
+            (7679, SigAlg::RsaPssSha256),
+            (7680, SigAlg::RsaPssSha384),
+            (8192, SigAlg::RsaPssSha384),
+            (15359, SigAlg::RsaPssSha384),
+            (15360, SigAlg::RsaPssSha512),
+            (16384, SigAlg::RsaPssSha512),
+        ] {
+            assert_eq!(SigAlg::rsa_for(bits), alg, "{bits}");
+        }
+        for (name, bits) in [
+            ("rsa-pss-3072", Some(3072)),
+            ("rsa-pss-7680", Some(7680)),
+            ("rsa-pss-15360", Some(15360)),
+            ("ed25519", None),
+            ("ecdsa-p521", None),
+        ] {
+            assert_eq!(KeyKind::parse(name).unwrap().rsa_bits(), bits, "{name}");
         }
     }
 

@@ -292,9 +292,15 @@ enum Cmd {
     /// Make a key pair for signed roots: FILE (the private key, PKCS#8, mode 0600: for
     /// `--sign-key`) and FILE.pub (for readers' `--verify-key`).
     Keygen {
-        /// ed25519 (default), ecdsa-p256, ecdsa-p384, ecdsa-p521 or rsa-pss-3072.
+        /// ed25519 (default), ecdsa-p256, ecdsa-p384, ecdsa-p521, rsa-pss-3072, rsa-pss-7680
+        /// (tens of seconds to make) or rsa-pss-15360 (minutes).
         #[arg(long, default_value = "ed25519")]
         alg: String,
+        /// Instead of making a key, take this one, made elsewhere (PKCS#8 DER of any of the
+        /// algorithms, or an RSA key of 2048 to 16384 bits in PKCS#1 DER, as `openssl
+        /// genpkey -outform DER` writes it): FILE gets it as PKCS#8, FILE.pub its public key.
+        #[arg(long, conflicts_with = "alg")]
+        import: Option<PathBuf>,
         /// Where to write the private key (FILE.pub gets the public one).
         #[arg(long)]
         out: PathBuf,
@@ -566,18 +572,43 @@ pub(crate) fn check_verify_only_reads(cli: &Cli, read_only: bool) -> Result<()> 
 }
 
 /// `intact keygen`.
-fn keygen(alg: &str, out: &Path, json: bool) -> Result<()> {
+fn keygen(alg: &str, import: Option<&Path>, out: &Path, json: bool) -> Result<()> {
     use intact_core::sign::{KeyKind, Signer};
     use std::os::unix::fs::OpenOptionsExt;
-    let der = zeroize::Zeroizing::new(Signer::generate(KeyKind::parse(alg)?)?);
-    let signer = Signer::from_pkcs8(&der)?;
+    let imported = match import {
+        Some(p) => Some(Signer::load(p)?),
+        None => None,
+    };
+    let kind = KeyKind::parse(alg)?;
     let pub_path = PathBuf::from(format!("{}.pub", out.display()));
+    // Created first: a large RSA key takes minutes to make, not to be thrown away.
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(out)
         .with_context(|| format!("creating {} (it must not exist)", out.display()))?;
+    if imported.is_none() && kind.rsa_bits().is_some_and(|b| b > 3072) {
+        eprintln!(
+            "generating a {}-bit RSA key: this takes from tens of seconds (7680) to many \
+             minutes (15360)",
+            kind.rsa_bits().unwrap_or_default()
+        );
+    }
+    let made = match imported {
+        Some(s) => s.to_pkcs8().map(|der| (s, zeroize::Zeroizing::new(der))),
+        None => Signer::generate(kind).and_then(|der| {
+            let der = zeroize::Zeroizing::new(der);
+            Ok((Signer::from_pkcs8(&der)?, der))
+        }),
+    };
+    let (signer, der) = match made {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = std::fs::remove_file(out);
+            return Err(e.into());
+        }
+    };
     f.write_all(&der)?;
     f.sync_all()?;
     std::fs::write(&pub_path, signer.public().to_text())
@@ -1629,7 +1660,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Anchor {
             what: AnchorCmd::Move { to },
         } => anchor_move(&cli, to)?,
-        Cmd::Keygen { alg, out } => keygen(alg, out, cli.json)?,
+        Cmd::Keygen { alg, import, out } => keygen(alg, import.as_deref(), out, cli.json)?,
         Cmd::RecoverAnchor {
             i_accept_rollback_risk,
         } => {

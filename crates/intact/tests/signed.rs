@@ -253,3 +253,40 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
         .unwrap();
     assert!(s.success());
 }
+
+#[test]
+fn an_rsa_key_of_15360_bits_made_by_openssl_is_imported_and_signs() {
+    let v = Vol::new();
+    let made = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../intact-core/testdata/rsa-15360-test-only.der"
+    );
+    let k = v.dir.path().join("big");
+    let r = v
+        .run(&["keygen", "--import", made, "--out", k.to_str().unwrap()])
+        .ok();
+    assert!(r.stdout.contains("rsa-pss-sha512 key"), "{}", r.stdout);
+    let pubk = format!("{}.pub", k.display());
+    v.init(None);
+    v.put_with(&["--sign-key", k.to_str().unwrap()], "/f", b"15360 bits")
+        .ok();
+    let r = v.run(&["--verify-key", &pubk, "cat", "/f"]).ok();
+    assert_eq!(r.stdout, "15360 bits");
+    let (_, other) = keygen(&v, "rsa-pss-3072", "other");
+    let r = v.run(&["--verify-key", &other, "cat", "/f"]);
+    assert_eq!(r.code, INTEGRITY, "{}", r.stderr);
+    // What is not a key is named.
+    let junk = v.dir.path().join("junk");
+    std::fs::write(&junk, b"not a key").unwrap();
+    let out = v.dir.path().join("never");
+    let r = v.run(&[
+        "keygen",
+        "--import",
+        junk.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_ne!(r.code, 0);
+    assert!(r.stderr.contains("PKCS#1 too"), "{}", r.stderr);
+    assert!(!out.exists(), "nothing written for a bad key");
+}
