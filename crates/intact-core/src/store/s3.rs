@@ -1251,6 +1251,29 @@ mod tests {
         assert_eq!(ini_section(text, "other").len(), 1);
     }
 
+    /// A chunk past a cut is stale until the sync deletes it: an extension over it before
+    /// that reads zeros there, not the stored bytes, and so does the bucket after the sync.
+    #[test]
+    fn a_cut_then_an_extension_reads_zeros_over_the_stale_chunks() {
+        let (s, _) = mem();
+        let c = CHUNK as usize;
+        s.write_at("o", 0, &vec![0xaa; 3 * c]).unwrap();
+        s.sync(&["o".into()]).unwrap();
+        s.set_len("o", CHUNK / 2).unwrap();
+        s.set_len("o", 3 * CHUNK).unwrap();
+        let mut buf = vec![1u8; 3 * c];
+        assert_eq!(s.read_at("o", 0, &mut buf).unwrap(), 3 * c);
+        assert!(buf[..c / 2].iter().all(|&b| b == 0xaa));
+        assert!(
+            buf[c / 2..].iter().all(|&b| b == 0),
+            "chunks past the cut read as zeros before the sync"
+        );
+        s.sync(&["o".into()]).unwrap();
+        let mut again = vec![1u8; 3 * c];
+        s.read_at("o", 0, &mut again).unwrap();
+        assert_eq!(again, buf, "and after it");
+    }
+
     #[test]
     fn the_store_keeps_the_contract() {
         let (s, _) = mem();
