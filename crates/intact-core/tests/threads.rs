@@ -614,6 +614,86 @@ fn an_fsync_completes_while_a_checkpoint_is_in_flight() {
     assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
 }
 
+/// A seal of the log (an fsync) that begins while a checkpoint is in flight stores an
+/// anchor naming the log from before the checkpoint's roll: the segment the checkpoint
+/// folds in must be durable then too. A crash right after the fsync, keeping only synced
+/// writes (what a crash of the process leaves on S3, where unsynced writes are in its
+/// memory), reopens with no alarm and the fsynced file (it raised "log segment ... is
+/// shorter than the sealed log" when the seal synced only the new segment).
+#[test]
+fn an_fsync_during_a_checkpoint_leaves_a_sealed_log_that_is_durable() {
+    use intact_core::store::{CrashImage, FaultStore};
+    let gated = Arc::new(Hooked {
+        inner: FaultStore::new_mem(),
+        hook: Gate::journal_only(),
+    });
+    let store: Arc<dyn intact_core::store::UntrustedStore> = gated.clone();
+    let trusted = MemTrusted::new();
+    let vol = Arc::new(create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096));
+    vol.create_file("/a", None).unwrap();
+    vol.write_path("/a", 0, &pattern(1, 100_000)).unwrap();
+    vol.create_file("/b", None).unwrap();
+    vol.sync().unwrap();
+    // Logged, not synced: the checkpoint folds this record's segment in.
+    vol.write_path("/a", 10, &pattern(2, 5_000)).unwrap();
+    gated.hook.set(true);
+    let syncer = {
+        let vol = vol.clone();
+        std::thread::spawn(move || vol.sync())
+    };
+    gated.hook.wait_for_a_sync();
+    let ino = vol.stat("/b").unwrap().ino;
+    vol.write_path("/b", 0, &pattern(3, 20_000)).unwrap();
+    vol.fsync(ino).unwrap();
+    // The crash: while the checkpoint is still held, only what was synced survives.
+    let image = gated.inner.crash_image(CrashImage::DurableOnly);
+    let anchor = trusted.snapshot();
+    gated.hook.set(false);
+    syncer.join().unwrap().unwrap();
+    let after = MemTrusted::new();
+    after.restore(anchor);
+    let vol = open(Arc::new(image), &after)
+        .unwrap_or_else(|e| panic!("reopen after a crash during a checkpoint: {e}"));
+    assert_eq!(read_all(&vol, "/b").unwrap(), pattern(3, 20_000));
+    let a = read_all(&vol, "/a").unwrap();
+    let mut a2 = pattern(1, 100_000);
+    a2[10..5_010].copy_from_slice(&pattern(2, 5_000));
+    assert!(
+        a == pattern(1, 100_000) || a == a2,
+        "/a is neither of its states"
+    );
+    assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+}
+
+/// A crash of the process leaves the log's tail in the page cache, not durable; the next
+/// open replays it and starts a segment after it, whose anchor names the chain through
+/// that tail: the tail must be made durable first, or a power cut right after the open
+/// leaves a sealed log shorter than its anchor says.
+#[test]
+fn a_reopen_makes_the_replayed_tail_durable_before_an_anchor_names_it() {
+    use intact_core::store::{CrashImage, FaultStore};
+    let store = Arc::new(FaultStore::new_mem());
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
+    vol.create_file("/a", None).unwrap();
+    vol.sync().unwrap();
+    vol.write_path("/a", 0, &pattern(4, 10_000)).unwrap();
+    // The process dies: its log records stay in the store's page cache, unsynced.
+    vol.set_seal_on_drop(false);
+    drop(vol);
+    let vol = open(store.clone(), &trusted).unwrap();
+    assert_eq!(read_all(&vol, "/a").unwrap(), pattern(4, 10_000));
+    vol.create_file("/b", None).unwrap();
+    vol.set_seal_on_drop(false);
+    drop(vol);
+    // The power cut: only what was synced.
+    let image = store.crash_image(CrashImage::DurableOnly);
+    let vol =
+        open(Arc::new(image), &trusted).unwrap_or_else(|e| panic!("reopen after a power cut: {e}"));
+    let a = read_all(&vol, "/a").unwrap();
+    assert!(a.is_empty() || a == pattern(4, 10_000), "{} bytes", a.len());
+}
+
 /// Block `b` of file `f` at generation `g`: a header naming all three, then bytes that
 /// depend on them (half of each block compressible, half not, so that RAND-EINT and
 /// COMP-EINT take both of their paths).

@@ -28,11 +28,37 @@ fn sh(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// A volume (cipher directory + trusted state) in a temporary directory.
+/// A volume (cipher directory + trusted state) in a temporary directory; with
+/// `INTACT_FUSE_STORE=s3`, the volume is in a bucket of a Garage server the volume starts
+/// (and stops when dropped) instead of a cipher directory.
 struct Vol {
     _tmp: tempfile::TempDir,
     root: PathBuf,
     scheme: String,
+    s3: Option<common::garage::Garage>,
+}
+
+/// The `--commit-interval` of the tests that crash the daemon after a close or a `sync`:
+/// 0 (no tick) on the local store, where the log is in the backing file system's cache as
+/// each request returns; 1 s on S3, where the log reaches the bucket with the tick's seal
+/// (README, "A volume in an S3-compatible bucket").
+fn s3_tick() -> &'static str {
+    if on_s3() {
+        "1"
+    } else {
+        "0"
+    }
+}
+
+/// On S3: long enough for a tick of `--commit-interval 1` to have sent the log.
+fn wait_for_the_tick() {
+    std::thread::sleep(Duration::from_millis(2500));
+}
+
+/// Whether the mount tests run on volumes in an S3 bucket (`INTACT_FUSE_STORE=s3`; the
+/// tests that edit the cipher directory's files do not apply there, and fail if run).
+fn on_s3() -> bool {
+    std::env::var("INTACT_FUSE_STORE").is_ok_and(|v| v == "s3")
 }
 
 impl Vol {
@@ -48,15 +74,21 @@ impl Vol {
             .unwrap();
         let root = tmp.path().canonicalize().unwrap();
         fs::create_dir(root.join("mnt")).unwrap();
-        prepare(&root.join("cipher"));
+        let s3 = on_s3().then(|| {
+            common::garage::Garage::start().expect("INTACT_FUSE_STORE=s3 needs garage on PATH")
+        });
+        if s3.is_none() {
+            prepare(&root.join("cipher"));
+        }
         let v = Vol {
             _tmp: tmp,
             root,
             scheme: scheme.to_string(),
+            s3,
         };
         let r = v.cli(&[
             "init",
-            v.cipher().to_str().unwrap(),
+            &v.location(),
             "--scheme",
             scheme,
             "--kdf-memory",
@@ -68,8 +100,31 @@ impl Vol {
         v
     }
 
+    /// The cipher directory, for the tests that edit its files (never on S3).
     fn cipher(&self) -> PathBuf {
+        assert!(
+            self.s3.is_none(),
+            "this test edits the cipher directory's files: it runs on the local store only"
+        );
         self.root.join("cipher")
+    }
+
+    /// Where the volume is: the cipher directory, or the volume's URL in the bucket.
+    fn location(&self) -> String {
+        match &self.s3 {
+            Some(g) => g.url("vol"),
+            None => self.cipher().to_str().unwrap().to_string(),
+        }
+    }
+
+    /// The environment a command on the volume needs: the bucket's key on S3.
+    fn store_env(&self, c: &mut Command) {
+        if let Some(g) = &self.s3 {
+            c.env_remove("AWS_PROFILE")
+                .env("HOME", g.dir.path())
+                .env("AWS_ACCESS_KEY_ID", &g.key_id)
+                .env("AWS_SECRET_ACCESS_KEY", &g.secret);
+        }
     }
     fn state(&self) -> PathBuf {
         self.root.join("state")
@@ -80,9 +135,11 @@ impl Vol {
 
     /// Runs the CLI on this volume; returns (exit code, stdout, stderr).
     fn cli(&self, args: &[&str]) -> (i32, String, String) {
-        let out = Command::new(BIN)
+        let mut c = Command::new(BIN);
+        self.store_env(&mut c);
+        let out = c
             .arg("--volume")
-            .arg(self.cipher())
+            .arg(self.location())
             .arg("--state")
             .arg(self.state())
             .args(args)
@@ -110,11 +167,13 @@ impl Vol {
 
     /// [`Vol::try_mount`] with more environment variables for the daemon.
     fn try_mount_env(&self, extra: &[&str], env: &[(&str, &str)]) -> Result<Mount, (i32, String)> {
-        let mut child = Command::new(BIN)
+        let mut c = Command::new(BIN);
+        self.store_env(&mut c);
+        let mut child = c
             .arg("--state")
             .arg(self.state())
             .arg("mount")
-            .arg(self.cipher())
+            .arg(self.location())
             .arg(self.mnt())
             .arg("-f")
             .args(extra)
@@ -247,6 +306,7 @@ impl Vol {
             _tmp: tmp,
             root,
             scheme: self.scheme.clone(),
+            s3: None,
         }
     }
 }
@@ -1219,14 +1279,18 @@ fn intact_umount_returns_after_the_daemon_sealed_and_exited() {
 #[test]
 fn close_survives_a_crash_of_the_daemon() {
     let v = Vol::new("mt-eint");
-    let m = v.try_mount(&["--commit-interval", "0"]).unwrap();
+    let m = v.try_mount(&["--commit-interval", s3_tick()]).unwrap();
     let e0 = v.epoch();
     let (a, b) = (pattern(9, 100_000), pattern(10, 5_000));
     fs::write(m.p("a"), &a).unwrap();
     let mut f = File::create(m.p("b")).unwrap();
     f.write_all(&b).unwrap();
     drop(f);
-    assert_eq!(v.epoch(), e0, "no seal ran: the log alone keeps the data");
+    if on_s3() {
+        wait_for_the_tick();
+    } else {
+        assert_eq!(v.epoch(), e0, "no seal ran: the log alone keeps the data");
+    }
     m.crash();
     kept_after_crash(&v, &[("/a", &a), ("/b", &b)]);
 }
@@ -1238,7 +1302,7 @@ fn close_survives_a_crash_of_the_daemon() {
 #[test]
 fn sync_f_and_sync_leave_a_crash_state_with_no_alarm() {
     let v = Vol::new("mt-eint");
-    let m = v.try_mount(&["--commit-interval", "0"]).unwrap();
+    let m = v.try_mount(&["--commit-interval", s3_tick()]).unwrap();
     let (b, c) = (pattern(10, 100_000), pattern(11, 5_000));
     let mut open_b = File::create(m.p("b")).unwrap();
     open_b.write_all(&b).unwrap();
@@ -1251,6 +1315,9 @@ fn sync_f_and_sync_leave_a_crash_state_with_no_alarm() {
     open_c.write_all(&c).unwrap();
     // SAFETY: sync(2) takes no argument and cannot fail.
     unsafe { libc::sync() };
+    if on_s3() {
+        wait_for_the_tick();
+    }
     m.crash();
     drop((open_b, open_c));
     let out = v.root.join("got");

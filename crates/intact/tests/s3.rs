@@ -8,266 +8,20 @@
 #[allow(dead_code)]
 mod common;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::vol::{Run, BIN, INTEGRITY, IO, PW};
+use common::garage::{rt, Garage, BUCKET};
+use common::vol::{INTEGRITY, IO, PW};
 use intact_core::attacks::{self, Bed, Content, Verdict};
 use intact_core::format::SchemeId;
 use intact_core::store::{LocalStateDir, S3Store, S3Url, TrustedStore, UntrustedStore};
 use intact_core::{CreateOptions, Options, Volume};
-use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::aws::AmazonS3;
 use object_store::path::Path as Key;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use std::sync::Arc;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A one-node Garage cluster in a temporary directory with a bucket and a key allowed on
-/// it; killed when dropped.
-struct Garage {
-    child: Option<Child>,
-    dir: tempfile::TempDir,
-    s3: u16,
-    key_id: String,
-    secret: String,
-}
-
-const BUCKET: &str = "intact-test";
-
-impl Garage {
-    /// Starts Garage, or `None` (skipped) when it is not installed.
-    fn start() -> Option<Garage> {
-        if !common::need(&["garage"]) {
-            return None;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let (rpc, s3) = (free_port(), free_port());
-        let secret: String = (0..32)
-            .map(|_| format!("{:02x}", rand::random::<u8>()))
-            .collect();
-        let conf = format!(
-            "metadata_dir = \"{d}/meta\"\ndata_dir = \"{d}/data\"\ndb_engine = \"lmdb\"\n\
-             replication_factor = 1\nrpc_bind_addr = \"127.0.0.1:{rpc}\"\n\
-             rpc_public_addr = \"127.0.0.1:{rpc}\"\nrpc_secret = \"{secret}\"\n\
-             [s3_api]\ns3_region = \"garage\"\napi_bind_addr = \"127.0.0.1:{s3}\"\n\
-             root_domain = \".s3.garage.localhost\"\n",
-            d = dir.path().display()
-        );
-        std::fs::write(dir.path().join("garage.toml"), conf).unwrap();
-        let mut g = Garage {
-            child: None,
-            dir,
-            s3,
-            key_id: String::new(),
-            secret: String::new(),
-        };
-        g.run();
-        let id = g.cli(&["node", "id", "-q"]);
-        let id = id.trim().split('@').next().unwrap().to_string();
-        g.cli(&["layout", "assign", "-z", "dc1", "-c", "1G", &id]);
-        g.cli(&["layout", "apply", "--version", "1"]);
-        g.cli(&["bucket", "create", BUCKET]);
-        let key = g.cli(&["key", "create", "intact-test-key"]);
-        let field = |name: &str| {
-            key.lines()
-                .find_map(|l| l.strip_prefix(name))
-                .map(|v| v.trim().to_string())
-                .unwrap_or_else(|| panic!("no {name} in {key}"))
-        };
-        g.key_id = field("Key ID:");
-        g.secret = field("Secret key:");
-        g.cli(&[
-            "bucket",
-            "allow",
-            "--read",
-            "--write",
-            "--owner",
-            BUCKET,
-            "--key",
-            "intact-test-key",
-        ]);
-        // The layout takes a moment to reach the S3 front end: wait for a first PUT.
-        let until = Instant::now() + Duration::from_secs(30);
-        let store = g.client();
-        let rt = rt();
-        while rt
-            .block_on(store.put(&Key::from("probe"), PutPayload::from_static(b"x")))
-            .is_err()
-        {
-            assert!(Instant::now() < until, "garage takes no PUT after 30 s");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        rt.block_on(store.delete(&Key::from("probe"))).unwrap();
-        Some(g)
-    }
-
-    fn conf(&self) -> PathBuf {
-        self.dir.path().join("garage.toml")
-    }
-
-    /// Starts (or restarts, on the same data) the server and waits until it answers.
-    fn run(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join("garage.log"))
-            .unwrap();
-        let child = Command::new("garage")
-            .arg("-c")
-            .arg(self.conf())
-            .arg("server")
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start garage");
-        self.child = Some(child);
-        let until = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", self.s3)).is_err() {
-            assert!(Instant::now() < until, "garage does not listen after 30 s");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let until = Instant::now() + Duration::from_secs(30);
-        loop {
-            let out = Command::new("garage")
-                .arg("-c")
-                .arg(self.conf())
-                .arg("status")
-                .output()
-                .unwrap();
-            if out.status.success() {
-                return;
-            }
-            assert!(Instant::now() < until, "garage status fails after 30 s");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// Runs `garage ARGS` against this server; its standard output.
-    fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("garage")
-            .arg("-c")
-            .arg(self.conf())
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "garage {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.s3)
-    }
-
-    /// The volume URL of `prefix` in the test bucket.
-    fn url(&self, prefix: &str) -> String {
-        format!(
-            "s3://{BUCKET}/{prefix}?endpoint={}&region=garage",
-            self.endpoint()
-        )
-    }
-
-    /// A foreground mount of the volume at `url` on `mnt`, once it is mounted.
-    fn mount(&self, state: &Path, url: &str, mnt: &Path) -> Child {
-        let mut child = Command::new(BIN)
-            .env_remove("INTACT_ANCHOR")
-            .env("HOME", self.dir.path())
-            .env("INTACT_PASSWORD", PW)
-            .env("INTACT_STATE", state)
-            .env("AWS_ACCESS_KEY_ID", &self.key_id)
-            .env("AWS_SECRET_ACCESS_KEY", &self.secret)
-            .args(["mount", url])
-            .arg(mnt)
-            .args(["-f", "--commit-interval", "0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let until = Instant::now() + Duration::from_secs(30);
-        while !common::is_mounted(mnt) {
-            assert!(child.try_wait().unwrap().is_none(), "the mount exited");
-            assert!(Instant::now() < until, "not mounted after 30 s");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        child
-    }
-
-    /// A plain S3 client on the bucket: the adversary's hands.
-    fn client(&self) -> AmazonS3 {
-        AmazonS3Builder::new()
-            .with_bucket_name(BUCKET)
-            .with_endpoint(self.endpoint())
-            .with_region("garage")
-            .with_allow_http(true)
-            .with_access_key_id(&self.key_id)
-            .with_secret_access_key(&self.secret)
-            .build()
-            .unwrap()
-    }
-
-    /// `intact ARGS` on the volume at `url`, with this server's key in the environment.
-    fn intact(&self, state: &Path, url: &str, args: &[&str]) -> Run {
-        self.intact_env(state, url, args, &[])
-    }
-
-    fn intact_env(&self, state: &Path, url: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
-        let mut c = Command::new(BIN);
-        c.env_remove("INTACT_ANCHOR")
-            .env_remove("AWS_PROFILE")
-            .env("HOME", self.dir.path())
-            .env("INTACT_PASSWORD", PW)
-            .env("INTACT_VOLUME", url)
-            .env("INTACT_STATE", state)
-            .env("AWS_ACCESS_KEY_ID", &self.key_id)
-            .env("AWS_SECRET_ACCESS_KEY", &self.secret);
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        let out = c
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run intact");
-        Run {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
-}
-
-impl Drop for Garage {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// The keys under `prefix` in the bucket, with their sizes.
 fn keys(s: &AmazonS3, prefix: &str) -> Vec<(String, u64)> {
@@ -741,4 +495,239 @@ fn a_mount_of_a_bucket_killed_mid_write_keeps_what_was_fsynced() {
         g.intact(&state, &url, &["put", &f, "/after"]).ok();
         assert!(fsck_clean(&g, &state, &url), "{scheme}");
     }
+}
+
+/// The crash tests' workload and checks (`intact-core/tests/crash.rs`), shared.
+#[path = "../../intact-core/tests/common/mod.rs"]
+mod core_common;
+
+/// A client of the bucket that stops taking changes (PUTs, deletions, copies) after its
+/// first `left`: a process that crashed there. What it stored before stays in the bucket;
+/// nothing after reaches it. Reads go through.
+#[derive(Debug)]
+struct CrashAfter {
+    inner: Arc<dyn ObjectStore>,
+    gate: Arc<Gate>,
+}
+
+#[derive(Debug)]
+struct Gate {
+    left: std::sync::atomic::AtomicI64,
+    changes: std::sync::atomic::AtomicU64,
+}
+
+impl Gate {
+    fn pass(&self) -> object_store::Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.left.fetch_sub(1, SeqCst) <= 0 {
+            return Err(object_store::Error::Generic {
+                store: "crash",
+                source: "the client crashed before this change".into(),
+            });
+        }
+        self.changes.fetch_add(1, SeqCst);
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for CrashAfter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CrashAfter({})", self.inner)
+    }
+}
+
+#[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl ObjectStore for CrashAfter {
+    async fn put_opts(
+        &self,
+        location: &Key,
+        payload: PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        self.gate.pass()?;
+        self.inner.put_opts(location, payload, opts).await
+    }
+    async fn put_multipart_opts(
+        &self,
+        location: &Key,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.gate.pass()?;
+        self.inner.put_multipart_opts(location, opts).await
+    }
+    async fn get_opts(
+        &self,
+        location: &Key,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+    async fn get_ranges(
+        &self,
+        location: &Key,
+        ranges: &[std::ops::Range<u64>],
+    ) -> object_store::Result<Vec<bytes::Bytes>> {
+        self.inner.get_ranges(location, ranges).await
+    }
+    fn delete_stream(
+        &self,
+        locations: futures_util::stream::BoxStream<'static, object_store::Result<Key>>,
+    ) -> futures_util::stream::BoxStream<'static, object_store::Result<Key>> {
+        use futures_util::StreamExt;
+        let gate = self.gate.clone();
+        self.inner.delete_stream(
+            locations
+                .map(move |l| {
+                    let l = l?;
+                    gate.pass()?;
+                    Ok(l)
+                })
+                .boxed(),
+        )
+    }
+    fn list(
+        &self,
+        prefix: Option<&Key>,
+    ) -> futures_util::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>
+    {
+        self.inner.list(prefix)
+    }
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Key>,
+        offset: &Key,
+    ) -> futures_util::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>
+    {
+        self.inner.list_with_offset(prefix, offset)
+    }
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&Key>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+    async fn copy_opts(
+        &self,
+        from: &Key,
+        to: &Key,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        self.gate.pass()?;
+        self.inner.copy_opts(from, to, options).await
+    }
+    async fn rename_opts(
+        &self,
+        from: &Key,
+        to: &Key,
+        options: object_store::RenameOptions,
+    ) -> object_store::Result<()> {
+        self.gate.pass()?;
+        self.inner.rename_opts(from, to, options).await
+    }
+}
+
+/// The crash tests' workload (`intact-core/tests/crash.rs`) on a volume in the bucket of
+/// a real S3 server, its client crashing after each number of changes (PUTs and deletions)
+/// in turn, under every scheme with freshness: a fresh client then opens the volume with
+/// the anchor as the crash left it, with no integrity failure, and every file is at its
+/// content of the last completed sync or a later point (or, for a file whose chunks were
+/// only partly stored, an earlier content of its own: a crash that keeps any subset of the
+/// unsynced writes, as crash.rs's random images); fsck is clean. `INTACT_S3_CRASH_STRIDE`
+/// (default 1) takes every k-th crash point.
+#[test]
+fn a_crash_at_every_change_in_the_bucket_recovers_with_no_alarm() {
+    use core_common::workload::{explained, flip, read_state, workload_with};
+    use intact_core::store::MemTrusted;
+    use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::SeqCst};
+    let Some(g) = Garage::start() else { return };
+    let stride: usize = std::env::var("INTACT_S3_CRASH_STRIDE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let client: Arc<dyn ObjectStore> = Arc::new(g.client());
+    let bs = 128;
+    let mut report = Vec::new();
+    for scheme in [
+        SchemeId::MtEintGcm,
+        SchemeId::MtEintCbc,
+        SchemeId::MacTree,
+        SchemeId::RandEint,
+        SchemeId::CompEint,
+        SchemeId::CompEintZstd,
+    ] {
+        let t = Instant::now();
+        let mut run = 0;
+        // One run: the volume made, the gate armed, the workload until the crash.
+        let mut crash_after = |left: i64| {
+            run += 1;
+            let url =
+                S3Url::parse(&format!("s3://{BUCKET}/crash/{}/{run}", scheme.name())).unwrap();
+            let gate = Arc::new(Gate {
+                left: AtomicI64::new(i64::MAX),
+                changes: AtomicU64::new(0),
+            });
+            let crashing = CrashAfter {
+                inner: client.clone(),
+                gate: gate.clone(),
+            };
+            let store = Arc::new(S3Store::with_store(url.clone(), Arc::new(crashing)).unwrap());
+            let trusted = MemTrusted::new();
+            let vol = core_common::create(store, &trusted, scheme, bs as u32);
+            gate.changes.store(0, SeqCst);
+            gate.left.store(left, SeqCst);
+            // Point 0: the freshly created, empty volume.
+            let (mut points, mut done) = (vec![std::collections::BTreeMap::new()], 1);
+            let r = workload_with(&vol, bs, &mut points, &mut done, flip, &mut || {});
+            drop(vol);
+            (url, trusted, points, done, r, gate.changes.load(SeqCst))
+        };
+        let (.., r, total) = crash_after(i64::MAX);
+        r.unwrap();
+        assert!(
+            total > 20,
+            "{scheme:?}: workload too small: {total} changes"
+        );
+        let (mut checked, mut failed) = (0, 0);
+        for n in (0..total).step_by(stride) {
+            let (url, trusted, points, done, r, _) = crash_after(n as i64);
+            let what = format!("{scheme:?}: crash after change {n} of {total}");
+            // The last changes (an old log segment's deletion as the volume closes) fail
+            // no request.
+            match r {
+                Err(e) => {
+                    assert!(
+                        !e.is_tampered(),
+                        "{what}: the crash surfaced as tampering: {e}"
+                    );
+                    failed += 1;
+                }
+                Ok(()) => assert!(n + 3 >= total, "{what}: the crash failed no request"),
+            }
+            let store = Arc::new(S3Store::with_store(url, client.clone()).unwrap());
+            let vol = core_common::open(store, &trusted)
+                .unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
+            let state = read_state(&vol).unwrap_or_else(|e| panic!("{what}: read: {e}"));
+            assert!(
+                explained(&state, &points[done - 1..], true),
+                "{what}: the tree after recovery is no state at or after the last sync: {:?}",
+                state.keys().collect::<Vec<_>>()
+            );
+            let f = vol
+                .fsck(&mut |_| {})
+                .unwrap_or_else(|e| panic!("{what}: fsck: {e}"));
+            assert!(f.is_empty(), "{what}: fsck: {f:?}");
+            checked += 1;
+        }
+        assert!(
+            failed + 3 >= checked,
+            "{scheme:?}: {failed} of {checked} crashes failed"
+        );
+        report.push(format!(
+            "{}: {checked} crash points of {total} changes ({failed} failed a request), {:.1} s",
+            scheme.name(),
+            t.elapsed().as_secs_f64()
+        ));
+    }
+    println!("{}", report.join("\n"));
 }

@@ -209,6 +209,10 @@ impl<S: UntrustedStore> UntrustedStore for CountingStore<S> {
         self.inner.reserve(name, len)
     }
 
+    fn unsynced_writes_die_with_the_process(&self) -> bool {
+        self.inner.unsynced_writes_die_with_the_process()
+    }
+
     fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> Result<usize> {
         let c = self.of(name);
         add(&c.reads, 1);

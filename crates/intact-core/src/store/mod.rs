@@ -111,6 +111,15 @@ pub trait UntrustedStore: Send + Sync {
         Ok(())
     }
 
+    /// Whether unsynced writes are lost when the process ends (a store that keeps them in
+    /// its own memory until a sync: S3), where a local directory's are in the kernel's page
+    /// cache and survive a crash of the process. The engine's periodic seal then syncs
+    /// the files written since the last one too, not only the log (docs/design.md, "The
+    /// log").
+    fn unsynced_writes_die_with_the_process(&self) -> bool {
+        false
+    }
+
     /// Reads a whole object, or `None` when it does not exist.
     fn read_all(&self, name: &str) -> Result<Option<Vec<u8>>> {
         let Some(len) = self.len(name)? else {
@@ -167,6 +176,9 @@ impl<T: UntrustedStore + ?Sized> UntrustedStore for std::sync::Arc<T> {
     }
     fn reserve(&self, name: &str, len: u64) -> Result<()> {
         (**self).reserve(name, len)
+    }
+    fn unsynced_writes_die_with_the_process(&self) -> bool {
+        (**self).unsynced_writes_die_with_the_process()
     }
     fn read_all(&self, name: &str) -> Result<Option<Vec<u8>>> {
         (**self).read_all(name)

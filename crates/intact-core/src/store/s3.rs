@@ -966,6 +966,11 @@ impl State {
 }
 
 impl UntrustedStore for S3Store {
+    /// Unsynced writes wait in this process's memory (the trait's contract lets them).
+    fn unsynced_writes_die_with_the_process(&self) -> bool {
+        true
+    }
+
     fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> Result<usize> {
         Self::check(name)?;
         // What to read where, decided under the lock; the requests go after it.
@@ -1272,6 +1277,53 @@ mod tests {
         let mut again = vec![1u8; 3 * c];
         s.read_at("o", 0, &mut again).unwrap();
         assert_eq!(again, buf, "and after it");
+    }
+
+    /// A process on S3 keeps its unsynced writes in memory: the periodic seal sends the
+    /// data written since the last seal with the log, so that what was closed (a new
+    /// file's blocks go to its data object, not the log) is in the bucket after the tick,
+    /// and a crash of the process after it loses none of it.
+    #[test]
+    fn after_a_periodic_seal_a_crash_of_the_process_keeps_every_closed_file() {
+        use crate::store::{MemTrusted, TrustedStore};
+        use crate::{CreateOptions, Options, Volume};
+        let backing = Arc::new(InMemory::new());
+        let url = S3Url::parse("s3://bucket/vol").unwrap();
+        let open_store = || Arc::new(S3Store::with_store(url.clone(), backing.clone()).unwrap());
+        let trusted = MemTrusted::new();
+        let opts = Options::default();
+        let t = trusted.clone();
+        let vol = Volume::create(
+            open_store(),
+            move |_| Ok(Box::new(t) as Box<dyn TrustedStore>),
+            b"pw",
+            &CreateOptions {
+                kdf: crate::crypto::KdfParams::TEST,
+                ..CreateOptions::default()
+            },
+            &opts,
+        )
+        .unwrap();
+        assert!(open_store().unsynced_writes_die_with_the_process());
+        vol.create_file("/a", None).unwrap();
+        vol.write_path("/a", 0, &[7u8; 100_000]).unwrap();
+        vol.create_file("/b", None).unwrap();
+        vol.write_path("/b", 0, b"small").unwrap();
+        vol.seal_periodic().unwrap();
+        // The process dies: what its store held unsynced is gone with it.
+        vol.set_seal_on_drop(false);
+        drop(vol);
+        let vol = Volume::open(open_store(), Box::new(trusted.clone()), b"pw", &opts).unwrap();
+        let read = |p: &str| {
+            let ino = vol.stat(p).unwrap().ino;
+            let mut buf = vec![0u8; 200_000];
+            let n = vol.read_ino(ino, 0, &mut buf).unwrap();
+            buf.truncate(n);
+            buf
+        };
+        assert_eq!(read("/a"), vec![7u8; 100_000]);
+        assert_eq!(read("/b"), b"small");
+        assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
     }
 
     #[test]

@@ -408,6 +408,38 @@ impl Volume {
             || g.commit_wanted
             || g.wal.as_ref().is_some_and(|w| w.bytes >= LOG_LIMIT)
             || g.checkpointed_at.elapsed() >= CHECKPOINT_AGE;
+        if !due && g.store.unsynced_writes_die_with_the_process() {
+            // The log alone would name appends that die with this process (S3): sync the
+            // data objects written directly since the last seal first, as fsync does for
+            // one file, so that a crash after this tick loses none of them.
+            let log_end = g.wal.as_ref().map(|w| w.end).unwrap_or_default();
+            let pending: Vec<(u64, String)> = g
+                .files
+                .iter_mut()
+                .filter_map(|(&ino, of)| {
+                    of.unsynced_since
+                        .take()
+                        .map(|_| (ino, of.state.names.data.clone()))
+                })
+                .collect();
+            if !pending.is_empty() {
+                let store = g.store.clone();
+                let names: Vec<String> = pending.iter().map(|(_, n)| n.clone()).collect();
+                drop(g);
+                let r = crate::metrics::timed(Phase::StoreWait, || store.sync(&names));
+                g = self.shared.lock();
+                if let Err(e) = r {
+                    g.broke(&e);
+                    return self.note(Err(e));
+                }
+                g.changes
+                    .synced
+                    .extend(pending.into_iter().map(|(ino, _)| (ino, log_end)));
+                // A seal begun while the lock was let go may miss those.
+                let need = g.commits_begun + 1;
+                return self.note(self.seal_until(g, need, due));
+            }
+        }
         self.note(self.seal_until(g, need, due))
     }
 

@@ -302,6 +302,10 @@ pub(super) struct Wal {
     pub(super) end: LogPos,
     /// Segments from the one replay begins in, oldest first.
     pub(super) segments: Vec<u64>,
+    /// Segments a checkpoint in flight folds in (its obsolete ones): until its anchor is
+    /// stored, an anchor a seal of the log stores names a chain through them, so such a
+    /// seal syncs them too ([`Inner::segments_between`]). Those before `synced` are done.
+    pub(super) folded: Vec<u64>,
     /// The next segment id (this session's counter reservation; see docs/design.md,
     /// "Counters").
     pub(super) next_seg: u64,
@@ -733,6 +737,10 @@ impl Inner {
             w.end
         };
         let w = self.wal.as_mut().expect("logging");
+        let synced = w.synced.seg;
+        w.folded.retain(|&s| s >= synced);
+        w.folded
+            .extend(w.segments.iter().copied().filter(|&s| s != start.seg));
         w.segments.retain(|&s| s == start.seg);
         w.bytes = 0;
         let obsolete = old
@@ -801,11 +809,16 @@ impl Inner {
         self.wal
             .as_ref()
             .map(|w| {
-                w.segments
+                let mut ids: Vec<u64> = w
+                    .folded
                     .iter()
-                    .filter(|&&s| s >= from.seg && s <= to.seg)
-                    .map(|&s| wal::segment_name(s))
-                    .collect()
+                    .chain(&w.segments)
+                    .copied()
+                    .filter(|&s| s >= from.seg && s <= to.seg)
+                    .collect();
+                ids.sort_unstable();
+                ids.dedup();
+                ids.into_iter().map(wal::segment_name).collect()
             })
             .unwrap_or_default()
     }

@@ -810,6 +810,7 @@ impl Volume {
                 writer: None,
                 end: Default::default(),
                 segments: Vec::new(),
+                folded: Vec::new(),
                 // Segment ids come from this session's reservation (docs/design.md, "The
                 // log"): never used by an earlier session, even one that crashed.
                 next_seg: ctr_floor,

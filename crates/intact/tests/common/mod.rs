@@ -5,6 +5,9 @@ use std::path::{Path, PathBuf};
 #[allow(dead_code)] // only the CLI tests drive volumes this way
 pub mod vol;
 
+#[allow(dead_code)] // only the S3 tests start a server
+pub mod garage;
+
 /// Deterministic pseudo-random bytes (xorshift) for `seed`.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
