@@ -139,11 +139,16 @@ mod big_rsa {
             .ok()
             .or_else(|| RsaPrivateKey::from_pkcs1_der(der).ok())?;
         let bits = k.n().bits();
-        if bits > super::RSA_MAX_BITS {
+        if !accepted(bits) {
             return None;
         }
         let public = k.to_public_key().to_pkcs1_der().ok()?.as_bytes().to_vec();
         Some((k, public, bits))
+    }
+
+    /// Whether an RSA key of `bits` is taken: 2048 to [`super::RSA_MAX_BITS`].
+    pub fn accepted(bits: usize) -> bool {
+        (2048..=super::RSA_MAX_BITS).contains(&bits)
     }
 
     /// The modulus's size in bits of the DER `RSAPublicKey` `der`.
@@ -1217,6 +1222,58 @@ mod tests {
         assert_eq!(s1.public(), k.public());
         // Too large a key is refused.
         assert!(big_rsa::public_bits(b"junk").is_none());
+    }
+
+    /// The `rsa` crate's PSS and aws-lc-rs's agree (a salt as long as the hash, MGF1 with
+    /// the same hash), under each hash: each verifies what the other signs, and neither
+    /// under another hash.
+    #[test]
+    fn the_rsa_crate_and_aws_lc_rs_make_the_same_pss_signatures() {
+        let der = big_rsa::generate(2048).unwrap();
+        let (k, public, bits) = big_rsa::from_der(&der).unwrap();
+        assert_eq!(bits, 2048);
+        let aws = signature::RsaKeyPair::from_pkcs8(&der).unwrap();
+        let msg = b"intact signed anchor v1\0anchor";
+        let rng = SystemRandom::new();
+        for (alg, enc) in [
+            (SigAlg::RsaPssSha256, &signature::RSA_PSS_SHA256),
+            (SigAlg::RsaPssSha384, &signature::RSA_PSS_SHA384),
+            (SigAlg::RsaPssSha512, &signature::RSA_PSS_SHA512),
+        ] {
+            let ours = big_rsa::sign(&k, alg, msg);
+            signature::UnparsedPublicKey::new(alg.verification(), &public)
+                .verify(msg, &ours)
+                .unwrap_or_else(|_| panic!("{alg:?}: aws-lc-rs refuses the rsa crate's"));
+            let mut theirs = vec![0u8; aws.public_modulus_len()];
+            aws.sign(enc, &rng, msg, &mut theirs).unwrap();
+            assert!(big_rsa::verify(&public, alg, msg, &theirs), "{alg:?}");
+            assert!(
+                !big_rsa::verify(&public, alg, b"another", &theirs),
+                "{alg:?}"
+            );
+            for other in [
+                SigAlg::RsaPssSha256,
+                SigAlg::RsaPssSha384,
+                SigAlg::RsaPssSha512,
+            ] {
+                if other != alg {
+                    assert!(
+                        !big_rsa::verify(&public, other, msg, &ours),
+                        "{alg:?} as {other:?}"
+                    );
+                }
+            }
+            assert!(!big_rsa::verify(&public, SigAlg::Ed25519, msg, &ours));
+        }
+        for (bits, ok) in [
+            (1024, false),
+            (2047, false),
+            (2048, true),
+            (16384, true),
+            (16385, false),
+        ] {
+            assert_eq!(big_rsa::accepted(bits), ok, "{bits}");
+        }
     }
 
     #[test]
