@@ -252,6 +252,8 @@ pub struct IntactFs {
     sealer: Option<Periodic>,
     /// Gives free heap pages back every [`TRIM_EVERY`], read-only mounts too.
     trimmer: Option<Periodic>,
+    /// A follower's refresh ([`Volume::refresh`]).
+    follower: Option<Periodic>,
     /// Where bulk writes are served ([`BulkWrites`]); `None` before `init` and read-only.
     bulk: Option<BulkWrites>,
     report: Reporter,
@@ -445,6 +447,9 @@ impl BulkWrites {
 /// allocator's lock while it walks its free lists.
 const TRIM_EVERY: Duration = Duration::from_secs(30);
 
+/// How often a follower looks for the writer's newest root (`mount --ro --follow`).
+const FOLLOW_EVERY: Duration = Duration::from_secs(1);
+
 /// A thread that runs `f` every `every` until stopped: the periodic seal
 /// ([`Volume::seal_periodic`] every `commit_interval`) and the heap's trim.
 struct Periodic {
@@ -503,6 +508,7 @@ impl IntactFs {
             writers: Mutex::new(BTreeMap::new()),
             sealer: None,
             trimmer: None,
+            follower: None,
             bulk: None,
             report: Reporter {
                 vol: vol.clone(),
@@ -735,6 +741,15 @@ impl Filesystem for IntactFs {
                 }));
             }
         }
+        if self.vol.follows() {
+            // A follower takes the writer's newest sealed root (Volume::refresh).
+            let vol = self.vol.clone();
+            self.follower = Some(Periodic::start("intact-follow", FOLLOW_EVERY, move || {
+                if let Err(e) = vol.refresh() {
+                    tracing::debug!(error = %e, "the writer's newest root does not open yet");
+                }
+            }));
+        }
         // What requests freed (records, units, names of a walk) goes back to the system.
         self.trimmer = Some(Periodic::start(
             "intact-trim",
@@ -750,15 +765,27 @@ impl Filesystem for IntactFs {
         if let Some(mut b) = self.bulk.take() {
             b.stop();
         }
-        for mut p in [self.sealer.take(), self.trimmer.take()]
-            .into_iter()
-            .flatten()
+        for mut p in [
+            self.sealer.take(),
+            self.trimmer.take(),
+            self.follower.take(),
+        ]
+        .into_iter()
+        .flatten()
         {
             p.stop();
         }
         // The kernel holds no inode any more (it may not have sent every FORGET).
         if let Err(e) = self.vol.forget_all() {
             tracing::error!(error = %e, "freeing unlinked files failed");
+        }
+        if self.vol.follows() {
+            tracing::info!(
+                epoch = self.vol.epoch(),
+                read_again = self.vol.rereads(),
+                "unmounted; followed the writer to its root of this epoch, reading again \
+                 under a newer root this many requests that met its changes"
+            );
         }
         if !self.vol.is_read_only() {
             match self.vol.sync() {

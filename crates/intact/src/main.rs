@@ -193,6 +193,13 @@ enum Cmd {
         /// Mount read-only.
         #[arg(long)]
         ro: bool,
+        /// With --ro: follow a writer that runs at the same time, on this machine or
+        /// another (the anchor in etcd, or the published signed root): no lock that keeps
+        /// the writer out, the newest sealed root taken every second, and a read that meets
+        /// the writer's change under way read again under its next seal. A failure is
+        /// reported once no newer root comes within SECS, or after three newer roots.
+        #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "30")]
+        follow: Option<u64>,
         /// Scheme of new files (default: the volume's).
         #[arg(long)]
         scheme: Option<String>,
@@ -1264,6 +1271,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             foreground,
             allow_other,
             ro,
+            follow,
             scheme,
             threads,
             commit_interval,
@@ -1294,6 +1302,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     foreground: *foreground,
                     allow_other: *allow_other,
                     ro: *ro,
+                    follow: follow.map(std::time::Duration::from_secs),
                     scheme: scheme.as_deref(),
                     threads: *threads,
                     commit_interval: *commit_interval,

@@ -22,6 +22,8 @@ pub struct MountArgs<'a> {
     pub foreground: bool,
     pub allow_other: bool,
     pub ro: bool,
+    /// `--follow`: how long a failed read waits for the writer's next root.
+    pub follow: Option<Duration>,
     pub scheme: Option<&'a str>,
     pub threads: usize,
     pub commit_interval: u64,
@@ -54,8 +56,18 @@ fn open_for_mount(
         xattr_bytes_max: a.xattr_max_bytes,
         records: cli.records.unwrap_or(intact_core::volume::KEEP_OPEN),
         meta_cache_bytes: crate::meta_cache(cli),
+        follow: a.follow,
     };
     crate::check_verify_only_reads(cli, a.ro)?;
+    if a.follow.is_some() && (!a.ro || cli.accept_stale) {
+        bail!(
+            "--follow follows a writer read-only, from the trusted anchor: add --ro (and no \
+             --accept-stale)"
+        );
+    }
+    if a.follow.is_some() && a.scrub_every.is_some() {
+        bail!("--scrub-every scrubs from the writer's mount, not a follower's: drop one");
+    }
     let trusted = crate::trusted(cli, &state, &store)?;
     if cli.accept_stale {
         if !a.ro {
@@ -76,6 +88,9 @@ fn open_for_mount(
         r => Ok(r?),
     }
 }
+
+/// How long a follower's kernel keeps attributes and entries (the writer changes them).
+const FOLLOW_ATTR_TTL: Duration = Duration::from_secs(1);
 
 /// The mount's default `--cache-bytes`, in the paper's unit of 32 bytes a node.
 const MOUNT_CACHE_BYTES: usize = 4 << 20;
@@ -162,6 +177,9 @@ pub fn mount(cli: &Cli, a: &MountArgs) -> Result<ExitCode> {
     }
     if a.ro {
         cmd.arg("--ro");
+    }
+    if let Some(f) = a.follow {
+        cmd.arg(format!("--follow={}", f.as_secs()));
     }
     if a.direct_io {
         cmd.arg("--direct-io");
@@ -320,12 +338,18 @@ fn serve(
         backing_dir: crate::s3_url(a.cipherdir)
             .is_none()
             .then(|| a.cipherdir.to_path_buf()),
-        status_file: Some(status.clone()),
+        // A follower may share its state directory with the writer, whose status it is.
+        status_file: a.follow.is_none().then(|| status.clone()),
         alarms: Some(alarms.clone()),
         mountpoint: a.mountpoint.to_path_buf(),
         unmount_on_hangup: foreground,
-        direct_io: a.direct_io,
-        ..Default::default()
+        // A follower's files change under it: every read reaches the engine (no page
+        // cache), and attributes are kept a second.
+        direct_io: a.direct_io || a.follow.is_some(),
+        attr_ttl: match a.follow {
+            Some(_) => FOLLOW_ATTR_TTL,
+            None => intact_fuse::MountOptions::default().attr_ttl,
+        },
     };
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let scrubber = match (a.scrub_every, status.parent()) {

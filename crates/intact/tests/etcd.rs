@@ -571,3 +571,51 @@ fn a_reader_with_the_public_key_follows_etcd_and_reads_the_published_root_when_i
     assert_eq!(r.code, INTEGRITY, "{}", r.stderr);
     assert!(r.stderr.contains("older than epoch"), "{}", r.stderr);
 }
+
+/// Readers on other machines follow the newest epoch: a `--ro --follow` mount with its own
+/// state directory and its own connection to etcd opens beside the writer's mount (a plain
+/// reader is refused, and the follower keeps no writer out), and shows each file the writer
+/// fsyncs within seconds, with no alarm.
+#[test]
+fn a_follower_on_another_machine_shows_what_the_writer_seals_in_etcd() {
+    let Some(etcd) = Etcd::start() else { return };
+    let v = Vol::new();
+    let url = etcd.url_str("intact/follow");
+    v.init(Some(&url));
+    v.put("/before", b"sealed before").ok();
+    let b = v.dir.path().join("machine-b");
+    let b = b.to_str().unwrap();
+    let fm = v.dir.path().join("follower");
+    let global = ["--state", b, "--anchor", url.as_str()];
+    let Some((mut fd, flog)) = common::vol::mount(&v, &fm, &global, &["--ro", "--follow=20"])
+    else {
+        return;
+    };
+    assert_eq!(std::fs::read(fm.join("before")).unwrap(), b"sealed before");
+    // The follower holds nothing the writer sees: the writer mounts beside it.
+    let wm = v.dir.path().join("writer");
+    let (mut wd, wlog) = common::vol::mount(&v, &wm, &[], &[]).unwrap();
+    let r = v.run(&["--state", b, "--anchor", &url, "ls", "/"]);
+    assert_eq!(
+        r.code, LOCKED,
+        "a plain reader beside the writer: {}",
+        r.stderr
+    );
+    for i in 0..5u64 {
+        let data = common::pattern(i, 10_000 + i as usize);
+        let name = format!("f{i}");
+        write_fsync(&wm.join(&name), &data).unwrap();
+        let until = Instant::now() + Duration::from_secs(10);
+        while std::fs::read(fm.join(&name)).ok().as_ref() != Some(&data) {
+            assert!(Instant::now() < until, "the follower never showed /{name}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let (ok, st) = common::unmount_or_kill(&fm, &mut fd, 100);
+    let flog = flog.join().unwrap();
+    assert!(ok && st.success(), "{flog}");
+    assert!(!flog.contains("integrity failure"), "{flog}");
+    let (ok, st) = common::unmount_or_kill(&wm, &mut wd, 100);
+    assert!(ok && st.success(), "{}", wlog.join().unwrap());
+    v.run(&["fsck"]).ok();
+}

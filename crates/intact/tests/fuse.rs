@@ -167,6 +167,16 @@ impl Vol {
 
     /// [`Vol::try_mount`] with more environment variables for the daemon.
     fn try_mount_env(&self, extra: &[&str], env: &[(&str, &str)]) -> Result<Mount, (i32, String)> {
+        self.try_mount_at(&self.mnt(), extra, env)
+    }
+
+    /// [`Vol::try_mount_env`] at the mount point `mnt`.
+    fn try_mount_at(
+        &self,
+        mnt: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Mount, (i32, String)> {
         let mut c = Command::new(BIN);
         self.store_env(&mut c);
         let mut child = c
@@ -174,7 +184,7 @@ impl Vol {
             .arg(self.state())
             .arg("mount")
             .arg(self.location())
-            .arg(self.mnt())
+            .arg(mnt)
             .arg("-f")
             .args(extra)
             .env("INTACT_PASSWORD", PW)
@@ -194,9 +204,9 @@ impl Vol {
         });
         let start = Instant::now();
         loop {
-            if is_mounted(&self.mnt()) {
+            if is_mounted(mnt) {
                 return Ok(Mount {
-                    mnt: self.mnt(),
+                    mnt: mnt.to_path_buf(),
                     child: Some(child),
                     log: Some(drain),
                 });
@@ -1803,6 +1813,107 @@ fn read_only_mount_and_second_writer() {
     let e = fs::write(m.p("b"), b"x").unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EROFS));
     m.unmount();
+}
+
+/// Block `b` of version `k` of the file a writer rewrites under a follower.
+fn version_block(k: u8, b: usize) -> [u8; 4096] {
+    [k.wrapping_mul(7).wrapping_add(b as u8); 4096]
+}
+
+/// A `--ro --follow` mount beside a writer's mount of the same volume: it opens while the
+/// writer holds the volume (a plain `--ro` mount is refused), sees what the writer seals
+/// within seconds, reads each block of a file the writer rewrites as some version of it
+/// and never an older one than before, and ends at the last version, with no alarm.
+#[test]
+fn a_follower_mount_reads_what_the_writer_seals_while_it_writes() {
+    const BLOCKS: usize = 6;
+    const LAST: u8 = 40;
+    let v = Vol::new("mt-eint");
+    let w = v.mount();
+    let write_version = |k: u8| {
+        let f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(w.p("v"))
+            .unwrap();
+        for b in 0..BLOCKS {
+            f.write_all_at(&version_block(k, b), (b * 4096) as u64)
+                .unwrap();
+        }
+        f.sync_all().unwrap();
+    };
+    write_version(0);
+    fs::create_dir(v.root.join("mnt2")).unwrap();
+    let (code, err) = v
+        .try_mount_at(&v.root.join("mnt2"), &["--ro"], &[])
+        .map(|_| (0, String::new()))
+        .unwrap_or_else(|e| e);
+    assert_eq!(code, 14, "a plain reader beside the writer: {err}");
+    let fdir = v.root.join("mnt2");
+    let f = v
+        .try_mount_at(&fdir, &["--ro", "--follow=20"], &[])
+        .unwrap_or_else(|(code, err)| panic!("follower ({code}): {err}"));
+    assert_eq!(
+        fs::read(f.p("v")).unwrap(),
+        (0..BLOCKS)
+            .flat_map(|b| version_block(0, b))
+            .collect::<Vec<_>>()
+    );
+    // A new file, fsynced by the writer, shows within seconds.
+    let mut nf = File::create(w.p("new")).unwrap();
+    nf.write_all(b"sealed").unwrap();
+    nf.sync_all().unwrap();
+    drop(nf);
+    let start = Instant::now();
+    while fs::read(f.p("new")).ok().as_deref() != Some(&b"sealed"[..]) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the follower never saw /new"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The writer rewrites /v in place, version after version, while the follower reads.
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for k in 1..=LAST {
+                write_version(k);
+            }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        let mut last = [0u8; BLOCKS];
+        let mut reads = 0;
+        while !done.load(std::sync::atomic::Ordering::SeqCst) || reads < 3 {
+            let data = fs::read(f.p("v")).expect("a follower's read fails");
+            assert_eq!(data.len(), BLOCKS * 4096);
+            for (b, blk) in data.chunks(4096).enumerate() {
+                let k = (0..=LAST)
+                    .find(|&k| blk == version_block(k, b))
+                    .unwrap_or_else(|| panic!("block {b} is no version of it"));
+                assert!(k >= last[b], "block {b}: version {k} after {}", last[b]);
+                last[b] = k;
+            }
+            reads += 1;
+        }
+    });
+    let want: Vec<u8> = (0..BLOCKS).flat_map(|b| version_block(LAST, b)).collect();
+    let start = Instant::now();
+    while fs::read(f.p("v")).unwrap() != want {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the follower never reached the last version"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The follower writes nothing.
+    let e = fs::write(f.p("x"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS));
+    let log = f.unmount_log();
+    assert!(!log.contains("integrity failure"), "{log}");
+    assert_eq!(integrity_failures(&v), 0);
+    w.unmount();
+    v.fsck_clean();
 }
 
 // ---------------------------------------------------------------------------------------

@@ -71,6 +71,8 @@ enum Held {
     Mem(MemGuard),
     /// A lease held in a remote service (released when dropped: [`super::EtcdAnchor`]).
     Remote(Box<dyn std::fmt::Debug + Send + Sync>),
+    /// Nothing: a follower's ([`TrustedLock::follower`]).
+    Nothing,
 }
 
 impl TrustedLock {
@@ -79,6 +81,17 @@ impl TrustedLock {
         TrustedLock {
             exclusive,
             _held: Held::Remote(guard),
+        }
+    }
+
+    /// What a reader that follows a writer holds (`mount --ro --follow`;
+    /// [`crate::Options::follow`]): nothing, so that no writer waits for it or is refused
+    /// by it. Such a reader copes with the store changing under it by reading again under
+    /// the next root the writer seals (docs/design.md, "Readers that follow a writer").
+    pub fn follower() -> Self {
+        TrustedLock {
+            exclusive: false,
+            _held: Held::Nothing,
         }
     }
 

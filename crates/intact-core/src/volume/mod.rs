@@ -44,6 +44,7 @@ mod commit;
 mod diagnose;
 mod dirtree;
 mod file_io;
+mod follow;
 mod fsck;
 mod gate;
 mod inodes;
@@ -58,6 +59,7 @@ mod xattr;
 use commit::*;
 pub use diagnose::{is_conflict_copy, utc, Accepted, Seal, StateReport, StoreCopy, Verdict};
 use file_io::*;
+pub use follow::FOLLOW_RETRIES;
 use inodes::*;
 use keys::*;
 use logged::Item;
@@ -141,6 +143,13 @@ pub struct Options {
     /// directories, the leaves a listing just read) and pieces of the inode table (the
     /// records of files created together), which the lookups after a listing meet again.
     pub meta_cache_bytes: usize,
+    /// Read-only only: follow a writer that runs at the same time (`mount --ro --follow`),
+    /// waiting up to this long for its next root. No lock is taken
+    /// ([`TrustedLock::follower`]); [`Volume::refresh`] moves to the newest sealed root; a
+    /// request that fails as tampered (the writer changing what it read) runs again under
+    /// a newer root, and fails once no newer root comes within the wait or it failed under
+    /// [`FOLLOW_RETRIES`] newer roots (docs/design.md, "Readers that follow a writer").
+    pub follow: Option<std::time::Duration>,
 }
 
 /// What [`Volume::meta_cache`] reports.
@@ -165,6 +174,7 @@ impl Default for Options {
             xattr_bytes_max: XATTR_BYTES_MAX,
             records: KEEP_OPEN,
             meta_cache_bytes: META_CACHE_BYTES,
+            follow: None,
         }
     }
 }
@@ -387,6 +397,8 @@ pub struct Volume {
     full: Arc<std::sync::atomic::AtomicBool>,
     /// Bulk writes give way to other requests at the engine lock.
     gate: gate::Gate,
+    /// A read-only volume that follows a writer ([`Options::follow`]).
+    follow: Option<follow::Follow>,
 }
 
 /// The engine and what its threads share (a seal at the dirty limit runs its I/O on a
@@ -698,8 +710,37 @@ impl Volume {
         master: MasterKey,
         opts: &Options,
     ) -> Result<Volume> {
-        let keys = derive_keys(&master);
-        let lock = trusted.lock(!opts.read_only)?;
+        let keys = Arc::new(derive_keys(&master));
+        if opts.follow.is_some() && !opts.read_only {
+            return Err(Error::Invalid(
+                "only a read-only volume follows a writer".into(),
+            ));
+        }
+        let trusted: Arc<dyn TrustedStore> = Arc::from(trusted);
+        let inner = match opts.follow {
+            None => {
+                let lock = trusted.lock(!opts.read_only)?;
+                Volume::build(store, trusted, lock, config, keys, opts)?
+            }
+            Some(wait) => follow::open(store, trusted, config, keys, opts, wait)?,
+        };
+        let mut v = Volume::wrap(inner);
+        v.follow = opts
+            .follow
+            .map(|wait| follow::Follow::new(wait, opts.clone()));
+        Ok(v)
+    }
+
+    /// A volume's engine state, opened under the anchor `trusted` holds now, with `lock`
+    /// held ([`Volume::open`]; a follower's [`Volume::refresh`]).
+    fn build(
+        store: Arc<dyn UntrustedStore>,
+        trusted: Arc<dyn TrustedStore>,
+        lock: TrustedLock,
+        config: Config,
+        keys: Arc<Keys>,
+        opts: &Options,
+    ) -> Result<Inner> {
         let bytes = trusted.load()?.ok_or_else(|| Error::AnchorMissing {
             volume: config.volume_id.clone(),
             dir: trusted.location(),
@@ -739,7 +780,6 @@ impl Volume {
         } else {
             store.max_object_len()
         };
-        let trusted: Arc<dyn TrustedStore> = Arc::from(trusted);
         let sealer = Arc::new(sealer::Sealer::new(
             anchor.clone(),
             trusted.clone(),
@@ -759,7 +799,7 @@ impl Volume {
             inline_mac: config.features.iter().any(|f| f == INLINE_MAC),
             dir_tree: config.features.iter().any(|f| f == DIR_TREE),
             config,
-            keys: Arc::new(keys),
+            keys,
             cache: Arc::new(NodeCache::new(opts.cache_bytes)),
             units: unitcache::UnitCache::new(opts.meta_cache_bytes),
             anchor,
@@ -861,7 +901,7 @@ impl Volume {
                 tracing::debug!(error = %e, "the log's segment starts with the first change");
             }
         }
-        Ok(Volume::wrap(inner))
+        Ok(inner)
     }
 
     /// The local trusted state directory of the volume in `store`.
@@ -917,6 +957,7 @@ impl Volume {
             integrity_failures: AtomicU64::new(0),
             seal_on_drop: std::sync::atomic::AtomicBool::new(true),
             gate: gate::Gate::default(),
+            follow: None,
         }
     }
 
@@ -1028,11 +1069,11 @@ impl Volume {
 
     /// Attributes of a path.
     pub fn stat(&self, path: &str) -> Result<Stat> {
-        let mut g = self.lock()?;
-        let r = (|| {
+        let r = self.following(|| {
+            let mut g = self.lock()?;
             let ino = g.resolve(&split_path(path), path)?;
             g.stat_ino(ino)
-        })();
+        });
         self.note(r.map_err(|e| e.at_path(path)))
     }
 
@@ -1096,7 +1137,7 @@ impl Volume {
             g.expect_kind(ino, path, Kind::File)?;
             Ok(ino)
         };
-        let r = self.read_unlocked(find, off, buf);
+        let r = self.following(|| self.read_unlocked(find, off, buf));
         self.note(r.map_err(|e| e.at_path(path)))
     }
 
@@ -1192,8 +1233,11 @@ impl Volume {
 /// name the inode's last known path.
 impl Volume {
     /// Runs `f` on the engine and reports integrity failures with `ino`'s path.
-    fn with_ino<T>(&self, ino: u64, f: impl FnOnce(&mut Inner) -> Result<T>) -> Result<T> {
-        self.with_ino_then(ino, None, f)
+    fn with_ino<T>(&self, ino: u64, mut f: impl FnMut(&mut Inner) -> Result<T>) -> Result<T> {
+        self.note(self.following(|| {
+            let g = self.lock()?;
+            self.run_locked(g, None, ino, None, &mut f)
+        }))
     }
 
     /// [`Volume::with_ino`] for a request that adds dirty data: then, if the dirty limits
@@ -1212,7 +1256,7 @@ impl Volume {
         f: impl FnOnce(&mut Inner) -> Result<T>,
     ) -> Result<T> {
         let g = self.lock()?;
-        self.run_locked(g, None, ino, written, f)
+        self.note(self.run_locked(g, None, ino, written, f))
     }
 
     /// [`Volume::with_ino_write`] for a bulk write: it takes its turn at the gate first,
@@ -1225,7 +1269,7 @@ impl Volume {
     ) -> Result<T> {
         let turn = self.gate.bulk(gate::MAX_YIELD);
         let g = self.ready(self.shared.lock())?;
-        self.run_locked(g, Some(turn), ino, Some(len), f)
+        self.note(self.run_locked(g, Some(turn), ino, Some(len), f))
     }
 
     /// Runs `f` under the engine lock `g` for a request about `ino`: errors name the
@@ -1263,11 +1307,10 @@ impl Volume {
             None if g.last_logged => self.after_write(g, Some(ino), 0),
             None => Ok(()),
         };
-        let r = match (r, after) {
+        match (r, after) {
             (Ok(v), Ok(())) => Ok(v),
             (Err(e), _) | (Ok(_), Err(e)) => Err(e),
-        };
-        self.note(r)
+        }
     }
 
     /// Attributes of `ino`.
@@ -1475,7 +1518,7 @@ impl Volume {
     /// the engine lock"). A read that meets blocks written but not yet pushed through the
     /// scheme, or a file the `auto` policy watches, runs under the lock as before.
     pub fn read_ino(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
-        let r = self.read_unlocked(|_| Ok(ino), off, buf);
+        let r = self.following(|| self.read_unlocked(|_| Ok(ino), off, buf));
         let r = r.map_err(|e| match e {
             Error::Tampered {
                 subject: Subject::Inode(i),
