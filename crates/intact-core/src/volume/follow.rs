@@ -379,6 +379,64 @@ mod tests {
         assert_eq!(w.rereads(), 0);
     }
 
+    /// A follower that opens while the store does not match the trusted root (the writer
+    /// changing it) waits for the writer's next root and opens under it; with none coming,
+    /// the open fails as tampered once the wait is over.
+    #[test]
+    fn a_follower_opens_under_the_writers_next_root_when_the_store_is_changing() {
+        let store = Arc::new(MemStore::new());
+        let trusted = MemTrusted::new();
+        let w = Arc::new(test_volume(store.clone(), &trusted));
+        w.create_file("/f", None).unwrap();
+        w.write_path("/f", 0, &version(1)).unwrap();
+        w.sync().unwrap();
+        let old = store.snapshot();
+        for i in 0..20 {
+            w.create_file(&format!("/g{i}"), None).unwrap();
+        }
+        w.write_path("/f", 0, &version(2)).unwrap();
+        w.sync().unwrap();
+        let new = store.snapshot();
+        // The objects of the older root under the newer anchor: no follower opens on them.
+        store.restore(old);
+        let t = Instant::now();
+        let ro = Options {
+            read_only: true,
+            follow: Some(Duration::from_millis(300)),
+            ..Options::default()
+        };
+        let e = Volume::open(store.clone(), Box::new(trusted.clone()), b"pw", &ro)
+            .err()
+            .expect("a follower opened on objects older than its root");
+        assert!(e.is_tampered(), "{e}");
+        assert!(
+            t.elapsed() >= Duration::from_millis(300),
+            "{:?}",
+            t.elapsed()
+        );
+        // The writer's objects come back, and it seals again, while a follower opens.
+        let writer = {
+            let (w, store) = (w.clone(), store.clone());
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                store.restore(new);
+                w.create_file("/h", None).unwrap();
+                w.sync().unwrap();
+            })
+        };
+        let t = Instant::now();
+        let f = follower(&store, &trusted, Duration::from_secs(10));
+        assert!(
+            t.elapsed() >= Duration::from_millis(300),
+            "{:?}",
+            t.elapsed()
+        );
+        writer.join().unwrap();
+        assert_eq!(which(&read_all(&f, "/f").unwrap()), Some(2));
+        assert!(f.stat("/h").is_ok());
+        assert_eq!(f.integrity_failures(), 0);
+    }
+
     /// A block the adversary changed stays changed under every root the writer seals: the
     /// follower reports it, after the wait or after its retries, whichever comes first.
     #[test]
