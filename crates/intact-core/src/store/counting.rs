@@ -213,6 +213,10 @@ impl<S: UntrustedStore> UntrustedStore for CountingStore<S> {
         self.inner.unsynced_writes_die_with_the_process()
     }
 
+    fn absent(&self, name: &str) {
+        self.inner.absent(name)
+    }
+
     fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> Result<usize> {
         let c = self.of(name);
         add(&c.reads, 1);

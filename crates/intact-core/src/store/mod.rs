@@ -111,6 +111,12 @@ pub trait UntrustedStore: Send + Sync {
         Ok(())
     }
 
+    /// A hint: no object named `name` exists (its name comes from a fresh random file
+    /// id), so a store that must otherwise look an object up before its first write (S3:
+    /// a listing, one round trip per new file) may skip that. Only ever a saving: a store
+    /// may ignore it, and nothing read is trusted for it. The default does nothing.
+    fn absent(&self, _name: &str) {}
+
     /// Whether unsynced writes are lost when the process ends (a store that keeps them in
     /// its own memory until a sync: S3), where a local directory's are in the kernel's page
     /// cache and survive a crash of the process. The engine's periodic seal then syncs
@@ -179,6 +185,9 @@ impl<T: UntrustedStore + ?Sized> UntrustedStore for std::sync::Arc<T> {
     }
     fn unsynced_writes_die_with_the_process(&self) -> bool {
         (**self).unsynced_writes_die_with_the_process()
+    }
+    fn absent(&self, name: &str) {
+        (**self).absent(name)
     }
     fn read_all(&self, name: &str) -> Result<Option<Vec<u8>>> {
         (**self).read_all(name)

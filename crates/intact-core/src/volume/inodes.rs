@@ -31,6 +31,16 @@ impl Inner {
         let env = env!(self);
         scheme(s).empty(&env, id)
     }
+    /// Tells the store that the objects of the fresh file id `id` do not exist
+    /// ([`crate::store::UntrustedStore::absent`]): on S3, a new file's first write then
+    /// sends no listing.
+    pub(super) fn objects_absent(&self, id: &FileId) {
+        let n = ObjectNames::of(id);
+        for o in [&n.data, &n.meta, &n.ctrs] {
+            self.store.absent(o);
+        }
+    }
+
     /// Finishes a new volume: the inode-table header and the root directory, sealed.
     pub(super) fn init_fresh(&mut self) -> Result<()> {
         self.header = TableHeader {
@@ -371,6 +381,7 @@ impl Inner {
             self.unsealed.reborn(ino, self.commits_begun + 1, true);
         }
         let id = crypto::random_file_id();
+        self.objects_absent(&id);
         let mut inode = Inode::new(kind, s, id, self.empty_tree(s, &id), now_ns());
         if kind == Kind::Symlink {
             inode.mode = 0o777;
@@ -566,4 +577,96 @@ pub(super) fn past_table_end(ino: u64) -> Error {
         None,
         format!("inode {ino} is past the end of the table"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{MemStore, MemTrusted};
+
+    /// A memory store that records each name it is told is absent, and whether an object
+    /// of that name existed then.
+    struct Hints {
+        inner: MemStore,
+        said: Mutex<Vec<(String, bool)>>,
+    }
+
+    impl UntrustedStore for Hints {
+        fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> Result<usize> {
+            self.inner.read_at(name, off, buf)
+        }
+        fn write_at(&self, name: &str, off: u64, data: &[u8]) -> Result<()> {
+            self.inner.write_at(name, off, data)
+        }
+        fn len(&self, name: &str) -> Result<Option<u64>> {
+            self.inner.len(name)
+        }
+        fn set_len(&self, name: &str, len: u64) -> Result<()> {
+            self.inner.set_len(name, len)
+        }
+        fn delete(&self, name: &str) -> Result<()> {
+            self.inner.delete(name)
+        }
+        fn sync(&self, names: &[String]) -> Result<()> {
+            self.inner.sync(names)
+        }
+        fn sync_all(&self) -> Result<()> {
+            self.inner.sync_all()
+        }
+        fn list(&self) -> Result<Vec<String>> {
+            self.inner.list()
+        }
+        fn absent(&self, name: &str) {
+            let existed = self.inner.len(name).unwrap().is_some();
+            self.said.lock().unwrap().push((name.to_string(), existed));
+        }
+    }
+
+    /// The objects of a new file, and of a file re-encrypted under a new id, are said
+    /// absent to the store before they exist (S3 then lists nothing before their first
+    /// write), and nothing that exists is.
+    #[test]
+    fn a_new_files_objects_are_said_absent_before_they_exist() {
+        let hints = Arc::new(Hints {
+            inner: MemStore::new(),
+            said: Mutex::new(Vec::new()),
+        });
+        let trusted = MemTrusted::new();
+        let vol = Volume::create(
+            hints.clone(),
+            move |_| Ok(Box::new(trusted) as Box<dyn TrustedStore>),
+            b"pw",
+            &CreateOptions {
+                kdf: KdfParams::TEST,
+                ..Default::default()
+            },
+            &Options::default(),
+        )
+        .unwrap();
+        let said_of = |path: &str| {
+            let id: FileId = hex::decode(vol.stat(path).unwrap().file_id)
+                .unwrap()
+                .try_into()
+                .unwrap();
+            let n = ObjectNames::of(&id);
+            let said = hints.said.lock().unwrap().clone();
+            for o in [&n.data, &n.meta, &n.ctrs] {
+                assert!(said.contains(&(o.clone(), false)), "{o} not said absent");
+            }
+            n
+        };
+        vol.create_file("/f", None).unwrap();
+        vol.write_path("/f", 0, &[1u8; 10_000]).unwrap();
+        vol.sync().unwrap();
+        let n = said_of("/f");
+        assert!(hints.inner.len(&n.data).unwrap().is_some(), "written");
+        // A change of scheme re-encrypts the file under a new id.
+        let ino = vol.stat("/f").unwrap().ino;
+        vol.setxattr(ino, SCHEME_XATTR, b"mac-tree", XattrMode::Set)
+            .unwrap();
+        vol.sync().unwrap();
+        assert_ne!(said_of("/f").data, n.data);
+        let said = hints.said.lock().unwrap().clone();
+        assert!(said.iter().all(|(_, existed)| !existed), "{said:?}");
+    }
 }

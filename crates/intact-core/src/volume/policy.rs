@@ -104,6 +104,7 @@ impl Inner {
     ) -> Result<OpenFile> {
         const CHUNK: usize = 1 << 20;
         let id = crypto::random_file_id();
+        self.objects_absent(&id);
         let mut inode = old.inode.clone();
         inode.scheme = s;
         inode.id = id;
