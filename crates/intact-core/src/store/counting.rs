@@ -217,6 +217,10 @@ impl<S: UntrustedStore> UntrustedStore for CountingStore<S> {
         self.inner.absent(name)
     }
 
+    fn forget_cached(&self) {
+        self.inner.forget_cached()
+    }
+
     fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> Result<usize> {
         let c = self.of(name);
         add(&c.reads, 1);

@@ -117,6 +117,12 @@ pub trait UntrustedStore: Send + Sync {
     /// may ignore it, and nothing read is trusted for it. The default does nothing.
     fn absent(&self, _name: &str) {}
 
+    /// Forgets what the store keeps in memory of the stored objects (lengths, chunks
+    /// read), keeping unsynced writes: a reader that follows a writer in another process
+    /// then sees what the writer stored since ([`crate::Volume::refresh`]). The default
+    /// keeps nothing to forget.
+    fn forget_cached(&self) {}
+
     /// Whether unsynced writes are lost when the process ends (a store that keeps them in
     /// its own memory until a sync: S3), where a local directory's are in the kernel's page
     /// cache and survive a crash of the process. The engine's periodic seal then syncs
@@ -188,6 +194,9 @@ impl<T: UntrustedStore + ?Sized> UntrustedStore for std::sync::Arc<T> {
     }
     fn absent(&self, name: &str) {
         (**self).absent(name)
+    }
+    fn forget_cached(&self) {
+        (**self).forget_cached()
     }
     fn read_all(&self, name: &str) -> Result<Option<Vec<u8>>> {
         (**self).read_all(name)

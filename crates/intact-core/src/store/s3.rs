@@ -429,6 +429,18 @@ impl ReadCache {
     }
 }
 
+/// The common beginning, up to and with the dot, of the three objects of one file
+/// (`f/<2 hex>/<32 hex>.{d,m,c}`, [`crate::format::ObjectNames`]), if `name` is one.
+fn file_stem(name: &str) -> Option<&str> {
+    let (stem, ext) = name.rsplit_once('.')?;
+    let id = stem.rsplit('/').next()?;
+    let ok = matches!(ext, "d" | "m" | "c")
+        && stem.starts_with("f/")
+        && id.len() == 32
+        && id.bytes().all(|b| b.is_ascii_hexdigit());
+    ok.then(|| &name[..stem.len() + 1])
+}
+
 /// A failed request as the engine's I/O error, naming the URL and the object.
 fn s3_err(url: &S3Url, what: &str, e: object_store::Error) -> Error {
     let kind = match &e {
@@ -646,6 +658,38 @@ impl S3Store {
             .map_err(|e| s3_err(&self.url, &format!("listing {name}"), e))
     }
 
+    /// The length of every object whose name begins with `stem`, by one listing.
+    fn stored_under(&self, stem: &str) -> Result<HashMap<String, u64>> {
+        let prefix = self.path_of(stem);
+        let parent = match stem.rsplit_once('/') {
+            Some((dir, _)) => self.path_of(dir),
+            None => self.path_of(""),
+        };
+        let want = prefix.as_ref().to_string();
+        let metas: Vec<object_store::ObjectMeta> = self
+            .rt
+            .block_on(async {
+                self.store
+                    .list_with_offset(Some(&parent), &prefix)
+                    .try_take_while(|m| {
+                        std::future::ready(Ok(m.location.as_ref().starts_with(&want)))
+                    })
+                    .try_collect()
+                    .await
+            })
+            .map_err(|e| s3_err(&self.url, &format!("listing {stem}*"), e))?;
+        let mut out: HashMap<String, u64> = HashMap::new();
+        for m in &metas {
+            if let Some((n, idx)) = self.parse_key(m.location.as_ref()) {
+                let len = idx * CHUNK + m.size;
+                let e = out.entry(n.to_string()).or_insert(len);
+                // The last chunk gives the length (keys come in order; max to be sure).
+                *e = (*e).max(len);
+            }
+        }
+        Ok(out)
+    }
+
     /// [`S3Store::stored_chunks`], as a request to run beside others.
     async fn list_chunks(&self, name: &str) -> object_store::Result<Vec<(u64, u64)>> {
         let prefix = self.path_of(&format!("{name}{SEP}"));
@@ -694,11 +738,39 @@ impl S3Store {
             if st.absent.contains(name) {
                 return Ok(None);
             }
-            let chunks = self.stored_chunks(name)?;
-            let Some(&(idx, size)) = chunks.last() else {
-                return Ok(None);
-            };
-            self.keep(st, name, idx * CHUNK + size);
+            match file_stem(name) {
+                // One listing for the file's three objects: its siblings are known too,
+                // and those it lacks are absent (a small file's open asks for all three).
+                Some(stem) => {
+                    let found = self.stored_under(stem)?;
+                    for ext in ["d", "m", "c"] {
+                        let n = format!("{stem}{ext}");
+                        if n != name && (st.objs.contains_key(&n) || st.absent.contains(&n)) {
+                            continue;
+                        }
+                        match found.get(&n) {
+                            Some(&len) => self.keep(st, &n, len),
+                            None if n != name => {
+                                if st.absent.len() >= CLEAN_KEPT {
+                                    st.absent.clear();
+                                }
+                                st.absent.insert(n);
+                            }
+                            None => {}
+                        }
+                    }
+                    if !found.contains_key(name) {
+                        return Ok(None);
+                    }
+                }
+                None => {
+                    let chunks = self.stored_chunks(name)?;
+                    let Some(&(idx, size)) = chunks.last() else {
+                        return Ok(None);
+                    };
+                    self.keep(st, name, idx * CHUNK + size);
+                }
+            }
         }
         Ok(st.objs.get_mut(name))
     }
@@ -1035,6 +1107,20 @@ impl UntrustedStore for S3Store {
     /// Unsynced writes wait in this process's memory (the trait's contract lets them).
     fn unsynced_writes_die_with_the_process(&self) -> bool {
         true
+    }
+
+    /// Forgets the lengths of clean objects, the names said absent and the chunks read.
+    fn forget_cached(&self) {
+        {
+            let mut st = lock(&self.state);
+            st.gen += 1;
+            st.objs.retain(|_, o| !o.is_clean());
+            st.absent.clear();
+        }
+        let mut c = lock(&self.cache);
+        c.epoch += 1;
+        c.chunks.clear();
+        c.order.clear();
     }
 
     /// The first write of `name` creates it without listing what it holds.
@@ -1585,6 +1671,59 @@ mod tests {
         lock(&s.state).objs.clear();
         assert_eq!(reader.join().unwrap(), b"a longer object now");
         assert_eq!(s.len("d/a.d").unwrap(), Some(19));
+    }
+
+    /// One listing answers for a file's three objects (the siblings it lacks are absent),
+    /// and a store that forgot what it kept sees another process's changes.
+    #[test]
+    fn a_files_objects_are_listed_together_and_forgotten_on_demand() {
+        assert_eq!(
+            file_stem("f/ab/0123456789abcdef0123456789abcdef.m"),
+            Some("f/ab/0123456789abcdef0123456789abcdef.")
+        );
+        for other in [
+            "f/ab/0123.d",
+            "g/ab/0123456789abcdef0123456789abcdef.d",
+            "f/ab/0123456789abcdef0123456789abcdef.x",
+            "anchor.signed",
+        ] {
+            assert_eq!(file_stem(other), None, "{other}");
+        }
+        let (w, backing) = mem();
+        let f = "f/ab/0123456789abcdef0123456789abcdef.";
+        w.write_at(&format!("{f}d"), 0, &vec![1u8; (CHUNK + 3) as usize])
+            .unwrap();
+        w.write_at(&format!("{f}m"), 0, b"nodes").unwrap();
+        w.sync_all().unwrap();
+        let r =
+            S3Store::with_store(S3Url::parse("s3://bucket/vol").unwrap(), backing.clone()).unwrap();
+        assert_eq!(r.len(&format!("{f}m")).unwrap(), Some(5));
+        {
+            let st = lock(&r.state);
+            assert_eq!(
+                st.objs[&format!("{f}d")].len,
+                CHUNK + 3,
+                "listed with its sibling"
+            );
+            assert!(st.absent.contains(&format!("{f}c")));
+        }
+        assert_eq!(r.len(&format!("{f}c")).unwrap(), None);
+        let mut buf = [0u8; 5];
+        r.read_at(&format!("{f}m"), 0, &mut buf).unwrap();
+        // Another process changes the objects: the reader sees them once it forgets.
+        w.write_at(&format!("{f}c"), 0, b"ctrs").unwrap();
+        w.replace(&format!("{f}m"), b"other").unwrap();
+        w.sync_all().unwrap();
+        assert_eq!(r.len(&format!("{f}c")).unwrap(), None, "kept");
+        r.forget_cached();
+        assert_eq!(r.len(&format!("{f}c")).unwrap(), Some(4));
+        r.read_at(&format!("{f}m"), 0, &mut buf).unwrap();
+        assert_eq!(&buf, b"other");
+        assert_eq!(r.len(&format!("{f}d")).unwrap(), Some(CHUNK + 3));
+        // Unsynced writes are kept.
+        r.write_at("x", 0, b"unsynced").unwrap();
+        r.forget_cached();
+        assert_eq!(r.read_all("x").unwrap().as_deref(), Some(&b"unsynced"[..]));
     }
 
     #[test]

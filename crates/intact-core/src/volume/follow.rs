@@ -79,6 +79,8 @@ pub(super) fn open(
     let mut tries = 0;
     loop {
         let before = sealed_epoch(trusted.as_ref(), &keys);
+        // What the store keeps of objects the writer may have changed since.
+        store.forget_cached();
         let r = Volume::build(
             store.clone(),
             trusted.clone(),
@@ -132,6 +134,8 @@ impl Volume {
         if sealed_epoch(trusted.as_ref(), &keys).is_none_or(|e| e <= epoch) {
             return Ok(false);
         }
+        // The store may keep lengths and chunks of objects the writer changed since.
+        store.forget_cached();
         let mut new = Volume::build(
             store,
             trusted,
@@ -435,6 +439,60 @@ mod tests {
         assert_eq!(which(&read_all(&f, "/f").unwrap()), Some(2));
         assert!(f.stat("/h").is_ok());
         assert_eq!(f.integrity_failures(), 0);
+    }
+
+    /// A follower in another process of a volume in a bucket: its store keeps lengths and
+    /// chunks of the writer's objects, and forgets them at each refresh, so it reads the
+    /// writer's rewritten file and new file under the new root, with no failure.
+    #[test]
+    fn a_follower_of_a_volume_in_a_bucket_reads_the_writers_changes() {
+        use crate::store::{S3Store, S3Url};
+        let backing = Arc::new(object_store::memory::InMemory::new());
+        let url = S3Url::parse("s3://bucket/vol").unwrap();
+        let t = MemTrusted::new();
+        let trusted = t.clone();
+        let w = Volume::create(
+            Arc::new(S3Store::with_store(url.clone(), backing.clone()).unwrap()),
+            move |_| Ok(Box::new(t) as Box<dyn TrustedStore>),
+            b"pw",
+            &crate::CreateOptions {
+                kdf: crate::crypto::KdfParams::TEST,
+                ..Default::default()
+            },
+            &Options::default(),
+        )
+        .unwrap();
+        w.create_file("/f", None).unwrap();
+        w.write_path("/f", 0, &version(1)).unwrap();
+        w.sync().unwrap();
+        let f = Volume::open(
+            Arc::new(S3Store::with_store(url, backing).unwrap()),
+            Box::new(trusted.clone()),
+            b"pw",
+            &Options {
+                read_only: true,
+                follow: Some(Duration::from_secs(2)),
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(which(&read_all(&f, "/f").unwrap()), Some(1));
+        w.write_path("/f", 0, &version(2)).unwrap();
+        w.write_path("/f", version(2).len() as u64, &[9u8; 5000])
+            .unwrap();
+        for i in 0..30 {
+            w.create_file(&format!("/g{i}"), None).unwrap();
+            w.write_path(&format!("/g{i}"), 0, &[i as u8; 3000])
+                .unwrap();
+        }
+        w.sync().unwrap();
+        assert!(f.refresh().unwrap());
+        let data = read_all(&f, "/f").unwrap();
+        assert_eq!(which(&data[..version(2).len()]), Some(2));
+        assert_eq!(&data[version(2).len()..], &[9u8; 5000][..]);
+        assert_eq!(read_all(&f, "/g29").unwrap(), vec![29u8; 3000]);
+        assert_eq!(f.integrity_failures(), 0);
+        assert_eq!(f.rereads(), 0, "read under the new root at once");
     }
 
     /// A block the adversary changed stays changed under every root the writer seals: the
