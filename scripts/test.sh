@@ -58,7 +58,8 @@ if [ $# -eq 0 ]; then
   INTACT_TEST_RECORDS=1 cargo test -p intact-core --test attacks --test crash \
     --test crash_states --test crash_garbage --test model --test small_files --test threads \
     2>&1 | tee -a "$log" || status=$?
-  # The mount tests that do not edit the cipher directory's files, on volumes in a bucket
+  # The mount tests that do not edit the cipher directory's files (and a follower mount beside
+  # a writer's), on volumes in a bucket
   # of a Garage server each test starts (issue 9; tests/fuse.rs, INTACT_FUSE_STORE).
   echo "== the mount tests on S3 (INTACT_FUSE_STORE=s3)" | tee -a "$log"
   INTACT_FUSE_STORE=s3 cargo test -p intact --test fuse -- --exact \
@@ -74,7 +75,7 @@ if [ $# -eq 0 ]; then
     special_files_and_directory_link_counts read_only_mount_and_second_writer \
     direct_io_mount_serves_every_read_from_the_engine \
     sigkill_under_load_loses_no_fsynced_file_and_raises_no_alarm \
-    bulk_writes_beside_small_requests_read_back \
+    bulk_writes_beside_small_requests_read_back a_follower_mount_reads_what_the_writer_seals_while_it_writes \
     2>&1 | tee -a "$log" || status=$?
 fi
 # One closing line for the whole suite (cargo's last line is a doc-test binary's).

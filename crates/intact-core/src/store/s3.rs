@@ -20,6 +20,14 @@
 //!   block reads costs one GET per chunk, and a read that goes on from the chunk before
 //!   fetches the next [`READ_AHEAD`] at once. An upload, a deletion or a truncation forgets
 //!   what it changes, and a GET that overlapped a forgetting is not kept.
+//! - **Round trips.** What the store knows of an object (its length) comes from one
+//!   listing at its first use, kept until [`UntrustedStore::forget_cached`]. A file's
+//!   three objects (`.d`, `.m`, `.c`) are listed together, the ones the listing lacks
+//!   known absent; a new file's objects are said absent by the engine
+//!   ([`UntrustedStore::absent`]: their ids are fresh and random), so its first write
+//!   lists nothing; and the first read of an object in its first chunk lists it and
+//!   fetches that chunk at the same time, without the state lock. A small file is thus
+//!   read in one or two round trips and created in none before the sync's PUTs.
 //! - **Truncation** marks the chunks past the new end stale: they read as zeros, and the
 //!   next sync deletes them after it has stored the new last chunk.
 //! - **Memory** held by unsynced writes is bounded ([`MAX_DIRTY`]): past it a write first
