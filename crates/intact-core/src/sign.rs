@@ -671,6 +671,10 @@ impl SignedAnchor {
 }
 
 impl TrustedStore for SignedAnchor {
+    fn signed_roots_only(&self) -> bool {
+        self.verify.is_some()
+    }
+
     fn load(&self) -> Result<Option<Vec<u8>>> {
         let Some(k) = &self.verify else {
             return Ok(self.inner.load()?.map(|b| match split(&b) {
@@ -780,6 +784,55 @@ mod tests {
 
     fn signer(kind: KeyKind) -> Signer {
         Signer::from_pkcs8(&Signer::generate(kind).unwrap()).unwrap()
+    }
+
+    /// A reader with the public key takes only what the signed root covers: requests the
+    /// writer logged after its last seal (the log's tail, authenticated by the volume's key
+    /// alone, which every password holder has) are not replayed for it, where a reader
+    /// without the key replays them as any reopen does.
+    #[test]
+    fn a_reader_with_the_public_key_reads_only_what_the_signed_root_covers() {
+        let store = Arc::new(crate::store::MemStore::new());
+        let mem = MemTrusted::new();
+        let s = Arc::new(signer(KeyKind::Ed25519));
+        let t = SignedAnchor::new(Box::new(mem.clone()), Some(s.clone()), None);
+        let w = crate::Volume::create(
+            store.clone(),
+            move |_| Ok(Box::new(t) as Box<dyn TrustedStore>),
+            b"pw",
+            &crate::CreateOptions {
+                kdf: crate::crypto::KdfParams::TEST,
+                ..Default::default()
+            },
+            &crate::Options::default(),
+        )
+        .unwrap();
+        w.create_file("/sealed", None).unwrap();
+        w.write_path("/sealed", 0, b"signed").unwrap();
+        w.sync().unwrap();
+        w.create_file("/tail", None).unwrap();
+        w.write_path("/tail", 0, b"logged, never sealed").unwrap();
+        // The writer ends before it seals again: its log's tail is in the store.
+        w.set_seal_on_drop(false);
+        drop(w);
+        let ro = crate::Options {
+            read_only: true,
+            ..Default::default()
+        };
+        let open = |verify: Option<PublicKey>| {
+            let t = SignedAnchor::new(Box::new(mem.clone()), None, verify);
+            crate::Volume::open(store.clone(), Box::new(t), b"pw", &ro).unwrap()
+        };
+        let reader = open(Some(s.public().clone()));
+        let mut buf = [0u8; 16];
+        assert_eq!(reader.read_path("/sealed", 0, &mut buf).unwrap(), 6);
+        assert!(
+            reader.stat("/tail").is_err(),
+            "the unsigned tail was replayed"
+        );
+        drop(reader);
+        let plain = open(None);
+        assert_eq!(plain.read_path("/tail", 0, &mut buf).unwrap(), 16);
     }
 
     #[test]

@@ -32,6 +32,13 @@ pub trait TrustedStore: Send + Sync {
     fn modified(&self) -> Option<std::time::SystemTime> {
         None
     }
+    /// Whether a reader may take only what a signed root covers (a reader with a public
+    /// key: [`crate::sign::SignedAnchor`]): the log's tail past the sealed end is
+    /// authenticated by the volume's key alone, which every password holder has, so it
+    /// is not replayed for such a reader.
+    fn signed_roots_only(&self) -> bool {
+        false
+    }
 }
 
 impl<T: TrustedStore + ?Sized> TrustedStore for Arc<T> {
@@ -52,6 +59,9 @@ impl<T: TrustedStore + ?Sized> TrustedStore for Arc<T> {
     }
     fn modified(&self) -> Option<std::time::SystemTime> {
         (**self).modified()
+    }
+    fn signed_roots_only(&self) -> bool {
+        (**self).signed_roots_only()
     }
 }
 

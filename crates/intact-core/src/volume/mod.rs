@@ -875,7 +875,9 @@ impl Volume {
             inner.logged_header = inner.header;
             // What was logged since the last checkpoint: what the last seal covered, and
             // the tail written after it (requests acknowledged before a crash).
-            let (end, segments, replayed) = inner.replay_anchored_log(false)?;
+            // A reader with a public key takes only what the signed root covers.
+            let sealed_only = opts.read_only && inner.trusted.signed_roots_only();
+            let (end, segments, replayed) = inner.replay_anchored_log(sealed_only)?;
             inner.logged_header = inner.header;
             if let Some(w) = &mut inner.wal {
                 w.end = end;
