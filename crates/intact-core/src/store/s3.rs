@@ -668,46 +668,42 @@ impl S3Store {
 
     /// The length of every object whose name begins with `stem`, by one listing.
     fn stored_under(&self, stem: &str) -> Result<HashMap<String, u64>> {
-        let prefix = self.path_of(stem);
-        let parent = match stem.rsplit_once('/') {
-            Some((dir, _)) => self.path_of(dir),
-            None => self.path_of(""),
-        };
-        let want = prefix.as_ref().to_string();
-        let metas: Vec<object_store::ObjectMeta> = self
+        let chunks = self
             .rt
-            .block_on(async {
-                self.store
-                    .list_with_offset(Some(&parent), &prefix)
-                    .try_take_while(|m| {
-                        std::future::ready(Ok(m.location.as_ref().starts_with(&want)))
-                    })
-                    .try_collect()
-                    .await
-            })
+            .block_on(self.list_under(stem))
             .map_err(|e| s3_err(&self.url, &format!("listing {stem}*"), e))?;
         let mut out: HashMap<String, u64> = HashMap::new();
-        for m in &metas {
-            if let Some((n, idx)) = self.parse_key(m.location.as_ref()) {
-                let len = idx * CHUNK + m.size;
-                let e = out.entry(n.to_string()).or_insert(len);
-                // The last chunk gives the length (keys come in order; max to be sure).
-                *e = (*e).max(len);
-            }
+        for (n, idx, size) in chunks {
+            // The last chunk gives the length (keys come in order; max to be sure).
+            let e = out.entry(n).or_default();
+            *e = (*e).max(idx * CHUNK + size);
         }
         Ok(out)
     }
 
     /// [`S3Store::stored_chunks`], as a request to run beside others.
     async fn list_chunks(&self, name: &str) -> object_store::Result<Vec<(u64, u64)>> {
-        let prefix = self.path_of(&format!("{name}{SEP}"));
+        let mut out: Vec<(u64, u64)> = self
+            .list_under(&format!("{name}{SEP}"))
+            .await?
+            .into_iter()
+            .filter(|(n, _, _)| n == name)
+            .map(|(_, idx, size)| (idx, size))
+            .collect();
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    /// The chunks whose keys begin with `rel` (under the prefix): (name, index, size).
+    async fn list_under(&self, rel: &str) -> object_store::Result<Vec<(String, u64, u64)>> {
+        let prefix = self.path_of(rel);
         // `list` takes a prefix of whole path segments; the chunks are in the parent.
-        let parent = match name.rsplit_once('/') {
+        let parent = match rel.rsplit_once('/') {
             Some((dir, _)) => self.path_of(dir),
             None => self.path_of(""),
         };
         let want = prefix.as_ref().to_string();
-        // Keys come in order: from just before the first chunk's to past the last one's
+        // Keys come in order: from just before the first one under `rel` to past the last
         // (one page of the listing, not the whole parent).
         let metas: Vec<object_store::ObjectMeta> = self
             .store
@@ -715,15 +711,13 @@ impl S3Store {
             .try_take_while(|m| std::future::ready(Ok(m.location.as_ref().starts_with(&want))))
             .try_collect()
             .await?;
-        let mut out: Vec<(u64, u64)> = metas
+        Ok(metas
             .iter()
             .filter_map(|m| {
                 let (n, idx) = self.parse_key(m.location.as_ref())?;
-                (n == name).then_some((idx, m.size))
+                Some((n.to_string(), idx, m.size))
             })
-            .collect();
-        out.sort_unstable();
-        Ok(out)
+            .collect())
     }
 
     /// Keeps what is known of the stored object `name` of `len` bytes (its listing).
@@ -801,15 +795,10 @@ impl S3Store {
             (st.gen, lock(&self.cache).epoch)
         };
         let key = self.key(name, 0);
-        let (listed, first) =
-            self.rt
-                .block_on(futures_util::future::join(self.list_chunks(name), async {
-                    match self.store.get(&key).await {
-                        Ok(r) => r.bytes().await,
-                        Err(object_store::Error::NotFound { .. }) => Ok(Bytes::new()),
-                        Err(e) => Err(e),
-                    }
-                }));
+        let (listed, first) = self.rt.block_on(futures_util::future::join(
+            self.list_chunks(name),
+            self.get_chunk(&key),
+        ));
         let chunks = listed.map_err(|e| s3_err(&self.url, &format!("listing {name}"), e))?;
         let Some(&(idx, size)) = chunks.last() else {
             return Ok(()); // no such object: the read says so
@@ -866,13 +855,7 @@ impl S3Store {
                     self.rt
                         .block_on(futures_util::future::join_all(want.iter().map(|&i| {
                             let key = self.key(name, i);
-                            async move {
-                                match self.store.get(&key).await {
-                                    Ok(r) => r.bytes().await,
-                                    Err(object_store::Error::NotFound { .. }) => Ok(Bytes::new()),
-                                    Err(e) => Err(e),
-                                }
-                            }
+                            async move { self.get_chunk(&key).await }
                         })));
                 let mut first = None;
                 let mut cache = lock(&self.cache);
@@ -898,6 +881,15 @@ impl S3Store {
             buf[..n].copy_from_slice(&bytes[from..from + n]);
         }
         Ok(())
+    }
+
+    /// The stored bytes of the chunk at `key`: empty when it is missing (a hole).
+    async fn get_chunk(&self, key: &OsPath) -> object_store::Result<Bytes> {
+        match self.store.get(key).await {
+            Ok(r) => r.bytes().await,
+            Err(object_store::Error::NotFound { .. }) => Ok(Bytes::new()),
+            Err(e) => Err(e),
+        }
     }
 
     /// The chunks after `idx` of `name` worth reading ahead: up to [`READ_AHEAD`] of them,
@@ -1377,6 +1369,21 @@ mod tests {
         (S3Store::with_store(url, backing.clone()).unwrap(), backing)
     }
 
+    /// A store over a copy of `backing` whose every GET is held `get` and every LIST
+    /// `list` (`object_store`'s throttled store: round trips made visible).
+    fn throttled(backing: &InMemory, get: Duration, list: Duration) -> S3Store {
+        use object_store::throttle::{ThrottleConfig, ThrottledStore};
+        let slow = ThrottledStore::new(
+            backing.fork(),
+            ThrottleConfig {
+                wait_get_per_call: get,
+                wait_list_per_call: list,
+                ..ThrottleConfig::default()
+            },
+        );
+        S3Store::with_store(S3Url::parse("s3://bucket/vol").unwrap(), Arc::new(slow)).unwrap()
+    }
+
     fn keys(b: &InMemory) -> Vec<(String, u64)> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
@@ -1511,8 +1518,6 @@ mod tests {
     /// before; either way the object's length is its listing's.
     #[test]
     fn the_first_read_of_a_small_object_lists_and_fetches_at_once() {
-        use object_store::throttle::{ThrottleConfig, ThrottledStore};
-        let url = S3Url::parse("s3://bucket/vol").unwrap();
         let (s, backing) = mem();
         s.write_at("d/small.d", 0, b"a small file").unwrap();
         s.write_at("d/big.d", 0, &vec![3u8; (CHUNK + 5) as usize])
@@ -1520,15 +1525,7 @@ mod tests {
         s.write_at("d/empty.d", 0, b"").unwrap();
         s.sync_all().unwrap();
         let held = Duration::from_millis(400);
-        let slow = ThrottledStore::new(
-            backing.fork(),
-            ThrottleConfig {
-                wait_get_per_call: held,
-                wait_list_per_call: held,
-                ..ThrottleConfig::default()
-            },
-        );
-        let s = S3Store::with_store(url, Arc::new(slow)).unwrap();
+        let s = throttled(&backing, held, held);
         let mut buf = [0u8; 64];
         let t = std::time::Instant::now();
         assert_eq!(s.read_at("d/small.d", 0, &mut buf).unwrap(), 12);
@@ -1563,21 +1560,14 @@ mod tests {
     /// from before it.
     #[test]
     fn a_first_read_does_not_keep_a_listing_older_than_a_deletion() {
-        use object_store::throttle::{ThrottleConfig, ThrottledStore};
         let (s, backing) = mem();
         s.write_at("d/small.d", 0, b"a small file").unwrap();
         s.sync_all().unwrap();
-        let slow = ThrottledStore::new(
-            backing.fork(),
-            ThrottleConfig {
-                wait_get_per_call: Duration::from_millis(400),
-                wait_list_per_call: Duration::from_millis(400),
-                ..ThrottleConfig::default()
-            },
-        );
-        let s = Arc::new(
-            S3Store::with_store(S3Url::parse("s3://bucket/vol").unwrap(), Arc::new(slow)).unwrap(),
-        );
+        let s = Arc::new(throttled(
+            &backing,
+            Duration::from_millis(400),
+            Duration::from_millis(400),
+        ));
         let reader = {
             let s = s.clone();
             std::thread::spawn(move || {
@@ -1601,17 +1591,8 @@ mod tests {
     /// until then, and is stored as any other at the sync.
     #[test]
     fn a_name_said_absent_is_written_without_a_listing() {
-        use object_store::throttle::{ThrottleConfig, ThrottledStore};
         let held = Duration::from_millis(400);
-        let slow = ThrottledStore::new(
-            InMemory::new(),
-            ThrottleConfig {
-                wait_list_per_call: held,
-                ..ThrottleConfig::default()
-            },
-        );
-        let s =
-            S3Store::with_store(S3Url::parse("s3://bucket/vol").unwrap(), Arc::new(slow)).unwrap();
+        let s = throttled(&InMemory::new(), Duration::ZERO, held);
         for i in 0..3 {
             s.absent(&format!("f/{i}.d"));
         }
@@ -1652,20 +1633,14 @@ mod tests {
     /// the length, those of the new object.
     #[test]
     fn a_first_read_does_not_keep_a_listing_older_than_a_change() {
-        use object_store::throttle::{ThrottleConfig, ThrottledStore};
         let (s, backing) = mem();
         s.write_at("d/a.d", 0, b"twelve bytes").unwrap();
         s.sync_all().unwrap();
-        let slow = ThrottledStore::new(
-            backing.fork(),
-            ThrottleConfig {
-                wait_get_per_call: Duration::from_millis(600),
-                ..ThrottleConfig::default()
-            },
-        );
-        let s = Arc::new(
-            S3Store::with_store(S3Url::parse("s3://bucket/vol").unwrap(), Arc::new(slow)).unwrap(),
-        );
+        let s = Arc::new(throttled(
+            &backing,
+            Duration::from_millis(600),
+            Duration::ZERO,
+        ));
         let reader = {
             let s = s.clone();
             std::thread::spawn(move || {

@@ -66,6 +66,20 @@ fn sealed_epoch(trusted: &dyn TrustedStore, keys: &Keys) -> Option<u64> {
     Anchor::decode(&bytes, &keys.anchor).ok().map(|a| a.epoch)
 }
 
+/// Whether `done` holds within `wait`, asking it every [`POLL`] (and once at the end).
+fn poll_until(wait: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + wait;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
 /// Opens a follower: as a read-only open, with no lock, and an open that fails as
 /// tampered (the writer changing the store under it) is tried again under the next root.
 pub(super) fn open(
@@ -92,15 +106,8 @@ pub(super) fn open(
         match r {
             Err(e) if e.is_tampered() && tries < FOLLOW_RETRIES => {
                 tries += 1;
-                let deadline = Instant::now() + wait;
-                loop {
-                    if sealed_epoch(trusted.as_ref(), &keys) > before {
-                        break;
-                    }
-                    if Instant::now() >= deadline {
-                        return Err(e);
-                    }
-                    std::thread::sleep(POLL);
+                if !poll_until(wait, || sealed_epoch(trusted.as_ref(), &keys) > before) {
+                    return Err(e);
                 }
                 tracing::debug!(error = %e, "opening again under the writer's next root");
             }
@@ -203,19 +210,12 @@ impl Volume {
 
     /// Waits up to `wait` until the volume serves a root newer than `epoch`, refreshing.
     fn await_newer(&self, epoch: u64, wait: Duration) -> bool {
-        let deadline = Instant::now() + wait;
-        loop {
+        poll_until(wait, || {
             if let Err(e) = self.refresh() {
                 tracing::debug!(error = %e, "the writer's newest root does not open yet");
             }
-            if self.epoch() > epoch {
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(POLL);
-        }
+            self.epoch() > epoch
+        })
     }
 }
 
@@ -227,7 +227,11 @@ mod tests {
     use crate::volume::test_volume;
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    fn follower(store: &Arc<MemStore>, trusted: &MemTrusted, wait: Duration) -> Volume {
+    fn follower<S: UntrustedStore + 'static>(
+        store: &Arc<S>,
+        trusted: &MemTrusted,
+        wait: Duration,
+    ) -> Volume {
         Volume::open(
             store.clone(),
             Box::new(trusted.clone()),
@@ -465,17 +469,11 @@ mod tests {
         w.create_file("/f", None).unwrap();
         w.write_path("/f", 0, &version(1)).unwrap();
         w.sync().unwrap();
-        let f = Volume::open(
-            Arc::new(S3Store::with_store(url, backing).unwrap()),
-            Box::new(trusted.clone()),
-            b"pw",
-            &Options {
-                read_only: true,
-                follow: Some(Duration::from_secs(2)),
-                ..Options::default()
-            },
-        )
-        .unwrap();
+        let f = follower(
+            &Arc::new(S3Store::with_store(url, backing).unwrap()),
+            &trusted,
+            Duration::from_secs(2),
+        );
         assert_eq!(which(&read_all(&f, "/f").unwrap()), Some(1));
         w.write_path("/f", 0, &version(2)).unwrap();
         w.write_path("/f", version(2).len() as u64, &[9u8; 5000])
