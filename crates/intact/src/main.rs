@@ -20,6 +20,7 @@ mod attack_peers;
 mod bench;
 mod bench_attacks;
 mod bench_contiu;
+mod bench_contiu_macro;
 mod bench_dir;
 mod bench_or;
 mod bench_report;

@@ -682,7 +682,9 @@ fn bench_contiu_measures_figs_2_to_4_and_judges_each_claim() {
         return;
     }
     let out = Command::new(BIN)
-        .args(["--json", "bench", "contiu", "--quick", "--runs", "2"])
+        .args([
+            "--json", "bench", "contiu", "--quick", "--runs", "2", "--part", "micro",
+        ])
         .output()
         .unwrap();
     assert!(
@@ -690,7 +692,9 @@ fn bench_contiu_measures_figs_2_to_4_and_judges_each_claim() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let both: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(both["macro"].is_null(), "micro only");
+    let r = &both["micro"];
     assert_eq!(r["runs"], 2);
     let aes = r["aes"].as_array().unwrap();
     assert_eq!(aes.len(), 9);
@@ -723,7 +727,9 @@ fn bench_contiu_measures_figs_2_to_4_and_judges_each_claim() {
         assert!(v.starts_with("confirmed") || v == "refuted", "{c}");
     }
     let md = Command::new(BIN)
-        .args(["bench", "contiu", "--quick", "--runs", "1"])
+        .args([
+            "bench", "contiu", "--quick", "--runs", "1", "--part", "micro",
+        ])
         .output()
         .unwrap();
     let md = String::from_utf8_lossy(&md.stdout);
@@ -735,4 +741,89 @@ fn bench_contiu_measures_figs_2_to_4_and_judges_each_claim() {
     ] {
         assert!(md.contains(s), "{s}: {md}");
     }
+}
+
+/// `intact bench contiu --part macro --quick` (Contiu et al. §4.2, Figs. 5–7): their six
+/// schemes and intact's on each data set under each workload, in the simulated cloud. Their
+/// client makes exactly one request an operation (so a run's total is at least 50 ms times
+/// its files), intact's at least one a write; every claim gets a verdict; the figures are
+/// drawn.
+#[test]
+fn bench_contiu_macro_runs_their_schemes_and_intacts_on_each_set_and_workload() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plots = tmp.path().join("plots");
+    let out = Command::new(BIN)
+        .args([
+            "--json", "bench", "contiu", "--part", "macro", "--quick", "--runs", "2",
+        ])
+        .args(["--intact", "mt-eint,aead", "--workdir"])
+        .arg(tmp.path())
+        .arg("--keys")
+        .arg(tmp.path().join("keys"))
+        .arg("--plots")
+        .arg(&plots)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let both: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(both["micro"].is_null(), "macro only");
+    let r = &both["macro"];
+    assert_eq!(r["runs"], 2);
+    assert_eq!(r["delay_ms"], 50);
+    let sets = r["sets"].as_array().unwrap();
+    assert_eq!(sets.len(), 3);
+    let rows = r["rows"].as_array().unwrap();
+    // 3 sets × 4 workloads × (6 of theirs + 2 of intact's), at the low level only.
+    assert_eq!(rows.len(), 3 * 4 * 8, "{rows:?}");
+    for row in rows {
+        assert_eq!(row["level"], "low");
+        assert_eq!(row["totals"].as_array().unwrap().len(), 2);
+        let files = sets.iter().find(|s| s["set"] == row["set"]).unwrap()["files"]
+            .as_u64()
+            .unwrap();
+        let req = row["requests"].as_array().unwrap();
+        let (reads, writes) = (
+            row["reads"].as_u64().unwrap(),
+            row["writes"].as_u64().unwrap(),
+        );
+        assert_eq!(reads + writes, files, "{row}");
+        let min = row["total_s"]["min"].as_f64().unwrap();
+        if row["scheme"].as_str().unwrap().starts_with("intact") {
+            assert!(req[1].as_u64().unwrap() >= writes, "a PUT a write: {row}");
+            assert!(req[0].as_u64().unwrap() >= reads, "cold reads: {row}");
+        } else {
+            assert_eq!(req[0].as_u64().unwrap(), reads, "{row}");
+            assert_eq!(req[1].as_u64().unwrap(), writes, "{row}");
+            assert!(row["crypto_s"]["min"].as_f64().unwrap() > 0.0, "{row}");
+        }
+        assert!(min >= 0.05 * files as f64, "{row}");
+    }
+    let workloads: Vec<&str> = rows
+        .iter()
+        .map(|r| r["workload"].as_str().unwrap())
+        .collect();
+    for w in ["mostly-write", "write-heavy", "read-heavy", "read-only"] {
+        assert!(workloads.contains(&w), "{w}");
+    }
+    let claims = r["claims"].as_array().unwrap();
+    assert_eq!(claims.len(), 7);
+    for c in claims {
+        let v = c["verdict"].as_str().unwrap();
+        assert!(
+            v.starts_with("confirmed") || v == "refuted" || v == "not measured",
+            "{c}"
+        );
+    }
+    // Claims over the strengths need all three; the others are judged.
+    assert_eq!(claims[0]["verdict"], "not measured");
+    assert_ne!(claims[3]["verdict"], "not measured");
+    let svgs = std::fs::read_dir(&plots).unwrap().count();
+    assert_eq!(svgs, 3, "one figure per set at the low level");
+    // The keys were made once and are used again.
+    assert!(tmp.path().join("keys/rsa-3072.der").exists());
+    assert!(tmp.path().join("keys/ecdsa-p256.der").exists());
 }

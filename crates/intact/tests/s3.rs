@@ -731,3 +731,59 @@ fn a_crash_at_every_change_in_the_bucket_recovers_with_no_alarm() {
     }
     println!("{}", report.join("\n"));
 }
+
+/// `intact bench contiu --part macro --s3 URL`: their schemes and intact's also run against
+/// the real S3 server, each read checked against what was written, and the run's objects
+/// are deleted afterwards.
+#[test]
+fn the_contiu_macro_benchmark_runs_against_the_real_server() {
+    let Some(g) = Garage::start() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let url = g.url("bench/");
+    let out = g.intact(
+        tmp.path(),
+        &url,
+        &[
+            "--json",
+            "bench",
+            "contiu",
+            "--part",
+            "macro",
+            "--quick",
+            "--runs",
+            "1",
+            "--sets",
+            "mostly-small",
+            "--intact",
+            "mt-eint",
+            "--s3",
+            &url,
+            "--keys",
+            tmp.path().join("keys").to_str().unwrap(),
+            "--workdir",
+            tmp.path().to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let both: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let rows = both["macro"]["rows"].as_array().unwrap();
+    let on_s3: Vec<&serde_json::Value> = rows
+        .iter()
+        .filter(|r| r["cloud"].as_str().unwrap().starts_with("S3 server"))
+        .collect();
+    assert_eq!(on_s3.len(), 4 * 7, "{rows:?}");
+    for r in &on_s3 {
+        let req: u64 = r["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .sum();
+        assert!(req >= 20, "{r}");
+        assert!(r["total_s"]["min"].as_f64().unwrap() > 0.0);
+    }
+    assert!(
+        keys(&g.client(), "bench").is_empty(),
+        "objects left in the bucket"
+    );
+}

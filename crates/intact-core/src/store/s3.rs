@@ -449,6 +449,17 @@ fn file_stem(name: &str) -> Option<&str> {
     ok.then(|| &name[..stem.len() + 1])
 }
 
+/// The length of each object whose chunks are listed in `chunks` (name, index, size): the
+/// last chunk gives it (keys come in order; the largest, to be sure).
+fn lengths(chunks: Vec<(String, u64, u64)>) -> HashMap<String, u64> {
+    let mut out: HashMap<String, u64> = HashMap::new();
+    for (n, idx, size) in chunks {
+        let e = out.entry(n).or_default();
+        *e = (*e).max(idx * CHUNK + size);
+    }
+    out
+}
+
 /// A failed request as the engine's I/O error, naming the URL and the object.
 fn s3_err(url: &S3Url, what: &str, e: object_store::Error) -> Error {
     let kind = match &e {
@@ -472,6 +483,13 @@ impl S3Store {
     /// checks with one listing that it answers (an unreachable endpoint, a missing bucket
     /// or refused credentials are reported here, not at the first write).
     pub fn open(url: &S3Url) -> Result<S3Store> {
+        Self::with_store(url.clone(), Self::client(url)?)
+    }
+
+    /// The `object_store` client for the bucket of `url` (its settings as for
+    /// [`S3Store::open`]), without the probe: for a program that stores its own objects
+    /// in the same bucket (`intact bench contiu`'s object-level schemes).
+    pub fn client(url: &S3Url) -> Result<Arc<dyn ObjectStore>> {
         let mut b = from_profile(AmazonS3Builder::from_env()).with_bucket_name(&url.bucket);
         for (k, v) in &url.options {
             let key: AmazonS3ConfigKey = k
@@ -513,7 +531,7 @@ impl S3Store {
             .with_client_options(client)
             .build()
             .map_err(|e| Error::Config(format!("{url}: {e}")))?;
-        Self::with_store(url.clone(), Arc::new(s3))
+        Ok(Arc::new(s3))
     }
 
     /// The store over any `object_store` backend (the tests use its in-memory one beside
@@ -668,17 +686,10 @@ impl S3Store {
 
     /// The length of every object whose name begins with `stem`, by one listing.
     fn stored_under(&self, stem: &str) -> Result<HashMap<String, u64>> {
-        let chunks = self
-            .rt
+        self.rt
             .block_on(self.list_under(stem))
-            .map_err(|e| s3_err(&self.url, &format!("listing {stem}*"), e))?;
-        let mut out: HashMap<String, u64> = HashMap::new();
-        for (n, idx, size) in chunks {
-            // The last chunk gives the length (keys come in order; max to be sure).
-            let e = out.entry(n).or_default();
-            *e = (*e).max(idx * CHUNK + size);
-        }
-        Ok(out)
+            .map(lengths)
+            .map_err(|e| s3_err(&self.url, &format!("listing {stem}*"), e))
     }
 
     /// [`S3Store::stored_chunks`], as a request to run beside others.
@@ -734,6 +745,27 @@ impl S3Store {
         );
     }
 
+    /// Keeps what one listing of a file's objects (`stem` ‖ `d`, `m`, `c`: `found`, their
+    /// lengths) says: those listed are known, the siblings of `name` it lacks are absent.
+    fn note_stem(&self, st: &mut State, stem: &str, name: &str, found: &HashMap<String, u64>) {
+        for ext in ["d", "m", "c"] {
+            let n = format!("{stem}{ext}");
+            if n != name && (st.objs.contains_key(&n) || st.absent.contains(&n)) {
+                continue;
+            }
+            match found.get(&n) {
+                Some(&len) => self.keep(st, &n, len),
+                None if n != name => {
+                    if st.absent.len() >= CLEAN_KEPT {
+                        st.absent.clear();
+                    }
+                    st.absent.insert(n);
+                }
+                None => {}
+            }
+        }
+    }
+
     /// The object `name` as the store knows it (listed once, then kept), or `None`.
     fn obj<'s>(&self, st: &'s mut State, name: &str) -> Result<Option<&'s mut Obj>> {
         if !st.objs.contains_key(name) {
@@ -745,22 +777,7 @@ impl S3Store {
                 // and those it lacks are absent (a small file's open asks for all three).
                 Some(stem) => {
                     let found = self.stored_under(stem)?;
-                    for ext in ["d", "m", "c"] {
-                        let n = format!("{stem}{ext}");
-                        if n != name && (st.objs.contains_key(&n) || st.absent.contains(&n)) {
-                            continue;
-                        }
-                        match found.get(&n) {
-                            Some(&len) => self.keep(st, &n, len),
-                            None if n != name => {
-                                if st.absent.len() >= CLEAN_KEPT {
-                                    st.absent.clear();
-                                }
-                                st.absent.insert(n);
-                            }
-                            None => {}
-                        }
-                    }
+                    self.note_stem(st, stem, name, &found);
                     if !found.contains_key(name) {
                         return Ok(None);
                     }
@@ -795,23 +812,65 @@ impl S3Store {
             (st.gen, lock(&self.cache).epoch)
         };
         let key = self.key(name, 0);
-        let (listed, first) = self.rt.block_on(futures_util::future::join(
-            self.list_chunks(name),
-            self.get_chunk(&key),
-        ));
-        let chunks = listed.map_err(|e| s3_err(&self.url, &format!("listing {name}"), e))?;
-        let Some(&(idx, size)) = chunks.last() else {
-            return Ok(()); // no such object: the read says so
+        // A file's object is listed with its siblings (one listing for the three), and the
+        // first chunk of its tree (`.m`) and of its data (`.d`) are fetched together, the
+        // one not asked for on speculation (a GET that finds nothing where the file has no
+        // `.m`, a one-block file or `aead`): a small file's cold read is one round trip,
+        // not three in a row.
+        let stem = file_stem(name);
+        let data = stem.and_then(|st| {
+            if name.ends_with(".m") {
+                Some(format!("{st}d"))
+            } else if name.ends_with(".d") {
+                Some(format!("{st}m"))
+            } else {
+                None
+            }
+        });
+        let listing = async {
+            match stem {
+                Some(st) => self.list_under(st).await.map(lengths),
+                None => self.list_chunks(name).await.map(|c| {
+                    c.last()
+                        .map(|&(idx, size)| (name.to_string(), idx * CHUNK + size))
+                        .into_iter()
+                        .collect()
+                }),
+            }
         };
+        let sibling = async {
+            match &data {
+                Some(d) => Some(self.get_chunk(&self.key(d, 0)).await),
+                None => None,
+            }
+        };
+        let (listed, first, second) = self.rt.block_on(futures_util::future::join3(
+            listing,
+            self.get_chunk(&key),
+            sibling,
+        ));
+        let found = listed.map_err(|e| s3_err(&self.url, &format!("listing {name}"), e))?;
+        if !found.contains_key(name) {
+            return Ok(()); // no such object: the read says so
+        }
         {
             let mut st = lock(&self.state);
             if st.gen != gen || st.objs.contains_key(name) {
                 return Ok(());
             }
-            self.keep(&mut st, name, idx * CHUNK + size);
+            match stem {
+                Some(stem) => self.note_stem(&mut st, stem, name, &found),
+                None => self.keep(&mut st, name, found[name]),
+            }
         }
+        let mut cache = lock(&self.cache);
         if let Ok(b) = first {
-            lock(&self.cache).insert(name, 0, b, epoch);
+            cache.insert(name, 0, b, epoch);
+        }
+        if let (Some(d), Some(Ok(b))) = (&data, second) {
+            if found.contains_key(d) {
+                cache.insert(d, 0, b, epoch);
+            }
         }
         Ok(())
     }
@@ -914,8 +973,9 @@ impl S3Store {
         if jobs.is_empty() && cuts.is_empty() {
             return Ok(());
         }
-        self.upload(&jobs)?;
-        self.uploaded(&jobs);
+        let epoch = lock(&self.cache).epoch;
+        let stored = self.upload(&jobs)?;
+        self.uploaded(&jobs, stored, epoch);
         self.drop_stale(&jobs, cuts)
     }
 
@@ -952,8 +1012,11 @@ impl S3Store {
         (jobs, cuts)
     }
 
-    /// Stores each job's chunk (many at once).
-    fn upload(&self, jobs: &[Job]) -> Result<()> {
+    /// Stores each job's chunk (many at once); the bytes each chunk now holds (none for a
+    /// hole deleted). A chunk only partly written is merged with its stored bytes, from the
+    /// read cache when they are there (a log's chunk, appended to at each seal, is not
+    /// read back each time).
+    fn upload(&self, jobs: &[Job]) -> Result<Vec<Option<Bytes>>> {
         let uploads =
             futures_util::stream::iter(jobs.iter().map(|(name, idx, c, len)| async move {
                 // The last chunk holds exactly the object's bytes in it; one before it may be
@@ -969,43 +1032,52 @@ impl S3Store {
                 };
                 if size == 0 && *idx != Obj::last_chunk(*len) {
                     return match self.store.delete(&self.key(name, *idx)).await {
-                        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(None),
                         Err(e) => Err(e),
                     };
                 }
                 let mut buf = vec![0u8; size];
                 if !c.covers(size) && c.base > 0 {
-                    let key = self.key(name, *idx);
-                    match self.store.get(&key).await {
-                        Ok(r) => {
-                            let stored = r.bytes().await?;
-                            let n = stored.len().min(c.base).min(size);
-                            buf[..n].copy_from_slice(&stored[..n]);
-                        }
-                        Err(object_store::Error::NotFound { .. }) => {}
-                        Err(e) => return Err(e),
-                    }
+                    let cached = lock(&self.cache).chunks.get(&(name.clone(), *idx)).cloned();
+                    let stored = match cached {
+                        Some(b) => b,
+                        None => self.get_chunk(&self.key(name, *idx)).await?,
+                    };
+                    let n = stored.len().min(c.base).min(size);
+                    buf[..n].copy_from_slice(&stored[..n]);
                 }
                 c.overlay(0, &mut buf);
-                self.put(&self.key(name, *idx), buf).await
+                let b = Bytes::from(buf);
+                self.store
+                    .put(&self.key(name, *idx), PutPayload::from(b.clone()))
+                    .await?;
+                Ok(Some(b))
             }))
-            .buffer_unordered(CONCURRENCY)
+            .buffered(CONCURRENCY)
             .collect::<Vec<_>>();
         let results = self.rt.block_on(uploads);
-        let failed = results.into_iter().find_map(|r| r.err());
-        if let Some(e) = failed {
-            return Err(s3_err(&self.url, "storing", e));
-        }
-        Ok(())
+        results
+            .into_iter()
+            .collect::<object_store::Result<Vec<_>>>()
+            .map_err(|e| s3_err(&self.url, "storing", e))
     }
 
     /// The jobs' chunks are stored: clean unless written again since they were taken;
-    /// what was read of them before is not what the store holds now.
-    fn uploaded(&self, jobs: &[Job]) {
+    /// what was read of them before is not what the store holds now, `stored` is (kept
+    /// unless something was forgotten since the flush began at `epoch`: a truncation may
+    /// have made them stale).
+    fn uploaded(&self, jobs: &[Job], stored: Vec<Option<Bytes>>, epoch: u64) {
         {
             let mut cache = lock(&self.cache);
-            for (name, idx, _, _) in jobs {
+            let keep = cache.epoch == epoch;
+            for ((name, idx, _, _), b) in jobs.iter().zip(stored) {
+                // Forgetting bumps the epoch: a read that began before the upload does not
+                // put the older bytes back.
                 cache.forget_one(name, *idx);
+                if let (true, Some(b)) = (keep, b) {
+                    let now = cache.epoch;
+                    cache.insert(name, *idx, b, now);
+                }
             }
         }
         {
@@ -1245,6 +1317,9 @@ impl UntrustedStore for S3Store {
 
     fn len(&self, name: &str) -> Result<Option<u64>> {
         Self::check(name)?;
+        // A file's length is asked for before it is read: its listing and its first
+        // chunk (and its data's, for a tree) in one round trip.
+        self.learn(name, 0)?;
         let mut st = lock(&self.state);
         Ok(self.obj(&mut st, name)?.map(|o| o.len))
     }
@@ -1333,12 +1408,24 @@ impl UntrustedStore for S3Store {
         }
         // One PUT of chunk 0 replaces the object's bytes at once; chunks past it go after.
         let _io = lock(&self.io);
-        let stale: Vec<u64> = self
-            .stored_chunks(name)?
-            .into_iter()
-            .map(|c| c.0)
-            .filter(|&i| i > 0)
-            .collect();
+        // Chunks past 0: from what is known of the object (its last stored length, when
+        // nothing of it waits for a sync), else from a listing.
+        let known = {
+            let st = lock(&self.state);
+            st.objs
+                .get(name)
+                .filter(|o| o.dirty.is_empty() && o.stale_from.is_none())
+                .map(|o| o.len)
+        };
+        let stale: Vec<u64> = match known {
+            Some(len) => (1..=Obj::last_chunk(len)).collect(),
+            None => self
+                .stored_chunks(name)?
+                .into_iter()
+                .map(|c| c.0)
+                .filter(|&i| i > 0)
+                .collect(),
+        };
         self.rt
             .block_on(self.put(&self.key(name, 0), data.to_vec()))
             .map_err(|e| s3_err(&self.url, &format!("storing {name}"), e))?;
@@ -1584,6 +1671,82 @@ mod tests {
         s.delete("d/small.d").unwrap();
         reader.join().unwrap();
         assert_eq!(s.len("d/small.d").unwrap(), None);
+    }
+
+    /// A chunk appended to after a sync (a log's, at each seal) is merged with the bytes the
+    /// sync stored, kept from the upload: no GET before each PUT. A replace of a known small
+    /// object (the published signed root, at each seal) lists nothing.
+    #[test]
+    fn appends_and_replaces_after_a_sync_make_no_read_or_listing() {
+        let held = Duration::from_millis(400);
+        let s = throttled(&InMemory::new(), held, held);
+        s.absent("log.1");
+        s.write_at("log.1", 0, b"first record;").unwrap();
+        s.sync(&["log.1".to_string()]).unwrap();
+        let t = std::time::Instant::now();
+        for i in 0..3u8 {
+            s.write_at("log.1", 13 + u64::from(i), &[b'0' + i]).unwrap();
+            s.sync(&["log.1".to_string()]).unwrap();
+        }
+        s.replace("root", b"one").unwrap();
+        assert!(t.elapsed() >= held, "the first replace lists");
+        let t = std::time::Instant::now();
+        s.replace("root", b"two").unwrap();
+        assert!(
+            t.elapsed() < held,
+            "{:?}: a read or a listing per append or replace",
+            t.elapsed()
+        );
+        let again =
+            S3Store::with_store(S3Url::parse("s3://bucket/vol").unwrap(), s.store.clone()).unwrap();
+        assert_eq!(
+            again.read_all("log.1").unwrap().unwrap(),
+            b"first record;012"
+        );
+        assert_eq!(again.read_all("root").unwrap().unwrap(), b"two");
+        assert_eq!(s.read_all("log.1").unwrap().unwrap(), b"first record;012");
+    }
+
+    /// The length of a file's object, asked for before its first read, lists the file's
+    /// objects and fetches the first chunk of its tree and of its data at once: its cold
+    /// read is one round trip. A file with no tree (one block) costs one GET of the missing
+    /// `.m`, and nothing is kept of it.
+    #[test]
+    fn a_files_length_fetches_its_tree_and_data_at_once() {
+        let (s, backing) = mem();
+        let stem = "f/ab/abababababababababababababababab.";
+        let one = "f/cd/cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd.";
+        s.write_at(&format!("{stem}d"), 0, b"data").unwrap();
+        s.write_at(&format!("{stem}m"), 0, b"tree").unwrap();
+        s.write_at(&format!("{one}d"), 0, b"only data").unwrap();
+        s.sync_all().unwrap();
+        let held = Duration::from_millis(400);
+        for (first, second) in [("d", "m"), ("m", "d")] {
+            let s = throttled(&backing, held, held);
+            let t = std::time::Instant::now();
+            assert_eq!(s.len(&format!("{stem}{first}")).unwrap(), Some(4));
+            assert_eq!(s.len(&format!("{stem}{second}")).unwrap(), Some(4));
+            let mut buf = [0u8; 4];
+            s.read_at(&format!("{stem}d"), 0, &mut buf).unwrap();
+            assert_eq!(&buf, b"data");
+            s.read_at(&format!("{stem}m"), 0, &mut buf).unwrap();
+            assert_eq!(&buf, b"tree");
+            assert!(
+                t.elapsed() < 2 * held,
+                "{first} first: {:?}, one round trip after another",
+                t.elapsed()
+            );
+            assert_eq!(s.len(&format!("{stem}c")).unwrap(), None);
+        }
+        let s = throttled(&backing, held, held);
+        assert_eq!(s.len(&format!("{one}d")).unwrap(), Some(9));
+        assert_eq!(s.len(&format!("{one}m")).unwrap(), None);
+        assert!(!lock(&s.cache).chunks.contains_key(&(format!("{one}m"), 0)));
+        let mut buf = [0u8; 9];
+        let t = std::time::Instant::now();
+        s.read_at(&format!("{one}d"), 0, &mut buf).unwrap();
+        assert!(t.elapsed() < held, "{:?}", t.elapsed());
+        assert_eq!(&buf, b"only data");
     }
 
     /// A name the engine says is absent is created by its first write with no listing
@@ -1972,6 +2135,9 @@ mod tests {
         s.write_at("f", 0, &vec![1u8; (CHUNK + 10) as usize])
             .unwrap();
         s.sync_all().unwrap();
+        // The upload kept what it stored; start cold.
+        assert_eq!(lock(&s.cache).chunks.len(), 2);
+        s.forget_cached();
         let mut buf = [0u8; 4096];
         s.read_at("f", 0, &mut buf).unwrap();
         assert_eq!(lock(&s.cache).chunks.len(), 1);
@@ -1986,12 +2152,23 @@ mod tests {
             s.read_at("f", i * 4096, &mut buf).unwrap();
             assert_eq!(buf, [1u8; 4096], "block {i} not from the cache");
         }
-        // A write and its sync forget the chunk: what the store holds now is read.
+        // A write and its sync keep what was stored (merged with the chunk as this store
+        // knows it: a volume's objects have one writer), in the cache and in the bucket.
         s.write_at("f", 0, b"new").unwrap();
         s.sync_all().unwrap();
-        assert!(lock(&s.cache).chunks.is_empty());
+        assert_eq!(lock(&s.cache).chunks.len(), 1);
         s.read_at("f", 0, &mut buf).unwrap();
-        assert_eq!(&buf[..5], b"new\x02\x02");
+        assert_eq!(&buf[..5], b"new\x01\x01");
+        let stored = rt
+            .block_on(async { b.get(&key).await.unwrap().bytes().await })
+            .unwrap();
+        assert_eq!(&stored[..5], b"new\x01\x01");
+        // Forgotten on demand: the bucket's bytes are read again.
+        rt.block_on(b.put(&key, PutPayload::from(vec![2u8; CHUNK as usize])))
+            .unwrap();
+        s.forget_cached();
+        s.read_at("f", 0, &mut buf).unwrap();
+        assert_eq!(&buf[..5], b"\x02\x02\x02\x02\x02");
         // A truncation's deletions and a deletion forget too.
         s.read_at("f", CHUNK, &mut buf[..10]).unwrap();
         assert_eq!(lock(&s.cache).chunks.len(), 2);
@@ -2028,6 +2205,7 @@ mod tests {
         s.write_at("f", 0, &vec![3u8; (8 * CHUNK) as usize])
             .unwrap();
         s.sync_all().unwrap();
+        s.forget_cached();
         s.write_at("f", 3 * CHUNK, b"dirty").unwrap();
         let mut buf = [0u8; 16];
         s.read_at("f", 0, &mut buf).unwrap();
@@ -2047,7 +2225,14 @@ mod tests {
         s.set_len("f", 6 * CHUNK + 1).unwrap();
         assert_eq!(s.read_ahead("f", 5), Vec::<u64>::new());
         s.sync_all().unwrap();
-        assert_eq!(s.read_ahead("f", 5), [6], "stored and clean now");
+        assert_eq!(
+            s.read_ahead("f", 5),
+            Vec::<u64>::new(),
+            "stored and clean now, and kept from its upload"
+        );
+        assert!(cached(&s).contains(&6));
+        lock(&s.cache).forget_one("f", 6);
+        assert_eq!(s.read_ahead("f", 5), [6]);
         assert_eq!(s.read_ahead("f", 6), Vec::<u64>::new());
         assert_eq!(s.read_ahead("missing", 0), Vec::<u64>::new());
     }
@@ -2144,9 +2329,10 @@ mod tests {
         s.sync_all().unwrap();
         s.write_at("a", 0, b"two").unwrap();
         let (jobs, _) = s.take_jobs(None);
+        let epoch = lock(&s.cache).epoch;
         s.write_at("a", 1, b"X").unwrap(); // during the upload
-        s.upload(&jobs).unwrap();
-        s.uploaded(&jobs);
+        let stored = s.upload(&jobs).unwrap();
+        s.uploaded(&jobs, stored, epoch);
         assert_eq!(lock(&s.state).objs["a"].dirty.len(), 1, "marked clean");
         s.sync_all().unwrap();
         let again =
@@ -2155,10 +2341,17 @@ mod tests {
         // The same with a truncation in between.
         s.write_at("a", 0, b"four").unwrap();
         let (jobs, _) = s.take_jobs(None);
+        let epoch = lock(&s.cache).epoch;
         s.set_len("a", 2).unwrap();
-        s.upload(&jobs).unwrap();
-        s.uploaded(&jobs);
+        let stored = s.upload(&jobs).unwrap();
+        s.uploaded(&jobs, stored, epoch);
         assert_eq!(s.len("a").unwrap(), Some(2));
+        // The upload stored "four": none of what the cut took off shows, also once the
+        // object grows again.
+        assert_eq!(s.read_all("a").unwrap().unwrap(), b"fo");
+        s.set_len("a", 4).unwrap();
+        assert_eq!(s.read_all("a").unwrap().unwrap(), b"fo\0\0");
+        s.set_len("a", 2).unwrap();
         s.sync_all().unwrap();
         let again = S3Store::with_store(S3Url::parse("s3://bucket/vol").unwrap(), b).unwrap();
         assert_eq!(again.read_all("a").unwrap().unwrap(), b"fo");
