@@ -49,6 +49,10 @@ pub struct ContiuArgs {
     /// to 64 MiB at 1; their size distributions are kept). Default 0.1, with --quick 0.01.
     #[arg(long)]
     scale: Option<f64>,
+    /// Macro: at least this many files in each set (up to all of them). Default 10, with
+    /// --quick 1.
+    #[arg(long)]
+    min_files: Option<usize>,
     /// Macro: the data sets (default: all three).
     #[arg(long, value_enum, value_delimiter = ',')]
     sets: Vec<crate::bench_contiu_macro::DataSet>,
@@ -61,6 +65,9 @@ pub struct ContiuArgs {
     /// Macro: intact's schemes run beside theirs (none: "").
     #[arg(long, value_delimiter = ',', default_value = "mt-eint,mac-tree,aead")]
     intact: Vec<String>,
+    /// Macro: run intact's rows only, not their six schemes.
+    #[arg(long)]
+    only_intact: bool,
     /// Macro: the delay the simulated cloud adds to each request, in milliseconds.
     #[arg(long, default_value_t = 50)]
     delay_ms: u64,
@@ -772,11 +779,13 @@ fn plan(a: &ContiuArgs) -> Result<crate::bench_contiu_macro::Plan> {
     };
     Ok(Plan {
         scale,
+        min_files: a.min_files.unwrap_or(if a.quick { 1 } else { 10 }),
         runs: a.runs.max(1),
         sets: or_all(&a.sets, &DataSet::ALL),
         workloads: or_all(&a.workloads, &Workload::ALL),
         levels,
         intact,
+        theirs: !a.only_intact,
         delay: std::time::Duration::from_millis(a.delay_ms),
         s3: a.s3.clone(),
         keys,

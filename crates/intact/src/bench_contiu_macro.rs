@@ -18,9 +18,10 @@
 //!   ahead of real time moves it to at least `D + delay` when it ends. Requests made one
 //!   after another (their client) each add the whole delay, as a sleep would; requests in
 //!   flight together (intact's uploads) add it once, as they would on a network. The clock
-//!   is conservative for a client that computes while a request is in flight (it charges
-//!   the delay after the work, not during it). A run therefore takes its crypto time, not
-//!   hours of sleeping, and the data sets can keep more of their size.
+//!   is exact for their client, which waits for each request before the next. It is not
+//!   for a client whose requests overlap its own work (it would charge a request read
+//!   ahead in the background as if it were waited for), so **intact's rows sleep** the
+//!   delay in each request instead, on the same objects: their time is wall-clock time.
 //! * **intact's rows**: a volume in the same cloud (the S3 store over the same wrapper), its
 //!   anchor in a local state directory and every sealed root signed with the level's ECDSA
 //!   key and published in the bucket. A write replaces the file's contents (truncate,
@@ -28,7 +29,9 @@
 //!   checked against the volume's root). The volume is reopened with cold caches before
 //!   the workloads.
 //! * **Scale**: `--scale` multiplies the number of files of each set (2,000, 100, 20) and
-//!   keeps their size distributions (sizes 1 KiB to 64 MiB).
+//!   keeps their size distributions (sizes 1 KiB to 64 MiB); `--min-files` keeps at least
+//!   that many in each set, so that a workload's share of reads means something in the
+//!   sets of few large files (their cost is crypto, not signatures or round trips).
 
 use crate::bench_yun::Range;
 use anyhow::{anyhow, bail, Context, Result};
@@ -109,9 +112,12 @@ impl DataSet {
         }
     }
 
-    /// The sizes of the set at `scale` (of its number of files), drawn from `seed`.
-    pub fn sizes(self, scale: f64, seed: u64) -> Vec<usize> {
-        let n = ((self.files() as f64 * scale).round() as usize).max(1);
+    /// The sizes of the set at `scale` (of its number of files, and at least `min` of
+    /// them, up to all), drawn from `seed`.
+    pub fn sizes(self, scale: f64, min: usize, seed: u64) -> Vec<usize> {
+        let n = ((self.files() as f64 * scale).round() as usize)
+            .max(min.min(self.files()))
+            .max(1);
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ ((self as u64 + 1) * 0x9e37));
         (0..n)
             .map(|_| {
@@ -493,9 +499,14 @@ impl Clock {
     /// The request that began at lead `at` ends: it took the delay after it began, so the
     /// lead is at least `at + delay` (requests in flight together add it once).
     fn end(&self, at: u64, kind: Kind) {
-        self.kinds[kind as usize].fetch_add(1, Ordering::SeqCst);
+        self.count(kind);
         self.ahead_ns
             .fetch_max(at + self.delay_ns, Ordering::SeqCst);
+    }
+
+    /// A request of `kind` served.
+    fn count(&self, kind: Kind) {
+        self.kinds[kind as usize].fetch_add(1, Ordering::SeqCst);
     }
 
     /// The delay added so far.
@@ -521,6 +532,9 @@ impl Clock {
 pub struct Latency {
     inner: Arc<dyn ObjectStore>,
     clock: Arc<Clock>,
+    /// Sleep the delay in each request instead of adding it on the clock (intact's rows:
+    /// their requests overlap their own work, which the clock cannot credit).
+    sleep: bool,
     /// Print every request on stderr (`INTACT_BENCH_TRACE=1`).
     trace: bool,
 }
@@ -530,7 +544,35 @@ impl Latency {
         Latency {
             inner,
             clock,
+            sleep: false,
             trace: std::env::var_os("INTACT_BENCH_TRACE").is_some_and(|v| v == "1"),
+        }
+    }
+
+    /// The same store, each request sleeping the clock's delay (the clock only counts).
+    pub fn sleeping(inner: Arc<dyn ObjectStore>, clock: Arc<Clock>) -> Latency {
+        Latency {
+            sleep: true,
+            ..Latency::new(inner, clock)
+        }
+    }
+
+    /// A request begins: the clock's lead (or, sleeping, the delay slept).
+    async fn begin(&self) -> u64 {
+        if self.sleep {
+            tokio::time::sleep(Duration::from_nanos(self.clock.delay_ns)).await;
+        }
+        let at = self.clock.begin();
+        tokio::task::yield_now().await;
+        at
+    }
+
+    /// A request ends (sleeping: counted, nothing added).
+    fn end(&self, at: u64, kind: Kind) {
+        if self.sleep {
+            self.clock.count(kind);
+        } else {
+            self.clock.end(at, kind);
         }
     }
 
@@ -543,10 +585,9 @@ impl Latency {
         what: &ObjPath,
         f: impl std::future::Future<Output = T>,
     ) -> T {
-        let at = self.clock.begin();
-        tokio::task::yield_now().await;
+        let at = self.begin().await;
         let r = f.await;
-        self.clock.end(at, kind);
+        self.end(at, kind);
         self.trace(kind, what);
         r
     }
@@ -564,16 +605,26 @@ impl Latency {
         what: ObjPath,
         inner: BoxStream<'static, object_store::Result<ObjectMeta>>,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        let clock = self.clock.clone();
-        let trace = self.trace;
+        let (clock, trace, sleep) = (self.clock.clone(), self.trace, self.sleep);
         futures_util::stream::once(async move {
+            let pause = Duration::from_nanos(clock.delay_ns);
+            if sleep {
+                tokio::time::sleep(pause).await;
+            }
             let at = clock.begin();
             tokio::task::yield_now().await;
             let items: Vec<_> = inner.collect().await;
-            clock.end(at, Kind::List);
-            for _ in 1..items.len().div_ceil(1000) {
-                let at = clock.begin();
-                clock.end(at, Kind::List);
+            let pages = items.len().div_ceil(1000).max(1);
+            for page in 0..pages {
+                if sleep {
+                    if page > 0 {
+                        tokio::time::sleep(pause).await;
+                    }
+                    clock.count(Kind::List);
+                } else {
+                    let at = if page == 0 { at } else { clock.begin() };
+                    clock.end(at, Kind::List);
+                }
             }
             if trace {
                 eprintln!("List {what}");
@@ -642,10 +693,21 @@ impl ObjectStore for Latency {
         &self,
         locations: BoxStream<'static, object_store::Result<ObjPath>>,
     ) -> BoxStream<'static, object_store::Result<ObjPath>> {
-        let at = self.clock.begin();
-        self.clock.end(at, Kind::Delete);
+        // One request, charged (or slept) as the batch goes.
+        let (clock, sleep) = (self.clock.clone(), self.sleep);
+        let first = futures_util::stream::once(async move {
+            if sleep {
+                tokio::time::sleep(Duration::from_nanos(clock.delay_ns)).await;
+                clock.count(Kind::Delete);
+            } else {
+                let at = clock.begin();
+                clock.end(at, Kind::Delete);
+            }
+            futures_util::stream::empty::<object_store::Result<ObjPath>>()
+        })
+        .flatten();
         self.trace(Kind::Delete, &ObjPath::from("(batch)"));
-        self.inner.delete_stream(locations)
+        first.chain(self.inner.delete_stream(locations)).boxed()
     }
 
     fn list(
@@ -709,6 +771,8 @@ pub struct Cloud {
     url: S3Url,
     /// A real server's URL (its settings, for more clients).
     real: Option<S3Url>,
+    /// The simulated cloud's objects, each request sleeping the delay (intact's rows).
+    sleeping: Option<Arc<dyn ObjectStore>>,
     rt: tokio::runtime::Runtime,
 }
 
@@ -716,9 +780,11 @@ impl Cloud {
     /// The in-memory store with `delay` per request.
     pub fn simulated(delay: Duration) -> Result<Cloud> {
         let clock = Clock::new(delay);
+        let objects: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
         Ok(Cloud {
             name: format!("simulated, +{} ms a request", delay.as_millis()),
-            store: Arc::new(Latency::new(Arc::new(InMemory::new()), clock.clone())),
+            store: Arc::new(Latency::new(objects.clone(), clock.clone())),
+            sleeping: Some(Arc::new(Latency::sleeping(objects, clock.clone()))),
             clock,
             url: S3Url::parse("s3://contiu/sim/")?,
             real: None,
@@ -738,6 +804,7 @@ impl Cloud {
             store: Arc::new(Latency::new(client, clock.clone())),
             clock,
             real: Some(url.clone()),
+            sleeping: None,
             url,
             rt: runtime()?,
         })
@@ -899,7 +966,10 @@ fn run_intact(
                 S3Store::client(u).map_err(|e| anyhow!("{e}"))?,
                 cloud.clock.clone(),
             )),
-            None => cloud.store.clone(),
+            None => cloud
+                .sleeping
+                .clone()
+                .unwrap_or_else(|| cloud.store.clone()),
         };
         Ok(Arc::new(
             S3Store::with_store(url.clone(), objects).map_err(|e| anyhow!("{e}"))?,
@@ -997,11 +1067,14 @@ fn run_intact(
 /// What the macro-benchmark is told to run.
 pub struct Plan {
     pub scale: f64,
+    pub min_files: usize,
     pub runs: u32,
     pub sets: Vec<DataSet>,
     pub workloads: Vec<Workload>,
     pub levels: Vec<Level>,
     pub intact: Vec<SchemeId>,
+    /// Their six schemes too (or intact's rows only).
+    pub theirs: bool,
     pub delay: Duration,
     pub s3: Option<String>,
     pub keys: PathBuf,
@@ -1052,6 +1125,7 @@ pub struct Claim {
 pub struct MacroReport {
     pub machine: String,
     pub scale: f64,
+    pub min_files: usize,
     pub runs: u32,
     pub delay_ms: u64,
     pub sets: Vec<SetInfo>,
@@ -1066,7 +1140,7 @@ pub fn steps(p: &Plan) -> u64 {
         * u64::from(p.runs.max(1))
         * p.sets.len() as u64
         * p.levels.len() as u64
-        * (SCHEMES.len() + p.intact.len()) as u64
+        * (if p.theirs { SCHEMES.len() } else { 0 } + p.intact.len()) as u64
 }
 
 /// Runs the macro-benchmark.
@@ -1079,7 +1153,7 @@ pub fn measure(p: &Plan, pb: &indicatif::ProgressBar) -> Result<MacroReport> {
     let mut rows: Vec<Row> = Vec::new();
     let mut sets = Vec::new();
     for &set in &p.sets {
-        let sizes = set.sizes(p.scale, p.seed);
+        let sizes = set.sizes(p.scale, p.min_files, p.seed);
         let data: Vec<Vec<u8>> = {
             let mut rng = rand::rngs::StdRng::seed_from_u64(p.seed);
             sizes
@@ -1104,7 +1178,8 @@ pub fn measure(p: &Plan, pb: &indicatif::ProgressBar) -> Result<MacroReport> {
                 // Every run of every scheme, so a row's runs are spread over the time.
                 let mut cells: Vec<(String, Vec<Measure>)> = Vec::new();
                 for r in 0..p.runs.max(1) {
-                    for (k, &(mode, sig)) in SCHEMES.iter().enumerate() {
+                    let theirs = if p.theirs { &SCHEMES[..] } else { &[] };
+                    for (k, &(mode, sig)) in theirs.iter().enumerate() {
                         let client = Client::new(mode, level, keys.signer(sig, level)?)?;
                         let run = format!("{}-{}-{}-{r}", set.name(), level.name(), k);
                         let m = run_client(cloud, &run, &client, &data, &p.workloads, p.seed)
@@ -1162,6 +1237,7 @@ pub fn measure(p: &Plan, pb: &indicatif::ProgressBar) -> Result<MacroReport> {
     Ok(MacroReport {
         machine: crate::bench::machine(),
         scale: p.scale,
+        min_files: p.min_files,
         runs: p.runs.max(1),
         delay_ms: p.delay.as_millis() as u64,
         sets,
@@ -1468,8 +1544,8 @@ pub fn judge(rows: &[Row], cloud: &str) -> Vec<Claim> {
 /// the workloads; total seconds, the range over runs), the sets, and the claims.
 pub fn markdown(r: &MacroReport) -> String {
     let mut s = format!(
-        "Contiu et al. (2017) §4.2, macro-benchmark, rerun on {} ({} runs, ranges over them; data sets at {} of their files; simulated cloud: +{} ms a request on a virtual clock).\n\n| set | files | bytes | mean bytes | their files |\n|---|---:|---:|---:|---:|\n",
-        r.machine, r.runs, r.scale, r.delay_ms
+        "Contiu et al. (2017) §4.2, macro-benchmark, rerun on {} ({} runs, ranges over them; data sets at {} of their files, at least {} each; simulated cloud: +{} ms a request on a virtual clock).\n\n| set | files | bytes | mean bytes | their files |\n|---|---:|---:|---:|---:|\n",
+        r.machine, r.runs, r.scale, r.min_files, r.delay_ms
     );
     for x in &r.sets {
         s.push_str(&format!(
@@ -1607,7 +1683,7 @@ mod tests {
     #[test]
     fn the_data_sets_have_their_tables_sizes() {
         for set in DataSet::ALL {
-            let v = set.sizes(1.0, 7);
+            let v = set.sizes(1.0, 0, 7);
             assert_eq!(v.len(), set.files());
             assert!(v.iter().all(|&s| (MIN_SIZE..=MAX_SIZE).contains(&s)));
             let total: usize = v.iter().sum();
@@ -1619,17 +1695,23 @@ mod tests {
                 DataSet::MostlyLarge => 1.2,
             };
             assert!((gb / want - 1.0).abs() < 0.15, "{set:?}: {gb:.2} GiB");
-            assert_eq!(set.sizes(1.0, 7), v, "seeded");
+            assert_eq!(set.sizes(1.0, 0, 7), v, "seeded");
         }
         // Mostly small: the median well below the mean; mostly large: above it.
-        let mut small = DataSet::MostlySmall.sizes(1.0, 1);
+        let mut small = DataSet::MostlySmall.sizes(1.0, 0, 1);
         small.sort();
         assert!(small[small.len() / 2] < 256 * KIB);
-        let mut large = DataSet::MostlyLarge.sizes(1.0, 1);
+        let mut large = DataSet::MostlyLarge.sizes(1.0, 0, 1);
         large.sort();
         assert!(large[large.len() / 2] > 60 * MIB);
-        assert_eq!(DataSet::MostlySmall.sizes(0.1, 1).len(), 200);
-        assert_eq!(DataSet::MostlyLarge.sizes(0.01, 1).len(), 1);
+        assert_eq!(DataSet::MostlySmall.sizes(0.1, 10, 1).len(), 200);
+        assert_eq!(DataSet::MostlyLarge.sizes(0.01, 0, 1).len(), 1);
+        assert_eq!(DataSet::MostlyLarge.sizes(0.01, 10, 1).len(), 10);
+        assert_eq!(
+            DataSet::MostlyLarge.sizes(0.01, 50, 1).len(),
+            20,
+            "all of them"
+        );
     }
 
     #[test]

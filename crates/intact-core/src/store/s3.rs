@@ -13,21 +13,32 @@
 //! - **Writes stay in memory until a sync** (the trait's contract: nothing is durable
 //!   before `sync`, and any subset of the unsynced writes may reach the store), as the
 //!   written ranges of each chunk. A sync uploads each changed chunk whole, many at once
-//!   ([`CONCURRENCY`]); a chunk only partly written is first read back from the store and
-//!   merged. One request per chunk, never one per block: a checkpoint that changes 256
+//!   ([`CONCURRENCY`]); a chunk only partly written is first read back from the store (or
+//!   the read cache) and merged. One request per chunk, never one per block: a checkpoint that changes 256
 //!   blocks of a file sends one PUT. Reads see unsynced writes.
 //! - **Reads fetch whole chunks** and keep the last [`CACHED_CHUNKS`] of them: a run of
-//!   block reads costs one GET per chunk, and a read that goes on from the chunk before
-//!   fetches the next [`READ_AHEAD`] at once. An upload, a deletion or a truncation forgets
-//!   what it changes, and a GET that overlapped a forgetting is not kept.
+//!   block reads costs one GET per chunk. A read that goes on from the chunk before starts
+//!   fetching the next ones in the background, [`READ_AHEAD`] at first and twice as many
+//!   at each chunk read in order, up to [`READ_AHEAD_MAX`]: a sequential reader finds its
+//!   next chunks arrived or on their way, where a fixed window made it wait one round trip
+//!   every few chunks. A deletion or a truncation forgets what it
+//!   changes, an upload replaces it, and a GET that overlapped either is not kept.
 //! - **Round trips.** What the store knows of an object (its length) comes from one
 //!   listing at its first use, kept until [`UntrustedStore::forget_cached`]. A file's
 //!   three objects (`.d`, `.m`, `.c`) are listed together, the ones the listing lacks
 //!   known absent; a new file's objects are said absent by the engine
 //!   ([`UntrustedStore::absent`]: their ids are fresh and random), so its first write
-//!   lists nothing; and the first read of an object in its first chunk lists it and
-//!   fetches that chunk at the same time, without the state lock. A small file is thus
-//!   read in one or two round trips and created in none before the sync's PUTs.
+//!   lists nothing; and the first length asked of an object, or its first read in its first
+//!   chunk, lists it and fetches that chunk at the same time, without the state lock, and
+//!   for a file's `.d` or `.m` the other's first chunk too (on speculation: a GET that
+//!   finds nothing where the file has no tree). A small file is thus read cold in one round
+//!   trip, and created in none before the sync's PUTs.
+//! - **What an upload stored is kept** in the read cache: a chunk appended to after a sync
+//!   (the log's, at every seal of an fsync) is merged with those bytes, not read back
+//!   first; a replace of a small object whose length is known (the published signed root,
+//!   at every seal) lists nothing. A volume's objects have one writer, so what this store
+//!   stored is what the bucket holds; a follower, which writes nothing, forgets it all at
+//!   each refresh ([`UntrustedStore::forget_cached`]).
 //! - **Truncation** marks the chunks past the new end stale: they read as zeros, and the
 //!   next sync deletes them after it has stored the new last chunk.
 //! - **Memory** held by unsynced writes is bounded ([`MAX_DIRTY`]): past it a write first
@@ -59,10 +70,16 @@ pub const CHUNK: u64 = 1 << 20;
 pub const CONCURRENCY: usize = 32;
 /// Unsynced bytes held in memory before a write uploads them.
 pub const MAX_DIRTY: usize = 256 << 20;
-/// Chunks fetched ahead of a read that goes on from the chunk before.
+/// Chunks fetched ahead of a read that goes on from the chunk before: the first window,
+/// doubled at each chunk read in order up to [`READ_AHEAD_MAX`].
 pub const READ_AHEAD: u64 = 4;
-/// Whole chunks kept for reads (32 MiB).
-pub const CACHED_CHUNKS: usize = 32;
+/// The largest read-ahead window of one object (16 MiB in flight: at 50 ms a round trip,
+/// 320 MB/s for one sequential reader).
+pub const READ_AHEAD_MAX: u64 = 16;
+/// Chunks read ahead in flight at once, over every object.
+const FETCHING_MAX: usize = 64;
+/// Whole chunks kept for reads (48 MiB).
+pub const CACHED_CHUNKS: usize = 48;
 /// How long opening the store waits for its first answer.
 const PROBE_WAIT: Duration = Duration::from_secs(15);
 /// Lengths of objects with nothing unsynced kept in memory (a bound on what the store
@@ -388,7 +405,10 @@ pub struct S3Store {
     state: Mutex<State>,
     /// One sync (or deletion) talks to the store at a time; each sends many requests.
     io: Mutex<()>,
-    cache: Mutex<ReadCache>,
+    /// Shared with the read-ahead's requests, which run in the background.
+    cache: Arc<Mutex<ReadCache>>,
+    /// Signalled when a chunk read ahead has arrived (or failed).
+    fetched: Arc<std::sync::Condvar>,
 }
 
 /// Whole chunks read lately, [`CACHED_CHUNKS`] at most, oldest out first: a run of block
@@ -401,6 +421,11 @@ struct ReadCache {
     order: std::collections::VecDeque<(String, u64)>,
     /// Bumped by every forgetting: a read that began before one does not keep what it got.
     epoch: u64,
+    /// Chunks being read ahead: a read of one waits for it (then takes it from the cache,
+    /// or reads it itself if a forgetting refused it meanwhile).
+    fetching: std::collections::HashSet<(String, u64)>,
+    /// Per object: the chunk read last, and the read-ahead window.
+    seq: HashMap<String, (u64, u64)>,
 }
 
 impl ReadCache {
@@ -549,7 +574,8 @@ impl S3Store {
             rt,
             state: Mutex::new(State::default()),
             io: Mutex::new(()),
-            cache: Mutex::new(ReadCache::default()),
+            cache: Arc::new(Mutex::new(ReadCache::default())),
+            fetched: Arc::new(std::sync::Condvar::new()),
         };
         // One request, so that a wrong endpoint, bucket or key fails here, and within
         // PROBE_WAIT (retries go on for longer once the store has answered).
@@ -894,45 +920,24 @@ impl S3Store {
         if buf.is_empty() {
             return Ok(());
         }
+        self.read_ahead_from(name, idx);
+        let k = (name.to_string(), idx);
         let (hit, epoch) = {
-            let c = lock(&self.cache);
-            (c.chunks.get(&(name.to_string(), idx)).cloned(), c.epoch)
+            let mut c = lock(&self.cache);
+            while c.fetching.contains(&k) {
+                c = self.fetched.wait(c).unwrap_or_else(|p| p.into_inner());
+            }
+            (c.chunks.get(&k).cloned(), c.epoch)
         };
         let bytes = match hit {
             Some(b) => b,
             None => {
-                // A read that goes on from the chunk before fetches the next ones too, at once.
-                let mut want = vec![idx];
-                if idx > 0
-                    && lock(&self.cache)
-                        .chunks
-                        .contains_key(&(name.to_string(), idx - 1))
-                {
-                    want.extend(self.read_ahead(name, idx));
-                }
-                let got: Vec<object_store::Result<Bytes>> =
-                    self.rt
-                        .block_on(futures_util::future::join_all(want.iter().map(|&i| {
-                            let key = self.key(name, i);
-                            async move { self.get_chunk(&key).await }
-                        })));
-                let mut first = None;
-                let mut cache = lock(&self.cache);
-                for (i, r) in want.iter().zip(got) {
-                    match r {
-                        Ok(b) => {
-                            cache.insert(name, *i, b.clone(), epoch);
-                            if *i == idx {
-                                first = Some(b);
-                            }
-                        }
-                        Err(e) if *i == idx => {
-                            return Err(s3_err(&self.url, &format!("reading {name}"), e))
-                        }
-                        Err(_) => {} // read ahead only
-                    }
-                }
-                first.expect("fetched")
+                let b = self
+                    .rt
+                    .block_on(self.get_chunk(&self.key(name, idx)))
+                    .map_err(|e| s3_err(&self.url, &format!("reading {name}"), e))?;
+                lock(&self.cache).insert(name, idx, b.clone(), epoch);
+                b
             }
         };
         if from < bytes.len() {
@@ -940,6 +945,64 @@ impl S3Store {
             buf[..n].copy_from_slice(&bytes[from..from + n]);
         }
         Ok(())
+    }
+
+    /// A read of chunk `idx` of `name` begins: if it goes on in order from the chunk read
+    /// before (or the one before is cached), the chunks after it are fetched in the
+    /// background, [`READ_AHEAD`] at first and twice as many at each chunk read in order,
+    /// up to [`READ_AHEAD_MAX`]; a read out of order fetches none. A sequential reader
+    /// thus finds its next chunks arrived or on their way, instead of waiting one round
+    /// trip every few chunks.
+    fn read_ahead_from(&self, name: &str, idx: u64) {
+        let window = {
+            let mut c = lock(&self.cache);
+            let (prev, win) = c.seq.get(name).copied().unwrap_or((u64::MAX, 0));
+            if idx == prev {
+                return;
+            }
+            let in_order =
+                idx > 0 && (prev == idx - 1 || c.chunks.contains_key(&(name.to_string(), idx - 1)));
+            let win = if in_order {
+                (win * 2).clamp(READ_AHEAD, READ_AHEAD_MAX)
+            } else {
+                0
+            };
+            if c.seq.len() >= CLEAN_KEPT {
+                c.seq.clear();
+            }
+            c.seq.insert(name.to_string(), (idx, win));
+            win
+        };
+        if window == 0 {
+            return;
+        }
+        let mut want = self.read_ahead(name, idx, window);
+        let epoch = {
+            let mut c = lock(&self.cache);
+            want.retain(|&j| {
+                c.fetching.len() < FETCHING_MAX && c.fetching.insert((name.to_string(), j))
+            });
+            c.epoch
+        };
+        for j in want {
+            let (store, key) = (self.store.clone(), self.key(name, j));
+            let (cache, fetched, name) =
+                (self.cache.clone(), self.fetched.clone(), name.to_string());
+            self.rt.spawn(async move {
+                let got = match store.get(&key).await {
+                    Ok(r) => r.bytes().await,
+                    Err(object_store::Error::NotFound { .. }) => Ok(Bytes::new()),
+                    Err(e) => Err(e),
+                };
+                let mut c = lock(&cache);
+                if let Ok(b) = got {
+                    c.insert(&name, j, b, epoch); // refused if forgotten meanwhile
+                }
+                c.fetching.remove(&(name, j));
+                drop(c);
+                fetched.notify_all();
+            });
+        }
     }
 
     /// The stored bytes of the chunk at `key`: empty when it is missing (a hole).
@@ -951,17 +1014,21 @@ impl S3Store {
         }
     }
 
-    /// The chunks after `idx` of `name` worth reading ahead: up to [`READ_AHEAD`] of them,
-    /// within the object, stored as they are (not dirty, not stale), not cached.
-    fn read_ahead(&self, name: &str, idx: u64) -> Vec<u64> {
+    /// The chunks after `idx` of `name` worth reading ahead: up to `window` of them,
+    /// within the object, stored as they are (not dirty, not stale), not cached or being
+    /// fetched.
+    fn read_ahead(&self, name: &str, idx: u64, window: u64) -> Vec<u64> {
         let st = lock(&self.state);
         let Some(o) = st.objs.get(name) else {
             return Vec::new();
         };
         let cache = lock(&self.cache);
-        (idx + 1..=idx + READ_AHEAD)
+        (idx + 1..=idx + window)
             .filter(|&j| j <= Obj::last_chunk(o.len) && !o.dirty.contains_key(&j) && !o.stale(j))
-            .filter(|&j| !cache.chunks.contains_key(&(name.to_string(), j)))
+            .filter(|&j| {
+                let k = (name.to_string(), j);
+                !cache.chunks.contains_key(&k) && !cache.fetching.contains(&k)
+            })
             .collect()
     }
 
@@ -2197,8 +2264,28 @@ mod tests {
         );
     }
 
-    /// A read that goes on from the chunk before fetches the next chunks too, but never a
-    /// dirty or stale one or one past the end.
+    /// Waits until no chunk is being read ahead.
+    fn settle(s: &S3Store) {
+        let mut c = lock(&s.cache);
+        while !c.fetching.is_empty() {
+            c = s.fetched.wait(c).unwrap();
+        }
+    }
+
+    fn cached(s: &S3Store, name: &str) -> Vec<u64> {
+        let mut v: Vec<u64> = lock(&s.cache)
+            .chunks
+            .keys()
+            .filter(|k| k.0 == name)
+            .map(|k| k.1)
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// A read that goes on from the chunk before fetches the next chunks too, in the
+    /// background, a window that doubles while the reads stay in order, but never a dirty
+    /// or stale chunk or one past the end; a read out of order fetches none.
     #[test]
     fn sequential_reads_fetch_ahead() {
         let (s, _) = mem();
@@ -2209,32 +2296,73 @@ mod tests {
         s.write_at("f", 3 * CHUNK, b"dirty").unwrap();
         let mut buf = [0u8; 16];
         s.read_at("f", 0, &mut buf).unwrap();
-        assert_eq!(
-            lock(&s.cache).chunks.len(),
-            1,
-            "no read ahead on a first read"
-        );
+        settle(&s);
+        assert_eq!(cached(&s, "f"), [0], "no read ahead on a first read");
         s.read_at("f", CHUNK, &mut buf).unwrap();
-        let cached = |s: &S3Store| {
-            let mut v: Vec<u64> = lock(&s.cache).chunks.keys().map(|k| k.1).collect();
-            v.sort();
-            v
-        };
-        assert_eq!(cached(&s), [0, 1, 2, 4, 5], "chunk 3 is dirty");
+        settle(&s);
+        assert_eq!(cached(&s, "f"), [0, 1, 2, 4, 5], "chunk 3 is dirty");
+        assert_eq!(lock(&s.cache).seq["f"], (1, READ_AHEAD));
+        s.read_at("f", 2 * CHUNK, &mut buf).unwrap();
+        settle(&s);
+        assert_eq!(
+            lock(&s.cache).seq["f"],
+            (2, 2 * READ_AHEAD),
+            "the window doubles"
+        );
+        assert_eq!(cached(&s, "f"), [0, 1, 2, 4, 5, 6, 7]);
+        // Out of order: the window closes.
+        s.read_at("f", 0, &mut buf).unwrap();
+        assert_eq!(lock(&s.cache).seq["f"], (0, 0));
         // Chunk 6 becomes the (dirty) last one, 7 is past the end.
         s.set_len("f", 6 * CHUNK + 1).unwrap();
-        assert_eq!(s.read_ahead("f", 5), Vec::<u64>::new());
+        assert_eq!(s.read_ahead("f", 5, READ_AHEAD), Vec::<u64>::new());
         s.sync_all().unwrap();
         assert_eq!(
-            s.read_ahead("f", 5),
+            s.read_ahead("f", 5, READ_AHEAD),
             Vec::<u64>::new(),
             "stored and clean now, and kept from its upload"
         );
-        assert!(cached(&s).contains(&6));
+        assert!(cached(&s, "f").contains(&6));
         lock(&s.cache).forget_one("f", 6);
-        assert_eq!(s.read_ahead("f", 5), [6]);
-        assert_eq!(s.read_ahead("f", 6), Vec::<u64>::new());
-        assert_eq!(s.read_ahead("missing", 0), Vec::<u64>::new());
+        assert_eq!(s.read_ahead("f", 5, READ_AHEAD), [6]);
+        assert_eq!(s.read_ahead("f", 6, READ_AHEAD), Vec::<u64>::new());
+        assert_eq!(s.read_ahead("missing", 0, READ_AHEAD), Vec::<u64>::new());
+        // A long sequential read: every byte right, the window at its largest.
+        let (s, _) = mem();
+        let big: Vec<u8> = (0..40 * CHUNK).map(|i| (i / 4096) as u8).collect();
+        s.write_at("g", 0, &big).unwrap();
+        s.sync_all().unwrap();
+        s.forget_cached();
+        let mut back = vec![0u8; big.len()];
+        for (k, piece) in back.chunks_mut(65536).enumerate() {
+            s.read_at("g", (k * 65536) as u64, piece).unwrap();
+        }
+        assert!(back == big);
+        assert_eq!(lock(&s.cache).seq["g"].1, READ_AHEAD_MAX);
+        settle(&s);
+    }
+
+    /// A chunk being read ahead when a write and its sync change it is not taken: the read
+    /// after the sync sees the new bytes.
+    #[test]
+    fn a_chunk_read_ahead_across_an_upload_is_not_kept() {
+        let backing = InMemory::new();
+        let held = Duration::from_millis(300);
+        let s = throttled(&backing, held, Duration::ZERO);
+        s.write_at("f", 0, &vec![1u8; (4 * CHUNK) as usize])
+            .unwrap();
+        s.sync_all().unwrap();
+        s.forget_cached();
+        let mut buf = [0u8; 4];
+        s.read_at("f", 0, &mut buf).unwrap();
+        s.read_at("f", CHUNK, &mut buf).unwrap(); // chunks 2 and 3 read ahead
+        s.write_at("f", 2 * CHUNK, b"new!").unwrap();
+        s.sync_all().unwrap();
+        settle(&s);
+        s.read_at("f", 2 * CHUNK, &mut buf).unwrap();
+        assert_eq!(&buf, b"new!");
+        s.read_at("f", 3 * CHUNK, &mut buf).unwrap();
+        assert_eq!(buf, [1u8; 4]);
     }
 
     /// A read that began before a forgetting does not keep what it got.
