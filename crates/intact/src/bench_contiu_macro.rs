@@ -874,6 +874,20 @@ pub struct Measure {
     pub writes: usize,
 }
 
+impl Measure {
+    /// The run of `ops` (true: a read) that took `total_s`.
+    fn of(ops: &[bool], total_s: f64, crypto_s: Option<f64>, requests: [u64; 5]) -> Measure {
+        let reads = ops.iter().filter(|r| **r).count();
+        Measure {
+            total_s,
+            crypto_s,
+            requests,
+            reads,
+            writes: ops.len() - reads,
+        }
+    }
+}
+
 /// Stores `data` with `client` (not timed), then runs each workload in turn, checking
 /// every read against `data`.
 fn run_client(
@@ -917,14 +931,12 @@ fn run_client(
         if let Some(i) = wrong {
             bail!("{run}: file {i} read back other bytes");
         }
-        let reads = ops.iter().filter(|r| **r).count();
-        out.push(Measure {
-            total_s: secs,
-            crypto_s: Some(crypto.as_secs_f64()),
+        out.push(Measure::of(
+            &ops,
+            secs,
+            Some(crypto.as_secs_f64()),
             requests,
-            reads,
-            writes: ops.len() - reads,
-        });
+        ));
     }
     cloud.clear(run)?;
     Ok(out)
@@ -1050,14 +1062,7 @@ fn run_intact(
         if let Some(i) = wrong {
             bail!("{run}: /{i} read back other bytes");
         }
-        let reads = ops.iter().filter(|r| **r).count();
-        out.push(Measure {
-            total_s: secs,
-            crypto_s: None,
-            requests,
-            reads,
-            writes: ops.len() - reads,
-        });
+        out.push(Measure::of(&ops, secs, None, requests));
         drop(vol);
     }
     cloud.clear(run)?;

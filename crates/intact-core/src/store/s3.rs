@@ -474,6 +474,15 @@ fn file_stem(name: &str) -> Option<&str> {
     ok.then(|| &name[..stem.len() + 1])
 }
 
+/// The stored bytes of the chunk at `key` in `store`: empty when it is missing (a hole).
+async fn fetch_chunk(store: &dyn ObjectStore, key: &OsPath) -> object_store::Result<Bytes> {
+    match store.get(key).await {
+        Ok(r) => r.bytes().await,
+        Err(object_store::Error::NotFound { .. }) => Ok(Bytes::new()),
+        Err(e) => Err(e),
+    }
+}
+
 /// The length of each object whose chunks are listed in `chunks` (name, index, size): the
 /// last chunk gives it (keys come in order; the largest, to be sure).
 fn lengths(chunks: Vec<(String, u64, u64)>) -> HashMap<String, u64> {
@@ -989,11 +998,7 @@ impl S3Store {
             let (cache, fetched, name) =
                 (self.cache.clone(), self.fetched.clone(), name.to_string());
             self.rt.spawn(async move {
-                let got = match store.get(&key).await {
-                    Ok(r) => r.bytes().await,
-                    Err(object_store::Error::NotFound { .. }) => Ok(Bytes::new()),
-                    Err(e) => Err(e),
-                };
+                let got = fetch_chunk(store.as_ref(), &key).await;
                 let mut c = lock(&cache);
                 if let Ok(b) = got {
                     c.insert(&name, j, b, epoch); // refused if forgotten meanwhile
@@ -1007,11 +1012,7 @@ impl S3Store {
 
     /// The stored bytes of the chunk at `key`: empty when it is missing (a hole).
     async fn get_chunk(&self, key: &OsPath) -> object_store::Result<Bytes> {
-        match self.store.get(key).await {
-            Ok(r) => r.bytes().await,
-            Err(object_store::Error::NotFound { .. }) => Ok(Bytes::new()),
-            Err(e) => Err(e),
-        }
+        fetch_chunk(self.store.as_ref(), key).await
     }
 
     /// The chunks after `idx` of `name` worth reading ahead: up to `window` of them,
