@@ -115,6 +115,19 @@ impl ObjState {
             && self.ranges.is_empty()
             && self.len == Some(self.committed_len.unwrap_or(0).max(self.direct_end))
     }
+    /// A data object whose final length is what the store holds of it: in the store (or
+    /// written directly), nothing deleted, cut or replayed, and its length the store's
+    /// (what it held, or the end of the direct writes), so every staged range lies inside.
+    /// Its commit sets no length, and the transaction over the commit in flight appends
+    /// to it directly ([`FrozenObj::open_end`]; docs/design.md, "Commits in flight").
+    fn open_end(&self, name: &str) -> bool {
+        ObjectClass::of(name) == ObjectClass::Data
+            && !self.deleted
+            && !self.pinned
+            && self.cut.is_none()
+            && (self.committed_len.is_some() || self.direct)
+            && self.len == Some(self.committed_len.unwrap_or(0).max(self.direct_end))
+    }
 }
 
 /// One transaction's view of the untrusted store.
@@ -201,6 +214,11 @@ struct FrozenObj {
     /// Store bytes at or past this are not part of the final image (unless in `ranges`).
     cut: Option<u64>,
     ranges: BTreeMap<u64, Vec<u8>>,
+    /// A data object whose final length is the store's (nothing cut or deleted, every
+    /// range inside what the store holds; [`ObjState::open_end`]): the commit writes its
+    /// ranges in place and sets no length, so the transaction over it may write directly
+    /// past that length, and reads see the store's bytes there.
+    open_end: bool,
 }
 
 impl Frozen {
@@ -215,7 +233,9 @@ impl Frozen {
         buf: &mut [u8],
     ) -> Result<()> {
         let Some(len) = o.len else { return Ok(()) };
-        let end = (off + buf.len() as u64).min(len);
+        // Past an open end, the store's bytes are the transaction's direct writes.
+        let end = off + buf.len() as u64;
+        let end = if o.open_end { end } else { end.min(len) };
         if off >= end {
             return Ok(());
         }
@@ -306,7 +326,12 @@ impl Commit {
             for (&off, data) in &f.ranges {
                 ops.push(Op::Write { name, off, data });
             }
-            ops.push(Op::SetLen { name, len });
+            // An open end's store length is its final length already (its direct writes
+            // are synced before the seal); a SetLen would cut what the transaction over
+            // the commit wrote past it, also when the journal is replayed.
+            if !f.open_end {
+                ops.push(Op::SetLen { name, len });
+            }
         }
         ops
     }
@@ -511,6 +536,15 @@ impl Tx {
         if st.deleted {
             return Err(Error::Invalid(format!("write to deleted object {name}")));
         }
+        // The commit in flight sets the object's length at its end (cutting what lies
+        // past it), unless its end is open: then a write past that length is direct.
+        let on_closed_base = st.on_base
+            && !self
+                .base
+                .as_ref()
+                .and_then(|b| b.objs.get(name))
+                .is_some_and(|f| f.open_end);
+        let st = self.objs.get_mut(name).expect("present");
         let end = off + data.len() as u64;
         // Direct only past the committed length, and past the last staged range and the
         // last logged direct write that start before the write's end (ranges do not
@@ -529,16 +563,21 @@ impl Tx {
             .max(logged_end)
             .max(staged_end);
         let metadata = ObjectClass::of(name) != ObjectClass::Data;
-        let (staged, direct) =
-            if read_only || stage_all || metadata || st.cut.is_some() || st.on_base || st.pinned {
-                (data, &data[data.len()..])
-            } else if off >= boundary {
-                (&data[..0], data)
-            } else if end <= boundary {
-                (data, &data[data.len()..])
-            } else {
-                data.split_at((boundary - off) as usize)
-            };
+        let (staged, direct) = if read_only
+            || stage_all
+            || metadata
+            || st.cut.is_some()
+            || on_closed_base
+            || st.pinned
+        {
+            (data, &data[data.len()..])
+        } else if off >= boundary {
+            (&data[..0], data)
+        } else if end <= boundary {
+            (data, &data[data.len()..])
+        } else {
+            data.split_at((boundary - off) as usize)
+        };
         if !direct.is_empty() {
             let doff = end - direct.len() as u64;
             // Marked first: a write that fails may still have created the object (a full
@@ -773,9 +812,11 @@ impl Tx {
             // Moved, not copied: the journal is encoded from the frozen image later,
             // without the engine's lock.
             let st = self.objs.remove(name).expect("listed");
+            let open_end = st.open_end(name);
             frozen.objs.insert(
                 name.clone(),
                 FrozenObj {
+                    open_end,
                     len: if st.deleted { None } else { st.len },
                     // An object the store did not hold (one always staged, such as a new
                     // file's tree) has no store bytes in its image, even before the commit
@@ -1208,22 +1249,36 @@ mod tests {
 
     /// A transaction going on while a commit is in flight (docs/design.md, "Commits in
     /// flight"): it reads the commit's final image before, during and after the commit's
-    /// I/O, stages writes to the objects the commit changes (a direct write there would be
-    /// cut by the commit's closing SetLen), writes new objects directly, and its own commit
-    /// lands on top of the first.
+    /// I/O; past the end of a data object the commit only overwrites and appends to (an
+    /// open end: the commit sets no length) it writes directly, and reads its bytes there;
+    /// past one the commit grows with a hole it stages (the commit's closing SetLen would
+    /// cut a direct write); it writes new objects directly, and its own commit lands on top
+    /// of the first.
     #[test]
     fn transaction_on_top_of_a_commit_in_flight() {
         let store = Arc::new(MemStore::new());
         store.write_at("a.d", 0, b"01234567").unwrap();
         store.write_at("b", 0, b"bbbb").unwrap();
         store.write_at("t", 0, b"0123456789").unwrap();
+        store.write_at("g.d", 0, b"gg").unwrap();
         let mut tx = Tx::new(store.clone());
         tx.write_at("a.d", 2, b"XY").unwrap(); // staged overwrite
         tx.write_at("a.d", 8, b"zz").unwrap(); // direct append
         tx.delete("b").unwrap();
         tx.set_len("t", 3).unwrap(); // cut ...
         tx.write_at("t", 5, b"Q").unwrap(); // ... then extend past the cut
+        tx.write_at("g.d", 0, b"G").unwrap(); // staged overwrite ...
+        tx.set_len("g.d", 4).unwrap(); // ... and a hole at the end: a closed end
         let c = tx.begin_commit(1, None).unwrap();
+        let set_lens: Vec<&str> = c
+            .ops()
+            .iter()
+            .filter_map(|o| match o {
+                Op::SetLen { name, .. } => Some(*name),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(set_lens, ["g.d", "t", "t"], "no length set at an open end");
         let want_a = b"01XY4567zz".to_vec();
         let want_t = b"012\0\0Q".to_vec();
         let check = |tx: &mut Tx| {
@@ -1232,34 +1287,41 @@ mod tests {
             assert_eq!(read(tx, "t").unwrap(), want_t);
         };
         check(&mut tx);
-        // Writes on top: to an object the commit changes (staged), and a new object.
+        // Writes on top: past the open end (direct), over the commit's range and past
+        // the closed end (staged), and a new object.
         tx.write_at("a.d", 10, b"ww").unwrap();
+        tx.write_at("a.d", 3, b"V").unwrap();
+        tx.write_at("g.d", 4, b"HH").unwrap();
         tx.write_at("n.d", 0, b"new").unwrap();
-        assert_eq!(read(&mut tx, "a.d").unwrap(), b"01XY4567zzww");
+        assert_eq!(tx.direct_bytes(), 5, "past the open end and the new object");
+        assert_eq!(read(&mut tx, "a.d").unwrap(), b"01XV4567zzww");
+        assert_eq!(read(&mut tx, "g.d").unwrap(), b"Gg\0\0HH");
         assert_eq!(read(&mut tx, "n.d").unwrap(), b"new");
         c.write_journal(store.as_ref(), &key()).unwrap();
         assert!(
             c.journal().is_some(),
             "the commit's staged changes are journaled"
         );
-        // The later write to the commit's object is staged (not in the store); the new
-        // object's is direct.
+        assert_eq!(store.read_all("a.d").unwrap().unwrap(), b"01234567zzww");
         assert_eq!(
-            store.len("a.d").unwrap(),
-            Some(10),
-            "no direct write past the commit"
+            store.len("g.d").unwrap(),
+            Some(2),
+            "staged past a closed end"
         );
         assert_eq!(store.read_all("n.d").unwrap().unwrap(), b"new");
         assert_eq!(read(&mut tx, "t").unwrap(), want_t);
         c.apply(store.as_ref()).unwrap();
-        // Applied, not yet ended: the store and the frozen view agree.
-        assert_eq!(store.read_all("a.d").unwrap().unwrap(), want_a);
+        // Applied, not yet ended: the store and the frozen view agree, and the direct
+        // write past the open end is still there.
+        assert_eq!(store.read_all("a.d").unwrap().unwrap(), b"01XY4567zzww");
+        assert_eq!(store.read_all("g.d").unwrap().unwrap(), b"Gg\0\0");
         assert_eq!(store.read_all("t").unwrap().unwrap(), want_t);
         assert_eq!(store.len("b").unwrap(), None);
-        assert_eq!(read(&mut tx, "a.d").unwrap(), b"01XY4567zzww");
+        assert_eq!(read(&mut tx, "a.d").unwrap(), b"01XV4567zzww");
         assert_eq!(read(&mut tx, "t").unwrap(), want_t);
         tx.end_commit(&c);
-        assert_eq!(read(&mut tx, "a.d").unwrap(), b"01XY4567zzww");
+        assert_eq!(read(&mut tx, "a.d").unwrap(), b"01XV4567zzww");
+        assert_eq!(read(&mut tx, "g.d").unwrap(), b"Gg\0\0HH");
         // A second commit while one is in flight is refused.
         let c2 = tx.begin_commit(2, c.journal().map(|j| j.slot)).unwrap();
         assert!(tx.begin_commit(3, None).is_err());
@@ -1268,7 +1330,8 @@ mod tests {
         assert_eq!(c2.journal().unwrap().slot, 1, "the other slot");
         c2.apply(store.as_ref()).unwrap();
         tx.end_commit(&c2);
-        assert_eq!(store.read_all("a.d").unwrap().unwrap(), b"01XY4567zzww");
+        assert_eq!(store.read_all("a.d").unwrap().unwrap(), b"01XV4567zzww");
+        assert_eq!(store.read_all("g.d").unwrap().unwrap(), b"Gg\0\0HH");
         assert_eq!(store.read_all("n.d").unwrap().unwrap(), b"new");
     }
 
@@ -1291,6 +1354,31 @@ mod tests {
         let bytes = load_journal(store.as_ref(), &key(), &r).unwrap();
         replay_journal(store.as_ref(), &bytes).unwrap();
         assert_eq!(store.read_all("a").unwrap().unwrap(), b"AB234567cd");
+    }
+
+    /// The same crash with a data object whose end is open: the later transaction wrote
+    /// past it directly, and replaying the commit's journal (before its application, or
+    /// again after it) keeps those bytes, which the log names.
+    #[test]
+    fn replay_of_a_commit_with_an_open_end_keeps_later_direct_writes() {
+        let store = Arc::new(MemStore::new());
+        store.write_at("a.d", 0, b"01234567").unwrap();
+        let mut tx = Tx::new(store.clone());
+        tx.write_at("a.d", 0, b"AB").unwrap();
+        tx.write_at("a.d", 8, b"cd").unwrap();
+        let c = tx.begin_commit(1, None).unwrap();
+        tx.write_at("a.d", 10, b"later").unwrap();
+        assert_eq!(tx.direct_bytes(), 5);
+        c.write_journal(store.as_ref(), &key()).unwrap();
+        let r = c.journal().unwrap();
+        let bytes = load_journal(store.as_ref(), &key(), &r).unwrap();
+        replay_journal(store.as_ref(), &bytes).unwrap();
+        assert_eq!(store.read_all("a.d").unwrap().unwrap(), b"AB234567cdlater");
+        c.apply(store.as_ref()).unwrap();
+        replay_journal(store.as_ref(), &bytes).unwrap();
+        assert_eq!(store.read_all("a.d").unwrap().unwrap(), b"AB234567cdlater");
+        tx.end_commit(&c);
+        assert_eq!(read(&mut tx, "a.d").unwrap(), b"AB234567cdlater");
     }
 
     /// A sealed journal whose application failed is staged again into a fresh transaction
@@ -1527,11 +1615,18 @@ mod tests {
         assert_eq!(c.staged, ["a.d", "h.d"], "an overwrite is journaled");
         assert_eq!(c.direct, ["a.d", "h.d"]);
         tx.write_at("a.d", 8, b"89").unwrap();
-        assert_eq!(tx.direct_bytes(), 0, "staged over the commit's object");
+        assert_eq!(
+            tx.direct_bytes(),
+            2,
+            "past the open end of the commit's object"
+        );
+        tx.write_at("h.d", 6, b"x").unwrap();
+        assert_eq!(tx.direct_bytes(), 2, "staged past a closed end");
         c.write_journal(store.as_ref(), &key()).unwrap();
         c.apply(store.as_ref()).unwrap();
         tx.end_commit(&c);
         let c = tx.begin_commit(2, Some(0)).unwrap();
+        assert_eq!(c.staged, ["h.d"], "a.d was only appended to");
         c.write_journal(store.as_ref(), &key()).unwrap();
         c.apply(store.as_ref()).unwrap();
         tx.end_commit(&c);
@@ -1547,7 +1642,7 @@ mod tests {
         c.apply(store.as_ref()).unwrap();
         tx.end_commit(&c);
         assert_eq!(store.read_all("a.d").unwrap().unwrap(), b"0123456789abcd");
-        assert_eq!(store.read_all("h.d").unwrap().unwrap(), b"ab\0\0\0\0");
+        assert_eq!(store.read_all("h.d").unwrap().unwrap(), b"ab\0\0\0\0x");
         assert_eq!(tx.len("a.d").unwrap(), Some(14));
     }
 
@@ -1773,6 +1868,7 @@ mod tests {
         store.write_at("x.d", 0, &[1u8; 10]).unwrap();
         let mut tx = Tx::new(store.clone());
         tx.write_at("x.d", 0, &[2u8; 2]).unwrap(); // staged: the commit changes x.d
+        tx.set_len("x.d", 12).unwrap(); // and sets its length: a closed end
         let c = tx.begin_commit(1, None).unwrap();
         tx.write_at("x.d", 20, &[3u8; 10]).unwrap(); // on the commit: staged
         c.write_journal(store.as_ref(), &key()).unwrap();
@@ -1789,7 +1885,7 @@ mod tests {
         assert_eq!(buf, want);
         assert_eq!(
             store.len("x.d").unwrap(),
-            Some(10),
+            Some(12),
             "nothing written under the range"
         );
     }

@@ -539,28 +539,48 @@ const ANCHOR: &str = "494e54414e434832111111111111111111111111111111112a00000000
 const ANCHOR_NO_JOURNAL_MAC: &str =
     "ab20458f04647008ed1d192ae223f53d4ef94925c9ce3f43a0888b69f80aafab";
 
+/// A journal of an overwrite that also grows a data object (its closing length set), and a
+/// deletion; then the same overwrite of an object whose length stays the store's (an open
+/// end: docs/file-format.md §6, no `SetLen`).
 #[test]
 fn journal_encoding() {
-    let store = Arc::new(MemStore::new());
-    store.write_at("a.d", 0, &[0u8; 8]).unwrap();
-    store.write_at("b.m", 0, &[0u8; 4]).unwrap();
-    let mut tx = Tx::new(store.clone());
-    tx.write_at("a.d", 2, b"wxyz").unwrap();
-    tx.delete("b.m").unwrap();
     let key = master().derive(label::JOURNAL, &[]);
-    let p = tx.prepare(&key, 5, None).unwrap();
-    let r = p.journal().unwrap();
-    assert_eq!((r.slot, r.len), (0, 62));
-    let bytes = store.read_all("journal.0").unwrap().unwrap();
-    assert_eq!(bytes.len(), 62);
+    let journal = |len: usize, grow: bool| {
+        let store = Arc::new(MemStore::new());
+        store.write_at("a.d", 0, &vec![0u8; len]).unwrap();
+        store.write_at("b.m", 0, &[0u8; 4]).unwrap();
+        let mut tx = Tx::new(store.clone());
+        tx.write_at("a.d", 2, b"wxyz").unwrap();
+        if grow {
+            tx.set_len("a.d", 8).unwrap();
+        }
+        tx.delete("b.m").unwrap();
+        let p = tx.prepare(&key, 5, None).unwrap();
+        let r = p.journal().unwrap();
+        let bytes = store.read_all("journal.0").unwrap().unwrap();
+        assert_eq!((r.slot, r.len), (0, bytes.len() as u64));
+        (bytes, r.digest)
+    };
+    let (closed, digest) = journal(6, true);
+    let (open, open_digest) = journal(8, false);
+    assert_eq!((closed.len(), open.len()), (62, 48));
     check(&[
-        ("journal.0", hx(&bytes), JOURNAL),
-        ("journal digest", hx(r.digest), JOURNAL_DIGEST),
+        ("journal.0", hx(&closed), JOURNAL),
+        ("journal digest", hx(digest), JOURNAL_DIGEST),
+        ("journal.0 (open end)", hx(&open), JOURNAL_OPEN_END),
+        (
+            "journal digest (open end)",
+            hx(open_digest),
+            JOURNAL_OPEN_END_DIGEST,
+        ),
     ]);
 }
 
 const JOURNAL: &str = "494e544a524e4c31050000000000000003000000010300612e640200000000000000040000007778797a020300612e640800000000000000030300622e6d";
 const JOURNAL_DIGEST: &str = "8e3db6ad804b6a35b38af543cd1d0a78093b65bff98b9f39c669255c29a76b0e";
+const JOURNAL_OPEN_END: &str = "494e544a524e4c31050000000000000002000000010300612e640200000000000000040000007778797a030300622e6d";
+const JOURNAL_OPEN_END_DIGEST: &str =
+    "7211bb39cbb588ab019d34b40f6f145d67138219e8efecc67d3e01095f9204e6";
 
 // ---------------------------------------------------------------------------------------
 // Worked example of docs/file-format.md: object sizes of a 10,000-byte file at 4 KiB blocks.
