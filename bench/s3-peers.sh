@@ -128,7 +128,8 @@ for delay in $DELAYS; do
   rm -rf "$W/src-small"
   mkdir "$W/src-small"
   # The first $files of the small files, whole directories of 100 and the rest.
-  (cd "$W/small" && find . -type f | sort | head -n "$files") > "$W/list"
+  # awk reads all its input (head would end the pipe early: SIGPIPE under pipefail)
+  (cd "$W/small" && find . -type f | sort | awk -v n="$files" 'NR <= n') > "$W/list"
   rsync -a --files-from="$W/list" "$W/small/" "$W/src-small/"
   for run in $(seq "$RUNS"); do
     for sys in $SYSTEMS; do
