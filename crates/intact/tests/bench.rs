@@ -756,6 +756,8 @@ fn bench_contiu_macro_runs_their_schemes_and_intacts_on_each_set_and_workload() 
         .args([
             "--json", "bench", "contiu", "--part", "macro", "--quick", "--runs", "2",
         ])
+        // 5 ms a request: intact's rows sleep it (the default 50 ms took most of 160 s).
+        .args(["--delay-ms", "5"])
         .args(["--intact", "mt-eint,aead", "--workdir"])
         .arg(tmp.path())
         .arg("--keys")
@@ -773,7 +775,7 @@ fn bench_contiu_macro_runs_their_schemes_and_intacts_on_each_set_and_workload() 
     assert!(both["micro"].is_null(), "macro only");
     let r = &both["macro"];
     assert_eq!(r["runs"], 2);
-    assert_eq!(r["delay_ms"], 50);
+    assert_eq!(r["delay_ms"], 5);
     let sets = r["sets"].as_array().unwrap();
     assert_eq!(sets.len(), 3);
     let rows = r["rows"].as_array().unwrap();
@@ -800,7 +802,8 @@ fn bench_contiu_macro_runs_their_schemes_and_intacts_on_each_set_and_workload() 
             assert_eq!(req[1].as_u64().unwrap(), writes, "{row}");
             assert!(row["crypto_s"]["min"].as_f64().unwrap() > 0.0, "{row}");
         }
-        assert!(min >= 0.05 * files as f64, "{row}");
+        // At least one request of 5 ms a file.
+        assert!(min >= 0.005 * files as f64, "{row}");
     }
     let workloads: Vec<&str> = rows
         .iter()
