@@ -2625,14 +2625,27 @@ fn daemon_threads(m: &Mount) -> Vec<String> {
 /// to seal.
 #[test]
 fn every_mount_gives_its_heap_back_and_a_writable_one_seals() {
+    // The mount answers before its own threads are started: wait for the trim thread
+    // (started with the sealer's, after it), for 10 s at most.
+    let started = |m: &Mount| {
+        let mut names = daemon_threads(m);
+        for _ in 0..100 {
+            if names.iter().any(|n| n == "intact-trim") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            names = daemon_threads(m);
+        }
+        names
+    };
     let v = Vol::new("mt-eint");
     let m = v.mount();
-    let names = daemon_threads(&m);
+    let names = started(&m);
     assert!(names.iter().any(|n| n == "intact-trim"), "{names:?}");
     assert!(names.iter().any(|n| n == "intact-sealer"), "{names:?}");
     m.unmount();
     let m = v.try_mount(&["--ro"]).unwrap();
-    let names = daemon_threads(&m);
+    let names = started(&m);
     assert!(names.iter().any(|n| n == "intact-trim"), "{names:?}");
     assert!(!names.iter().any(|n| n == "intact-sealer"), "{names:?}");
     m.unmount();
