@@ -1261,7 +1261,9 @@ mod tests {
         store.write_at("b", 0, b"bbbb").unwrap();
         store.write_at("t", 0, b"0123456789").unwrap();
         store.write_at("g.d", 0, b"gg").unwrap();
+        store.write_at("o.d", 0, b"oooo").unwrap();
         let mut tx = Tx::new(store.clone());
+        tx.write_at("o.d", 1, b"O").unwrap(); // only an overwrite: an open end too
         tx.write_at("a.d", 2, b"XY").unwrap(); // staged overwrite
         tx.write_at("a.d", 8, b"zz").unwrap(); // direct append
         tx.delete("b").unwrap();
@@ -1293,7 +1295,13 @@ mod tests {
         tx.write_at("a.d", 3, b"V").unwrap();
         tx.write_at("g.d", 4, b"HH").unwrap();
         tx.write_at("n.d", 0, b"new").unwrap();
-        assert_eq!(tx.direct_bytes(), 5, "past the open end and the new object");
+        tx.write_at("o.d", 4, b"p").unwrap();
+        assert_eq!(
+            tx.direct_bytes(),
+            6,
+            "past the open ends and the new object"
+        );
+        assert_eq!(read(&mut tx, "o.d").unwrap(), b"oOoop");
         assert_eq!(read(&mut tx, "a.d").unwrap(), b"01XV4567zzww");
         assert_eq!(read(&mut tx, "g.d").unwrap(), b"Gg\0\0HH");
         assert_eq!(read(&mut tx, "n.d").unwrap(), b"new");
@@ -1333,6 +1341,7 @@ mod tests {
         assert_eq!(store.read_all("a.d").unwrap().unwrap(), b"01XV4567zzww");
         assert_eq!(store.read_all("g.d").unwrap().unwrap(), b"Gg\0\0HH");
         assert_eq!(store.read_all("n.d").unwrap().unwrap(), b"new");
+        assert_eq!(store.read_all("o.d").unwrap().unwrap(), b"oOoop");
     }
 
     /// A crash after the first commit's journal (sealed) and before its application, with
