@@ -109,11 +109,7 @@ impl ObjState {
     /// transaction that goes on over the commit in flight may append to it directly
     /// instead of staging (and logging) every byte (docs/design.md, "Commits in flight").
     fn only_appended(&self) -> bool {
-        self.direct
-            && !self.deleted
-            && self.cut.is_none()
-            && self.ranges.is_empty()
-            && self.len == Some(self.committed_len.unwrap_or(0).max(self.direct_end))
+        self.direct && self.ranges.is_empty() && self.len_is_stored()
     }
     /// A data object whose final length is what the store holds of it: in the store (or
     /// written directly), nothing deleted, cut or replayed, and its length the store's
@@ -122,10 +118,15 @@ impl ObjState {
     /// to it directly ([`FrozenObj::open_end`]; docs/design.md, "Commits in flight").
     fn open_end(&self, name: &str) -> bool {
         ObjectClass::of(name) == ObjectClass::Data
-            && !self.deleted
             && !self.pinned
-            && self.cut.is_none()
             && (self.committed_len.is_some() || self.direct)
+            && self.len_is_stored()
+    }
+    /// Nothing deleted or cut, and the length the store's: what it held, or the end of the
+    /// direct writes (what [`ObjState::only_appended`] and [`ObjState::open_end`] share).
+    fn len_is_stored(&self) -> bool {
+        !self.deleted
+            && self.cut.is_none()
             && self.len == Some(self.committed_len.unwrap_or(0).max(self.direct_end))
     }
 }
@@ -532,19 +533,19 @@ impl Tx {
         crate::metrics::count_write(ObjectClass::of(name), data.len());
         let read_only = self.read_only;
         let stage_all = self.stage_all;
+        // The commit in flight sets the object's length at its end (cutting what lies
+        // past it), unless its end is open: then a write past that length is direct. (A
+        // lookup only while a commit is in flight.)
+        let open_base = self
+            .base
+            .as_ref()
+            .and_then(|b| b.objs.get(name))
+            .is_some_and(|f| f.open_end);
         let st = self.state(name)?;
         if st.deleted {
             return Err(Error::Invalid(format!("write to deleted object {name}")));
         }
-        // The commit in flight sets the object's length at its end (cutting what lies
-        // past it), unless its end is open: then a write past that length is direct.
-        let on_closed_base = st.on_base
-            && !self
-                .base
-                .as_ref()
-                .and_then(|b| b.objs.get(name))
-                .is_some_and(|f| f.open_end);
-        let st = self.objs.get_mut(name).expect("present");
+        let on_closed_base = st.on_base && !open_base;
         let end = off + data.len() as u64;
         // Direct only past the committed length, and past the last staged range and the
         // last logged direct write that start before the write's end (ranges do not
@@ -1345,49 +1346,37 @@ mod tests {
     }
 
     /// A crash after the first commit's journal (sealed) and before its application, with
-    /// the second transaction's direct writes already in the store: replaying the first
-    /// journal gives its final image, and the direct writes (past its lengths) are inert.
+    /// the second transaction's writes made: replaying the first journal gives its final
+    /// image. Past an object the transaction only stages (not a data object), the later
+    /// writes are not in the store; past a data object's open end they are, and replaying
+    /// the journal (before its application, or again after it) keeps those bytes, which
+    /// the log names.
     #[test]
-    fn replay_of_a_commit_in_flight_ignores_later_direct_writes() {
-        let store = Arc::new(MemStore::new());
-        store.write_at("a", 0, b"01234567").unwrap();
-        let mut tx = Tx::new(store.clone());
-        tx.write_at("a", 0, b"AB").unwrap();
-        tx.write_at("a", 8, b"cd").unwrap();
-        let c = tx.begin_commit(1, None).unwrap();
-        tx.write_at("a", 10, b"later").unwrap();
-        tx.write_at("fresh", 0, b"later").unwrap();
-        c.write_journal(store.as_ref(), &key()).unwrap();
-        let r = c.journal().unwrap();
-        // Crash here: the anchor names `r`; recovery replays it.
-        let bytes = load_journal(store.as_ref(), &key(), &r).unwrap();
-        replay_journal(store.as_ref(), &bytes).unwrap();
-        assert_eq!(store.read_all("a").unwrap().unwrap(), b"AB234567cd");
-    }
-
-    /// The same crash with a data object whose end is open: the later transaction wrote
-    /// past it directly, and replaying the commit's journal (before its application, or
-    /// again after it) keeps those bytes, which the log names.
-    #[test]
-    fn replay_of_a_commit_with_an_open_end_keeps_later_direct_writes() {
-        let store = Arc::new(MemStore::new());
-        store.write_at("a.d", 0, b"01234567").unwrap();
-        let mut tx = Tx::new(store.clone());
-        tx.write_at("a.d", 0, b"AB").unwrap();
-        tx.write_at("a.d", 8, b"cd").unwrap();
-        let c = tx.begin_commit(1, None).unwrap();
-        tx.write_at("a.d", 10, b"later").unwrap();
-        assert_eq!(tx.direct_bytes(), 5);
-        c.write_journal(store.as_ref(), &key()).unwrap();
-        let r = c.journal().unwrap();
-        let bytes = load_journal(store.as_ref(), &key(), &r).unwrap();
-        replay_journal(store.as_ref(), &bytes).unwrap();
-        assert_eq!(store.read_all("a.d").unwrap().unwrap(), b"AB234567cdlater");
-        c.apply(store.as_ref()).unwrap();
-        replay_journal(store.as_ref(), &bytes).unwrap();
-        assert_eq!(store.read_all("a.d").unwrap().unwrap(), b"AB234567cdlater");
-        tx.end_commit(&c);
-        assert_eq!(read(&mut tx, "a.d").unwrap(), b"AB234567cdlater");
+    fn replay_of_a_commit_in_flight_keeps_what_it_must() {
+        for (name, direct, stored) in [
+            ("a", 0, &b"AB234567cd"[..]),
+            ("a.d", 5, &b"AB234567cdlater"[..]),
+        ] {
+            let store = Arc::new(MemStore::new());
+            store.write_at(name, 0, b"01234567").unwrap();
+            let mut tx = Tx::new(store.clone());
+            tx.write_at(name, 0, b"AB").unwrap();
+            tx.write_at(name, 8, b"cd").unwrap();
+            let c = tx.begin_commit(1, None).unwrap();
+            tx.write_at(name, 10, b"later").unwrap();
+            assert_eq!(tx.direct_bytes(), direct, "{name}");
+            c.write_journal(store.as_ref(), &key()).unwrap();
+            let r = c.journal().unwrap();
+            // Crash here: the anchor names `r`; recovery replays it.
+            let bytes = load_journal(store.as_ref(), &key(), &r).unwrap();
+            replay_journal(store.as_ref(), &bytes).unwrap();
+            assert_eq!(store.read_all(name).unwrap().unwrap(), stored, "{name}");
+            c.apply(store.as_ref()).unwrap();
+            replay_journal(store.as_ref(), &bytes).unwrap();
+            assert_eq!(store.read_all(name).unwrap().unwrap(), stored, "{name}");
+            tx.end_commit(&c);
+            assert_eq!(read(&mut tx, name).unwrap(), b"AB234567cdlater", "{name}");
+        }
     }
 
     /// A sealed journal whose application failed is staged again into a fresh transaction
