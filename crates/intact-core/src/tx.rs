@@ -665,11 +665,17 @@ impl Tx {
     /// their writers): a commit that begins meanwhile freezes the same final image, and its
     /// application writes in place exactly the staged bytes the view carries. `None` when
     /// their staged bytes exceed `max_bytes` (copying them would cost more than the lock).
-    pub fn view(&mut self, names: &[&str], max_bytes: usize) -> Result<Option<Tx>> {
+    /// An object this transaction has not looked at is left to the view, which asks the
+    /// store (or the commit in flight) at its first use, as this transaction would: so a
+    /// cold object's length costs the reader its round trip, not the lock's holder (an
+    /// fsck walk of a bucket, a cold read).
+    pub fn view(&self, names: &[&str], max_bytes: usize) -> Result<Option<Tx>> {
         let mut objs = HashMap::with_capacity(names.len());
         let mut bytes = 0;
         for &name in names {
-            let st = self.state(name)?;
+            let Some(st) = self.objs.get(name) else {
+                continue;
+            };
             bytes += st.ranges.values().map(Vec::len).sum::<usize>();
             if bytes > max_bytes {
                 return Ok(None);
@@ -1343,6 +1349,31 @@ mod tests {
         assert_eq!(store.read_all("g.d").unwrap().unwrap(), b"Gg\0\0HH");
         assert_eq!(store.read_all("n.d").unwrap().unwrap(), b"new");
         assert_eq!(store.read_all("o.d").unwrap().unwrap(), b"oOoop");
+    }
+
+    /// A view leaves an object the transaction has not looked at to its reader: making it
+    /// asks the store nothing (the lock's holder pays no round trip), and the reader's
+    /// first use asks the store, as the transaction would.
+    #[test]
+    fn a_view_asks_the_store_of_untouched_objects_at_their_first_use() {
+        use crate::store::CountingStore;
+        let store = Arc::new(CountingStore::new(MemStore::new()));
+        store.write_at("u.d", 0, b"untouched").unwrap();
+        store.write_at("s.d", 0, b"staged").unwrap();
+        let mut tx = Tx::new(store.clone());
+        tx.write_at("s.d", 0, b"S").unwrap();
+        let asked = || store.stats().total().other;
+        let before = asked();
+        let mut v = tx.view(&["u.d", "s.d"], 1 << 20).unwrap().unwrap();
+        assert_eq!(asked(), before, "no length asked");
+        assert_eq!(read(&mut v, "u.d").unwrap(), b"untouched");
+        assert_eq!(read(&mut v, "s.d").unwrap(), b"Staged");
+        assert_eq!(asked(), before + 1, "one length, at the first read");
+        assert!(
+            !tx.objs.contains_key("u.d"),
+            "the transaction learnt nothing"
+        );
+        assert!(tx.view(&["s.d"], 0).unwrap().is_none(), "past max_bytes");
     }
 
     /// A crash after the first commit's journal (sealed) and before its application, with

@@ -69,9 +69,9 @@ struct Check {
 type Checked = (String, Vec<Error>, u64);
 
 /// Workers of [`Inner::fsck`]: enough to keep the store busy (a cold walk waits for reads
-/// of small objects at random places) on every core.
+/// of small objects at random places, a round trip each in a bucket) on every core.
 fn fsck_workers() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get()) * 2
+    (std::thread::available_parallelism().map_or(1, |n| n.get()) * 2).max(8)
 }
 
 /// A failure of `path` as fsck reports it.
