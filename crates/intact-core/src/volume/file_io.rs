@@ -6,6 +6,7 @@
 use super::*;
 use crate::crypto::Hash;
 use crate::scheme::SealPlan;
+use crate::tree::{CounterEdit, CounterIntervals};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub(super) struct OpenFile {
@@ -40,6 +41,11 @@ pub(super) struct OpenFile {
     pub(super) unsynced_since: Option<crate::wal::LogPos>,
     /// Where the log ends past its last logged change.
     pub(super) logged_at: crate::wal::LogPos,
+    /// The counter intervals the spilled-counters object (`.c`) holds as the transaction
+    /// sees it (authenticated when the file was loaded, or written by [`finish_record`]
+    /// since); `None` when the counters are inline. The next change is written as edits
+    /// of it ([`CounterIntervals::edits_from`]), not whole.
+    pub(super) ctrs_stored: Option<CounterIntervals>,
 }
 
 /// A file's scheme state, shared with the readers that run without the engine lock
@@ -178,6 +184,7 @@ impl OpenFile {
                 "counter intervals do not cover the file's blocks",
             ));
         }
+        let ctrs_stored = spilled.is_some().then(|| ctrs.clone());
         let state = StateCell::new(FileState {
             subject,
             id: inode.id,
@@ -209,6 +216,7 @@ impl OpenFile {
             written: (0, 0),
             unsynced_since: None,
             logged_at: Default::default(),
+            ctrs_stored,
         })
     }
 
@@ -496,14 +504,40 @@ pub(super) fn finish_record(keys: &Keys, tx: &mut Tx, of: &mut OpenFile) -> Resu
     let hash = |b: &[u8]| keys.ctrs.mac(&[b"ctrs", &id, b]);
     let st = of.state.get();
     let (tc, spill) = auth_ctr(&st.ctrs, L_CTR, &hash);
+    let name = &st.names.ctrs;
     match spill {
-        Some(bytes) => {
-            tx.write_at(&st.names.ctrs, 0, &bytes)?;
-            tx.set_len(&st.names.ctrs, bytes.len() as u64)?;
-        }
+        // Edits of what the object holds: a random write moves most of the arrays, and
+        // the log records the moves, not the bytes (docs/design.md, "Counters in the log").
+        Some(bytes) => match of.ctrs_stored.take() {
+            Some(old) if old != st.ctrs => {
+                for e in st.ctrs.edits_from(&old) {
+                    match e {
+                        CounterEdit::Copy { src, dst, len } => {
+                            tx.copy_within(name, src, dst, len)?
+                        }
+                        CounterEdit::Write { off, bytes } => tx.write_at(name, off, &bytes)?,
+                        CounterEdit::SetLen(n) => tx.set_len(name, n)?,
+                    }
+                }
+                #[cfg(debug_assertions)]
+                {
+                    let mut back = vec![0u8; bytes.len() + 1];
+                    let n = tx.read_at(name, 0, &mut back)?;
+                    debug_assert_eq!(&back[..n], &bytes[..], "the edits of {name}");
+                }
+                of.ctrs_stored = Some(st.ctrs.clone());
+            }
+            Some(same) => of.ctrs_stored = Some(same),
+            None => {
+                tx.write_at(name, 0, &bytes)?;
+                tx.set_len(name, bytes.len() as u64)?;
+                of.ctrs_stored = Some(st.ctrs.clone());
+            }
+        },
         None => {
+            of.ctrs_stored = None;
             if matches!(of.inode.counters, TrustedCounters::Spilled { .. }) {
-                tx.set_len(&st.names.ctrs, 0)?;
+                tx.set_len(name, 0)?;
             }
         }
     }

@@ -119,6 +119,15 @@ pub fn workload_at(
 
     put(&mut m, "/d/f2", 0, &pattern(7, 12 * bs + 1))?;
     step(&m, points);
+    // Single blocks overwritten apart: the counter intervals of d/f2 spill into its `.c`
+    // object, which later requests change by edits (docs/design.md, "Counters in the
+    // log"); the last write merges some of them again.
+    for (i, b) in [1usize, 3, 5, 7, 9].into_iter().enumerate() {
+        put(&mut m, "/d/f2", b * bs + 3, &pattern(20 + i as u8, 5))?;
+        step(&m, points);
+    }
+    put(&mut m, "/d/f2", 2 * bs, &pattern(26, 5 * bs))?;
+    step(&m, points);
     vol.truncate("/f3", 0)?;
     m.get_mut("/f3").unwrap().clear();
     step(&m, points);
