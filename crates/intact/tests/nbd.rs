@@ -588,10 +588,13 @@ fn kill_9_rounds(tree: &str, serve: &[&str], rounds: u64) {
             flushed[b as usize] = v;
             written[b as usize] = v;
         }
-        // Load: fio with fsyncs over the rest of the disk, and versioned writes here.
+        // Load: fio with fsyncs over the rest of the disk, and versioned writes here. Its
+        // job runs as a thread (`--thread`), so that killing fio ends it: a forked job
+        // outlived the kill, waiting on the dead server's socket.
         let fio = Command::new("fio")
             .args([
                 "--name=load",
+                "--thread",
                 "--ioengine=nbd",
                 &format!("--uri={}", env.uri()),
                 "--rw=randrw",
