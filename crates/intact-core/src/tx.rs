@@ -149,6 +149,9 @@ pub struct Tx {
     captured: Vec<LoggedOp>,
     /// [`Tx::forget_clean`] looks again past this many objects.
     forget_at: usize,
+    /// A view ([`Tx::view`]): an object it was not given, and that no commit in flight
+    /// holds, is read from the store as it is, without asking its length first.
+    view: bool,
 }
 
 /// Objects a transaction keeps knowing before [`Tx::forget_clean`] drops the clean ones.
@@ -264,6 +267,16 @@ impl Frozen {
 /// Reads `buf.len()` bytes of the store's object at `off`, stopping early at its end (the
 /// rest of `buf` is left as it is).
 fn read_store(store: &dyn UntrustedStore, name: &str, off: u64, buf: &mut [u8]) -> Result<()> {
+    read_store_counted(store, name, off, buf).map(|_| ())
+}
+
+/// Reads `buf` at `off` until it is full or the object ends; returns how many bytes it read.
+fn read_store_counted(
+    store: &dyn UntrustedStore,
+    name: &str,
+    off: u64,
+    buf: &mut [u8],
+) -> Result<usize> {
     let mut done = 0;
     while done < buf.len() {
         let r = crate::metrics::timed(Phase::StoreWait, || {
@@ -274,7 +287,7 @@ fn read_store(store: &dyn UntrustedStore, name: &str, off: u64, buf: &mut [u8]) 
         }
         done += r;
     }
-    Ok(())
+    Ok(done)
 }
 
 /// Copies the parts of `ranges` that meet `[off, off + buf.len())` into `buf`.
@@ -427,6 +440,7 @@ impl Tx {
             stage_all: false,
             captured: Vec::new(),
             forget_at: KNOW_OBJECTS,
+            view: false,
         }
     }
 
@@ -507,6 +521,24 @@ impl Tx {
     pub fn read_at(&mut self, name: &str, off: u64, buf: &mut [u8]) -> Result<usize> {
         let store = self.store.clone();
         crate::metrics::count_read(ObjectClass::of(name), buf.len());
+        if self.view
+            && !self.objs.contains_key(name)
+            && !self
+                .base
+                .as_ref()
+                .is_some_and(|b| b.objs.contains_key(name))
+        {
+            // What `state` would ask the store (its length) and then read, in one call:
+            // a short read is the end, a missing object is empty (a view never writes, so
+            // nothing needs the length kept).
+            buf.fill(0);
+            return match read_store_counted(store.as_ref(), name, off, buf) {
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                    Ok(0)
+                }
+                r => r,
+            };
+        }
         let st = self.state(name)?;
         buf.fill(0);
         let Some(len) = st.len else { return Ok(0) };
@@ -735,6 +767,7 @@ impl Tx {
         Ok(Some(Tx {
             objs,
             base: self.base.clone(),
+            view: true,
             ..Tx::read_only(self.store.clone())
         }))
     }
@@ -1425,9 +1458,32 @@ mod tests {
         assert_eq!(read(&mut v, "u.d").unwrap(), b"untouched");
         assert_eq!(read(&mut v, "s.d").unwrap(), b"Staged");
         assert_eq!(asked(), before + 1, "one length, at the first read");
+        // A read alone asks no length: the store's short read is the end, a missing
+        // object is empty, and the bytes past them read as zeros.
+        let mut v = tx.view(&["u.d", "s.d"], 1 << 20).unwrap().unwrap();
+        let mut buf = [7u8; 12];
+        assert_eq!(v.read_at("u.d", 2, &mut buf).unwrap(), 7);
+        assert_eq!(&buf, b"touched\0\0\0\0\0");
+        assert_eq!(v.read_at("gone.d", 0, &mut buf).unwrap(), 0);
+        assert_eq!(buf, [0; 12]);
+        assert_eq!(
+            v.read_at("s.d", 0, &mut buf).unwrap(),
+            6,
+            "staged: the overlay's"
+        );
+        assert_eq!(&buf[..6], b"Staged");
+        assert_eq!(asked(), before + 1, "no length asked by a read");
         assert!(
             !tx.objs.contains_key("u.d"),
             "the transaction learnt nothing"
+        );
+        // The transaction itself learns an object's length at its first read, and keeps it.
+        tx.read_at("u.d", 0, &mut buf).unwrap();
+        tx.read_at("u.d", 1, &mut buf).unwrap();
+        assert_eq!(
+            asked(),
+            before + 2,
+            "one length for the transaction's two reads"
         );
         assert!(tx.view(&["s.d"], 0).unwrap().is_none(), "past max_bytes");
     }
@@ -2142,6 +2198,9 @@ mod tests {
         struct ShortReads(MemStore);
         impl UntrustedStore for ShortReads {
             fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> Result<usize> {
+                if name == "eio.d" {
+                    return Err(Error::io(name, std::io::Error::other("device error")));
+                }
                 let n = buf.len().min(3);
                 self.0.read_at(name, off, &mut buf[..n])
             }
@@ -2185,6 +2244,13 @@ mod tests {
         assert_eq!(&b, b"1XY456");
         land(&mut tx, store.as_ref(), &c);
         assert_eq!(read(&mut tx, "a.d").unwrap(), b"01XY456789abcdef");
+        // A view reads an object it was not given at once: short reads are completed up
+        // to the end, and an I/O error other than a missing object is passed on.
+        let mut v = Tx::new(store.clone()).view(&[], 0).unwrap().unwrap();
+        let mut b = [9u8; 16];
+        assert_eq!(v.read_at("a.d", 3, &mut b).unwrap(), 13);
+        assert_eq!(&b, b"Y456789abcdef\0\0\0");
+        assert!(v.read_at("eio.d", 0, &mut b).is_err());
     }
 
     /// The journal is written only once the commit's direct writes are durable: a power
