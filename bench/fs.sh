@@ -14,6 +14,15 @@
 #   BENCH_SHM      RAM-backed source data (default /dev/shm/intact-bench)
 #   BENCH_TMPFS=1  allow BENCH_DIR on tmpfs: every system's backing in RAM, so the rows
 #                  measure the daemons' CPU and syscalls without the disk's latency
+#   BENCH_FRESH_FS each system's backing directory is a freshly made ext4 (mkfs.ext4
+#                  defaults, so with a journal) on a loop device (direct I/O) over a sparse
+#                  file in BENCH_DIR (default 1 on disk, 0 on tmpfs; 0 = BENCH_DIR itself).
+#                  On a shared file system each system would meet what the ones before it
+#                  left: this machine's root ext4 has no journal, and such an ext4 skips
+#                  every inode deleted in the last minutes when it allocates one
+#                  (recently_deleted(), fs/ext4/ialloc.c), so the system run after another
+#                  one's cleanup spent a third of its CPU creating files in that scan
+#                  (perf, 2026-11-29). BENCH_FS_GIB sizes the image (default 16).
 #   INTACT_BIN     intact binary (default /work/target-rel/release/intact, then PATH)
 #   INTACT_SCHEMES space-separated schemes (default: parsed from `intact init --help`)
 #   INTACT_MOUNT_ARGS extra arguments to `intact mount` (e.g. "--threads 4")
@@ -133,6 +142,7 @@ done
 # Mount bookkeeping and cleanup
 
 MOUNTED=""     # mount points currently mounted by this script
+FRESH_MOUNTS=""  # fresh ext4 file systems mounted by this script (BENCH_FRESH_FS)
 FAILED=0
 
 unmount_wait() { # MNT CIPHER: unmount, then wait until the daemon serving CIPHER has exited
@@ -159,6 +169,9 @@ cleanup() {
         fusermount3 -u "$m" 2>/dev/null || umount "$m" 2>/dev/null || fusermount3 -uz "$m" 2>/dev/null || umount -l "$m"
     done
     MOUNTED=""
+    for m in $FRESH_MOUNTS; do
+        if [ "$KEEP" = 1 ]; then log "kept: $m (a loop-mounted ext4; $m.img)"; else fresh_fs_off "$m"; fi
+    done
     if [ "$KEEP" = 0 ]; then rm -rf "$SHM"; fi
 }
 trap cleanup EXIT
@@ -463,7 +476,10 @@ run_system() {
     SCHEME=${SYS#intact-}
     D=$BASE/$SYS
     if [ -d "$D/mnt" ] && mountpoint -q "$D/mnt"; then unmount_wait "$D/mnt" "$D/cipher" || return 1; fi
-    rm -rf "$D" && mkdir -p "$D/cipher" "$D/mnt" || die "cannot create $D"
+    fresh_fs_off "$D"
+    rm -rf "$D" && mkdir -p "$D" || die "cannot create $D"
+    [ "$FRESH_FS" = 1 ] && { fresh_fs_on "$D" || die "cannot make a fresh ext4 at $D"; }
+    mkdir -p "$D/cipher" "$D/mnt" || die "cannot create $D"
     if [ "$k" = plain ]; then W=$D/cipher; else W=$D/mnt; fi
     LOAD[$SYS]=$(cut -d' ' -f1 /proc/loadavg)
     log "== $SYS (load ${LOAD[$SYS]})"
@@ -496,7 +512,32 @@ run_system() {
     post_check "$SYS"
     do_umount "$SYS" || FAILED=1
     check_log "$SYS"
-    if [ "$KEEP" = 0 ] && ! mountpoint -q "$D/mnt"; then rm -rf "$D/cipher"; fi
+    if [ "$KEEP" = 0 ] && ! mountpoint -q "$D/mnt"; then
+        rm -rf "$D/cipher"
+        if [ "$FRESH_FS" = 1 ]; then # keep the logs: the file system they are on goes away
+            mkdir -p "$BASE/$SYS.logs" && find "$D" -maxdepth 1 -type f -exec cp {} "$BASE/$SYS.logs/" \;
+            fresh_fs_off "$D"
+        fi
+    fi
+}
+
+# A fresh ext4 for one system (BENCH_FRESH_FS): an image file beside DIR, on a loop device
+# with direct I/O (the host's page cache holds no second copy), mounted at DIR.
+fresh_fs_on() { # DIR
+    local img=$1.img dev
+    rm -f "$img" && truncate -s "${BENCH_FS_GIB:-16}G" "$img" &&
+        mkfs.ext4 -q -F "$img" &&
+        dev=$(losetup --direct-io=on -f --show "$img") &&
+        mount "$dev" "$1" && FRESH_MOUNTS+=" $1"
+}
+fresh_fs_off() { # DIR: unmount and detach DIR's fresh ext4, if it has one; remove the image
+    local dev
+    if mountpoint -q "$1" 2>/dev/null; then
+        dev=$(findmnt -n -o SOURCE --target "$1")
+        umount "$1" && { [[ $dev != /dev/loop* ]] || losetup -d "$dev"; }
+    fi
+    FRESH_MOUNTS=${FRESH_MOUNTS//" $1"/}
+    rm -f "$1.img"
 }
 
 # ---------------------------------------------------------------------------------------
@@ -548,7 +589,10 @@ header() {
     local rev
     rev=$(git -C "$HERE/.." rev-parse --short HEAD 2>/dev/null || echo "?")
     git -C "$HERE/.." diff --quiet HEAD -- crates Cargo.toml Cargo.lock 2>/dev/null || rev+=" + uncommitted changes"
-    echo "Run $(date -u '+%Y-%m-%d %H:%M UTC') on $(uname -r), $(nproc) cores, backing dir $BASE ($(df -T "$BASE" | awk 'NR==2 {print $2}'))."
+    local backing
+    backing="backing dir $BASE ($(df -T "$BASE" | awk 'NR==2 {print $2}'))"
+    [ "$FRESH_FS" = 1 ] && backing="each system on a fresh ext4 (mkfs.ext4 defaults, journal) on a loop device (direct I/O) over a file in $BASE ($(df -T "$BASE" | awk 'NR==2 {print $2}'))"
+    echo "Run $(date -u '+%Y-%m-%d %H:%M UTC') on $(uname -r), $(nproc) cores, $backing."
     echo "Sizes: seq ${SEQ_MIB} MiB; random: $(RAND_OPS) operations of 4 KiB over ${RAND_MIB} MiB per job; ${NFILES} x ${FILE_KIB} KiB files;"
     echo "tar of $TREE_FILES files, $(awk -v b="$TREE_BYTES" 'BEGIN{printf "%.1f", b/1e6}') MB. MB = 10^6 bytes."
     [ "$NEED_INTACT" = 1 ] && echo "intact: $INTACT_BIN (built $(date -u -r "$INTACT_BIN" '+%Y-%m-%d %H:%M UTC'), repo at $rev), schemes: $INTACT_SCHEMES; mount args: ${INTACT_MOUNT_ARGS:-defaults}."
@@ -558,8 +602,15 @@ header() {
 prepare_sources
 mkdir -p "$BASE" || die "cannot create $BASE"
 case $(df -T "$BASE" | awk 'NR==2 {print $2}') in
-tmpfs | ramfs) [ "${BENCH_TMPFS:-0}" = 1 ] || die "$BASE is on tmpfs; set BENCH_DIR to a real disk (or BENCH_TMPFS=1 for a run on RAM backing)" ;;
+tmpfs | ramfs)
+    [ "${BENCH_TMPFS:-0}" = 1 ] || die "$BASE is on tmpfs; set BENCH_DIR to a real disk (or BENCH_TMPFS=1 for a run on RAM backing)"
+    FRESH_FS=${BENCH_FRESH_FS:-0} ;;
+*) FRESH_FS=${BENCH_FRESH_FS:-1} ;;
 esac
+if [ "$FRESH_FS" = 1 ]; then
+    command -v mkfs.ext4 >/dev/null && command -v losetup >/dev/null ||
+        die "BENCH_FRESH_FS=1 needs mkfs.ext4 and losetup (e2fsprogs, mount); or set BENCH_FRESH_FS=0"
+fi
 log "systems: $SYSTEMS"
 for s in $SYSTEMS; do run_system "$s"; done
 
