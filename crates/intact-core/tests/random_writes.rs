@@ -91,3 +91,37 @@ fn a_random_overwrite_logs_its_block_not_the_counter_arrays() {
     );
     assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
 }
+
+/// A request that changes no counter writes nothing of the spilled arrays: after a chmod
+/// of a file whose counters spilled, the checkpoint writes no byte of its `.c` object
+/// (`finish_record` writes edits only when the arrays differ from what the object holds;
+/// writing them anyway would journal and rewrite the object at every checkpoint).
+#[test]
+fn a_request_that_changes_no_counter_leaves_the_spilled_arrays_alone() {
+    let store = Arc::new(CountingStore::new(MemStore::new()));
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, BS as u32);
+    vol.create_file("/big", None).unwrap();
+    let mut model = vec![7u8; BLOCKS * BS];
+    vol.write_path("/big", 0, &model).unwrap();
+    for k in 0..64 {
+        overwrite(&vol, &mut model, (k * 13) % BLOCKS, 1, k as u64);
+    }
+    vol.sync().unwrap();
+    let st = vol.stat("/big").unwrap();
+    assert!(st.counters_spilled, "{st:?}");
+    let before = store.stats();
+    let set = intact_core::volume::SetAttr {
+        mode: Some(0o600),
+        ..Default::default()
+    };
+    vol.setattr(st.ino, &set).unwrap();
+    vol.sync().unwrap();
+    let d = store.stats().since(&before);
+    assert_eq!(d.get(ObjectClass::Integrity).write_bytes, 0, "{d:?}");
+    assert!(
+        d.get(ObjectClass::Journal).write_bytes > 0,
+        "the chmod was sealed"
+    );
+    assert!(read_all(&vol, "/big").unwrap() == model);
+}
