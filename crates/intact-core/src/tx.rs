@@ -265,18 +265,8 @@ impl Frozen {
 }
 
 /// Reads `buf.len()` bytes of the store's object at `off`, stopping early at its end (the
-/// rest of `buf` is left as it is).
-fn read_store(store: &dyn UntrustedStore, name: &str, off: u64, buf: &mut [u8]) -> Result<()> {
-    read_store_counted(store, name, off, buf).map(|_| ())
-}
-
-/// Reads `buf` at `off` until it is full or the object ends; returns how many bytes it read.
-fn read_store_counted(
-    store: &dyn UntrustedStore,
-    name: &str,
-    off: u64,
-    buf: &mut [u8],
-) -> Result<usize> {
+/// rest of `buf` is left as it is); returns how many bytes it read.
+fn read_store(store: &dyn UntrustedStore, name: &str, off: u64, buf: &mut [u8]) -> Result<usize> {
     let mut done = 0;
     while done < buf.len() {
         let r = crate::metrics::timed(Phase::StoreWait, || {
@@ -532,7 +522,7 @@ impl Tx {
             // a short read is the end, a missing object is empty (a view never writes, so
             // nothing needs the length kept).
             buf.fill(0);
-            return match read_store_counted(store.as_ref(), name, off, buf) {
+            return match read_store(store.as_ref(), name, off, buf) {
                 Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                     Ok(0)
                 }

@@ -36,6 +36,23 @@ fn overwrite(vol: &intact_core::Volume, model: &mut [u8], b: usize, blocks: usiz
     model[off..off + len].copy_from_slice(&data);
 }
 
+/// A volume on a counting store with `/big`, `BLOCKS` blocks written in one go (one
+/// counter interval), and its model.
+fn big_file() -> (
+    Arc<CountingStore<MemStore>>,
+    MemTrusted,
+    intact_core::Volume,
+    Vec<u8>,
+) {
+    let store = Arc::new(CountingStore::new(MemStore::new()));
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, BS as u32);
+    vol.create_file("/big", None).unwrap();
+    let model = vec![7u8; BLOCKS * BS];
+    vol.write_path("/big", 0, &model).unwrap();
+    (store, trusted, vol, model)
+}
+
 /// Once the counters of a file have spilled, a random overwrite of one block puts about
 /// its block into the log, not the file's counter arrays (which were written whole at
 /// every request: 16 bytes a interval, here over 10 KB a write); and after a crash of the
@@ -43,12 +60,7 @@ fn overwrite(vol: &intact_core::Volume, model: &mut [u8], b: usize, blocks: usiz
 /// object replay to the same arrays: every byte reads back, and fsck is clean.
 #[test]
 fn a_random_overwrite_logs_its_block_not_the_counter_arrays() {
-    let store = Arc::new(CountingStore::new(MemStore::new()));
-    let trusted = MemTrusted::new();
-    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, BS as u32);
-    vol.create_file("/big", None).unwrap();
-    let mut model = vec![7u8; BLOCKS * BS];
-    vol.write_path("/big", 0, &model).unwrap();
+    let (store, trusted, vol, mut model) = big_file();
     vol.sync().unwrap();
     let mut rng = Lcg(42);
     // Fragment: single blocks and short runs, so that intervals split and merge.
@@ -98,12 +110,7 @@ fn a_random_overwrite_logs_its_block_not_the_counter_arrays() {
 /// writing them anyway would journal and rewrite the object at every checkpoint).
 #[test]
 fn a_request_that_changes_no_counter_leaves_the_spilled_arrays_alone() {
-    let store = Arc::new(CountingStore::new(MemStore::new()));
-    let trusted = MemTrusted::new();
-    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, BS as u32);
-    vol.create_file("/big", None).unwrap();
-    let mut model = vec![7u8; BLOCKS * BS];
-    vol.write_path("/big", 0, &model).unwrap();
+    let (store, _trusted, vol, mut model) = big_file();
     for k in 0..64 {
         overwrite(&vol, &mut model, (k * 13) % BLOCKS, 1, k as u64);
     }
