@@ -58,6 +58,7 @@ fn create(store: Arc<dyn UntrustedStore>, trusted: &MemTrusted, scheme: SchemeId
             inline_leaf: true,
             dir_tree: true,
             inline_mac: true,
+            inline_tree: true,
         },
         &opts(),
     )

@@ -18,6 +18,70 @@ pub const MAC_INLINE_LEN: usize = 40;
 /// Where a `mac-tree` record keeps its inline leaf: the last 40 bytes, which its trusted
 /// counters (always the empty form, 13 bytes from byte 128) never use.
 pub const MAC_INLINE_AT: usize = RECORD_SIZE - MAC_INLINE_LEN;
+/// The most leaves whose GCM tags a record keeps (record flag bit 3, [`InlineTags`]).
+pub const MAX_INLINE_TAGS: usize = 6;
+/// Bytes of one inline leaf: an `mt-eint` (GCM) leaf is `tag || 16 zero bytes`, so its tag
+/// alone is the leaf.
+pub const INLINE_TAG_LEN: usize = 16;
+
+/// The leaves of a small `mt-eint` (GCM) Merkle tree, kept in the inode record instead of
+/// a `.m` object on volumes with the [`INLINE_TREE`] feature (record flag bit 3,
+/// docs/file-format.md §4): leaf `i` is `tags[i] || 16 zero bytes`; the tree's internal
+/// nodes are not stored anywhere, they are computed from the leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InlineTags {
+    /// Number of leaves (2 to [`MAX_INLINE_TAGS`], the tree's leaf count).
+    pub n: u8,
+    /// The leaves' tags; entries at `n` and above are zero.
+    pub tags: [[u8; INLINE_TAG_LEN]; MAX_INLINE_TAGS],
+}
+
+impl InlineTags {
+    /// Whether a tree of `leaves` leaves whose counters have `intervals` intervals can keep
+    /// its leaves in the record: the counters' inline form (13 + 16 per interval bytes from
+    /// byte 128) and the tags (16 bytes a leaf, up to byte 256) share the record's last 128
+    /// bytes.
+    pub fn fit(leaves: u64, intervals: usize) -> bool {
+        (2..=MAX_INLINE_TAGS as u64).contains(&leaves)
+            && 13 + 16 * intervals + INLINE_TAG_LEN * leaves as usize <= TCTR_SIZE
+    }
+
+    /// The leaves, as 32-byte hashes.
+    pub fn leaves(&self) -> Vec<Hash> {
+        self.tags[..self.n as usize]
+            .iter()
+            .map(|t| {
+                let mut h = [0u8; 32];
+                h[..INLINE_TAG_LEN].copy_from_slice(t);
+                h
+            })
+            .collect()
+    }
+
+    /// The tags of `leaves`; `None` unless every leaf's last 16 bytes are zero (what an
+    /// `mt-eint` GCM leaf always is) and there are 2 to [`MAX_INLINE_TAGS`] of them.
+    pub fn of(leaves: &[Hash]) -> Option<InlineTags> {
+        if !(2..=MAX_INLINE_TAGS).contains(&leaves.len()) {
+            return None;
+        }
+        let mut t = InlineTags {
+            n: leaves.len() as u8,
+            tags: [[0; INLINE_TAG_LEN]; MAX_INLINE_TAGS],
+        };
+        for (slot, leaf) in t.tags.iter_mut().zip(leaves) {
+            if leaf[INLINE_TAG_LEN..] != [0u8; 32 - INLINE_TAG_LEN] {
+                return None;
+            }
+            slot.copy_from_slice(&leaf[..INLINE_TAG_LEN]);
+        }
+        Some(t)
+    }
+
+    /// Where the tags start in the record.
+    fn at(n: usize) -> usize {
+        RECORD_SIZE - INLINE_TAG_LEN * n
+    }
+}
 /// Bytes of trusted storage for counter intervals per file (L_ctr, paper §4.2): 7 intervals.
 pub const L_CTR: usize = 112;
 /// Bytes reserved in the record for the trusted counters.
@@ -279,6 +343,10 @@ pub struct Inode {
     /// kept in the record instead of a `.m` object on volumes with the [`INLINE_MAC`]
     /// feature: `N_0 || node tag || T_0` (docs/file-format.md §4 and §7.6).
     pub inline_mac: Option<[u8; MAC_INLINE_LEN]>,
+    /// The leaves of a Merkle tree of 2 to [`MAX_INLINE_TAGS`] leaves (`mt-eint`, GCM),
+    /// kept in the record instead of a `.m` object on volumes with the [`INLINE_TREE`]
+    /// feature (docs/file-format.md §4).
+    pub inline_tags: Option<InlineTags>,
 }
 
 impl Inode {
@@ -305,6 +373,7 @@ impl Inode {
             counters: TrustedCounters::Inline(CounterIntervals::new()),
             inline_node: None,
             inline_mac: None,
+            inline_tags: None,
         }
     }
 
@@ -342,6 +411,9 @@ impl Inode {
             } else {
                 0
             }
+            + self
+                .inline_tags
+                .map_or(0, |t| (INLINE_TAG_LEN * t.n as usize) as u64)
             + match self.scheme {
                 SchemeId::Aead => 0,
                 SchemeId::MacTree => 8 + 8 + 1 + 1,
@@ -357,7 +429,8 @@ impl Inode {
         b[1] = self.scheme.code();
         b[2] = self.auto as u8
             | (self.scheme_set as u8) << 1
-            | ((self.inline_node.is_some() || self.inline_mac.is_some()) as u8) << 2;
+            | ((self.inline_node.is_some() || self.inline_mac.is_some()) as u8) << 2
+            | (self.inline_tags.is_some() as u8) << 3;
         b[4..8].copy_from_slice(&self.mode.to_le_bytes());
         b[8..12].copy_from_slice(&self.uid.to_le_bytes());
         b[12..16].copy_from_slice(&self.gid.to_le_bytes());
@@ -372,20 +445,27 @@ impl Inode {
         b[80..112].copy_from_slice(&self.tree.root);
         b[112..120].copy_from_slice(&self.ctr_hw.to_le_bytes());
         b[120..128].copy_from_slice(&self.link.to_le_bytes());
-        let ctrs_end = match (&self.inline_node, &self.inline_mac) {
-            (Some(node), _) => {
+        let ctrs_end = match (&self.inline_node, &self.inline_mac, &self.inline_tags) {
+            (None, None, Some(t)) => {
+                let at = InlineTags::at(t.n as usize);
+                for (k, tag) in t.tags[..t.n as usize].iter().enumerate() {
+                    b[at + INLINE_TAG_LEN * k..at + INLINE_TAG_LEN * (k + 1)].copy_from_slice(tag);
+                }
+                at
+            }
+            (Some(node), _, _) => {
                 b[INLINE_NODE_AT..RECORD_SIZE].copy_from_slice(node);
                 INLINE_NODE_AT
             }
-            (None, Some(leaf)) => {
+            (None, Some(leaf), _) => {
                 b[MAC_INLINE_AT..RECORD_SIZE].copy_from_slice(leaf);
                 MAC_INLINE_AT
             }
-            (None, None) => 128 + TCTR_SIZE,
+            (None, None, None) => 128 + TCTR_SIZE,
         };
         self.counters
             .encode_into(&mut b[128..ctrs_end])
-            .expect("counters produced by auth_ctr with L_CTR fit in TCTR_SIZE; a one-leaf tree has one interval");
+            .expect("counters produced by auth_ctr with L_CTR fit in TCTR_SIZE; a one-leaf tree has one interval; inline tags are kept only when InlineTags::fit");
         b
     }
 
@@ -419,10 +499,33 @@ impl Inode {
             n.copy_from_slice(&b[MAC_INLINE_AT..RECORD_SIZE]);
             n
         });
-        let ctrs_end = match (inline, mac) {
-            (false, _) => 128 + TCTR_SIZE,
-            (true, false) => INLINE_NODE_AT,
-            (true, true) => MAC_INLINE_AT,
+        // Flag bit 3: the leaves of a small GCM Merkle tree, as many as it has.
+        let leaves = u64_at(72);
+        let inline_tags = if b[2] & 8 != 0 {
+            if inline
+                || scheme != SchemeId::MtEintGcm
+                || !(2..=MAX_INLINE_TAGS as u64).contains(&leaves)
+            {
+                return None;
+            }
+            let n = leaves as usize;
+            let at = InlineTags::at(n);
+            let mut t = InlineTags {
+                n: n as u8,
+                tags: [[0; INLINE_TAG_LEN]; MAX_INLINE_TAGS],
+            };
+            for (k, tag) in t.tags[..n].iter_mut().enumerate() {
+                tag.copy_from_slice(&b[at + INLINE_TAG_LEN * k..at + INLINE_TAG_LEN * (k + 1)]);
+            }
+            Some(t)
+        } else {
+            None
+        };
+        let ctrs_end = match (inline, mac, inline_tags) {
+            (false, _, Some(t)) => InlineTags::at(t.n as usize),
+            (false, _, None) => 128 + TCTR_SIZE,
+            (true, false, _) => INLINE_NODE_AT,
+            (true, true, _) => MAC_INLINE_AT,
         };
         Some(Inode {
             kind,
@@ -439,15 +542,13 @@ impl Inode {
             ctime_ns: u64_at(40) as i64,
             atime_ns: u64_at(48) as i64,
             id,
-            tree: TreeState {
-                leaves: u64_at(72),
-                root,
-            },
+            tree: TreeState { leaves, root },
             ctr_hw: u64_at(112),
             link: u64_at(120),
             counters: TrustedCounters::decode(&b[128..ctrs_end]).ok()?,
             inline_node,
             inline_mac,
+            inline_tags,
         })
     }
 }
@@ -660,8 +761,15 @@ pub const DIR_TREE: &str = "dir-tree";
 /// every `mac-tree` file's level 0 in `.m`.
 pub const INLINE_MAC: &str = "inline-mac-leaf";
 
+/// Feature flag: an `mt-eint` (GCM) Merkle tree of 2 to [`MAX_INLINE_TAGS`] leaves keeps
+/// its leaves' tags in the inode record ([`Inode::inline_tags`]) while its counters leave
+/// room, so a file of up to six blocks is one object in the store, as [`INLINE_LEAF`] makes
+/// a file of one block. Set on every volume created since it exists; a volume without it
+/// keeps such trees in `.m`.
+pub const INLINE_TREE: &str = "inline-tree";
+
 /// Known feature flags.
-pub const KNOWN_FEATURES: &[&str] = &[INLINE_LEAF, DIR_TREE, INLINE_MAC];
+pub const KNOWN_FEATURES: &[&str] = &[INLINE_LEAF, DIR_TREE, INLINE_MAC, INLINE_TREE];
 
 impl Config {
     /// The bytes authenticated together with the wrapped key: every field but the envelope.

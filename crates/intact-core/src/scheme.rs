@@ -8,10 +8,11 @@
 
 use crate::crypto::{FileId, FileKeys, Hash, LazyFileKeys, SubKey, MAX_BLOCKS, NONCE_LEN, TAG_LEN};
 use crate::error::{Error, Result, Subject};
-use crate::format::{ObjectNames, SchemeId};
+use crate::format::{InlineTags, ObjectNames, SchemeId, MAX_INLINE_TAGS};
 use crate::metrics::{phase, timed, Account, FileAccount, Metrics, Phase};
 use crate::tree::{
-    CounterIntervals, MerkleTree, NodeCache, NodeHasher, NodeIo, TreeError, TreeState,
+    flat_index, stored_node_count, CounterIntervals, MerkleTree, NodeCache, NodeHasher, NodeIo,
+    TreeError, TreeState,
 };
 use crate::tx::Tx;
 use std::sync::Arc;
@@ -52,6 +53,10 @@ pub struct Env<'a> {
     /// `mac-tree` trees of one leaf counter keep their level 0 in the record
     /// ([`FileState::inline_mac`]; the volume's [`crate::format::INLINE_MAC`] feature).
     pub inline_mac: bool,
+    /// `mt-eint` (GCM) trees of 2 to [`crate::format::MAX_INLINE_TAGS`] leaves keep their
+    /// leaves in the record ([`FileState::tags`]; the volume's [`crate::format::INLINE_TREE`]
+    /// feature).
+    pub inline_tree: bool,
 }
 
 /// A file's state while open: identity, keys, and the trusted state TS_F in usable form.
@@ -82,6 +87,10 @@ pub struct FileState {
     /// 0's tag, `T_0`) while the tree has exactly one leaf counter, kept in the record
     /// instead of the `.m` object (docs/file-format.md §7.6); `None` otherwise.
     pub inline_mac: Option<[u8; crate::format::MAC_INLINE_LEN]>,
+    /// MT-EINT (GCM) on a volume with inline trees: the leaves of a tree of 2 to
+    /// [`crate::format::MAX_INLINE_TAGS`] leaves, kept in the record instead of `.m` while
+    /// the counters leave room ([`InlineTags::fit`]); `None` otherwise.
+    pub tags: Option<InlineTags>,
 }
 
 impl FileState {
@@ -495,12 +504,23 @@ pub struct MtEint {
 const MT_LABEL: &[u8; 8] = b"intactM1";
 const ZERO_LEAF: Hash = [0u8; 32];
 
+/// The most nodes a tree kept in the record has ([`Nodes::mem`]): that of
+/// [`MAX_INLINE_TAGS`] leaves.
+const MEM_NODES: u64 = 2 * MAX_INLINE_TAGS as u64 - 1;
+
 /// A tree's stored nodes: the object `name`, except node 0 while `inline` is `Some` (it is
-/// then that value, kept in the record, and the object's first 32 bytes are unused).
+/// then that value, kept in the record, and the object's first 32 bytes are unused), and
+/// every node while `mem` is `Some`.
 struct Nodes<'a> {
     tx: &'a mut Tx,
     name: &'a str,
     inline: Option<Hash>,
+    /// On a volume with inline trees, for a tree kept in the record (none, one node, or
+    /// [`FileState::tags`]): its nodes as `.m` would hold them (docs/file-format.md §8.2),
+    /// computed from the record's leaves. An operation that makes the tree larger than
+    /// [`MEM_NODES`] moves them to the object first ([`Nodes::spill`]) and goes on there;
+    /// [`MtEint::settle`] decides where the tree it leaves is kept.
+    mem: Option<Vec<Hash>>,
 }
 
 impl<'a> Nodes<'a> {
@@ -509,28 +529,86 @@ impl<'a> Nodes<'a> {
             tx,
             name,
             inline: None,
+            mem: None,
         }
     }
-    fn of(tx: &'a mut Tx, f: &'a FileState) -> Self {
+    /// For reading the tree as it is.
+    fn of(env: &Env, tx: &'a mut Tx, f: &'a FileState) -> Self {
         Nodes {
             tx,
             name: &f.names.meta,
             inline: f.inline,
+            mem: f.tags.map(|t| flat_nodes(env, &f.id, &t.leaves())),
         }
     }
     /// For an operation that changes the tree: an empty tree on a volume with inline leaves
-    /// starts with node 0 inline (so a file's first block never creates a `.m` object).
+    /// starts with node 0 inline (so a file's first block never creates a `.m` object); on
+    /// a volume with inline trees, a tree kept in the record starts in memory.
     fn entering(env: &Env, tx: &'a mut Tx, f: &'a FileState) -> Self {
-        let mut io = Self::of(tx, f);
-        if env.inline_leaf && f.tree.leaves == 0 {
+        let mut io = Self::of(env, tx, f);
+        if env.inline_tree && io.mem.is_none() && (f.tree.leaves == 0 || f.inline.is_some()) {
+            io.mem = Some(io.inline.take().into_iter().collect());
+        } else if env.inline_leaf && f.tree.leaves == 0 {
             io.inline = Some(ZERO_LEAF);
         }
         io
     }
+    /// Moves a tree held in memory to the object (which holds none of it: a tree kept in
+    /// the record has no bytes in `.m`), for an operation that makes it larger than the
+    /// record keeps.
+    fn spill(&mut self) -> std::io::Result<()> {
+        let io = std::io::Error::other;
+        if let Some(nodes) = self.mem.take() {
+            if self.tx.len(self.name).map_err(io)?.is_some_and(|l| l > 0) {
+                self.tx.set_len(self.name, 0).map_err(io)?;
+            }
+            if !nodes.is_empty() {
+                self.tx
+                    .write_at(self.name, 0, nodes.as_flattened())
+                    .map_err(io)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The nodes a `.m` object holds for a tree with these leaves (docs/file-format.md §8.2):
+/// the leaves at even positions, every complete internal node (§8.3, with the zero rule),
+/// zeros elsewhere.
+fn flat_nodes(env: &Env, id: &FileId, leaves: &[Hash]) -> Vec<Hash> {
+    let n = leaves.len() as u64;
+    let mut out = vec![ZERO_LEAF; stored_node_count(n) as usize];
+    for (i, leaf) in leaves.iter().enumerate() {
+        out[2 * i] = *leaf;
+    }
+    let mut h = 1;
+    while 1u64 << h <= n {
+        let mut s = 0;
+        while s + (1 << h) <= n {
+            let half = 1u64 << (h - 1);
+            let l = out[flat_index(h - 1, s >> (h - 1)) as usize];
+            let r = out[flat_index(h - 1, (s + half) >> (h - 1)) as usize];
+            let at = flat_index(h, s >> h);
+            out[at as usize] = env.hasher.node(id, at, &l, &r);
+            s += 1 << h;
+        }
+        h += 1;
+    }
+    out
 }
 
 impl NodeIo for Nodes<'_> {
     fn read_nodes(&mut self, mut first: u64, mut out: &mut [Hash]) -> std::io::Result<()> {
+        if let Some(nodes) = &self.mem {
+            for (j, o) in out.iter_mut().enumerate() {
+                *o = usize::try_from(first + j as u64)
+                    .ok()
+                    .and_then(|i| nodes.get(i))
+                    .copied()
+                    .unwrap_or(ZERO_LEAF);
+            }
+            return Ok(());
+        }
         if let (Some(node), 0, [o, ..]) = (self.inline, first, &mut *out) {
             *o = node;
             out = &mut out[1..];
@@ -545,6 +623,17 @@ impl NodeIo for Nodes<'_> {
             .map_err(std::io::Error::other)
     }
     fn write_nodes(&mut self, mut first: u64, mut nodes: &[Hash]) -> std::io::Result<()> {
+        if self.mem.is_some() && first.saturating_add(nodes.len() as u64) > MEM_NODES {
+            self.spill()?;
+        }
+        if let Some(mem) = &mut self.mem {
+            let (at, end) = (first as usize, first as usize + nodes.len());
+            if mem.len() < end {
+                mem.resize(end, ZERO_LEAF);
+            }
+            mem[at..end].copy_from_slice(nodes);
+            return Ok(());
+        }
         if let (Some(node), 0, [n, ..]) = (&mut self.inline, first, nodes) {
             *node = *n;
             nodes = &nodes[1..];
@@ -559,6 +648,13 @@ impl NodeIo for Nodes<'_> {
     }
     fn truncate_nodes(&mut self, count: u64) -> std::io::Result<()> {
         let io = std::io::Error::other;
+        if self.mem.is_some() && count > MEM_NODES {
+            self.spill()?;
+        }
+        if let Some(mem) = &mut self.mem {
+            mem.resize(count as usize, ZERO_LEAF);
+            return Ok(());
+        }
         if let Some(node) = &mut self.inline {
             if count == 0 {
                 *node = ZERO_LEAF;
@@ -606,11 +702,82 @@ impl MtEint {
         }
     }
 
-    /// After an operation that changed the tree (its node 0 inline or not, as `inline`
-    /// says): restores the rule of [`FileState::inline`]. A tree of one leaf keeps its node
-    /// in the record and no bytes in `.m` (when the volume has inline leaves); a larger one
-    /// keeps node 0 in `.m` like every other node; an empty one has neither.
-    fn settle(env: &Env, f: &mut FileState, tx: &mut Tx, inline: Option<Hash>) -> Result<()> {
+    /// After an operation that changed the tree: restores the rule of where the tree is
+    /// kept. `inline` and `mem` are where the operation left it ([`Nodes::inline`],
+    /// [`Nodes::mem`]; both `None`: every node in `.m`).
+    ///
+    /// On a volume with inline trees ([`Env::inline_tree`]) a tree of one leaf keeps its
+    /// node in the record ([`FileState::inline`]), one of 2 to [`MAX_INLINE_TAGS`] leaves
+    /// (GCM only) its leaves' tags while the counters leave room ([`FileState::tags`],
+    /// [`InlineTags::fit`]), and `.m` holds nothing; a larger tree is all in `.m`. Leaves
+    /// that move from `.m` into the record are checked against the trusted root the
+    /// operation just computed, so no unverified byte of `.m` becomes trusted.
+    fn settle(
+        &self,
+        env: &Env,
+        f: &mut FileState,
+        tx: &mut Tx,
+        inline: Option<Hash>,
+        mem: Option<Vec<Hash>>,
+    ) -> Result<()> {
+        if !env.inline_tree {
+            return Self::settle_leaf(env, f, tx, inline);
+        }
+        let n = f.tree.leaves;
+        let in_record = n <= 1 || (!self.cbc && InlineTags::fit(n, f.ctrs.intervals()));
+        let from_object = mem.is_none();
+        let tree = Self::tree(env, f);
+        let leaves = match &mem {
+            Some(nodes) => {
+                let leaves: Vec<Hash> = nodes.iter().step_by(2).take(n as usize).copied().collect();
+                debug_assert_eq!(leaves.len() as u64, n);
+                debug_assert!(n == 0 || tree.root_of(&leaves) == f.tree.root);
+                leaves
+            }
+            None if in_record && n > 0 => {
+                let leaves = tree
+                    .stored_leaves(&mut Nodes::new(tx, &f.names.meta), 0, n)
+                    .map_err(|e| Self::tree_err(f, e))?;
+                if tree.root_of(&leaves) != f.tree.root {
+                    return Err(
+                        f.tampered_file("Merkle tree object does not match the trusted root")
+                    );
+                }
+                leaves
+            }
+            None => Vec::new(),
+        };
+        f.inline = None;
+        f.tags = None;
+        if !in_record {
+            if let Some(nodes) = mem {
+                // The tree was in the record, so `.m` holds nothing yet.
+                Nodes::new(tx, &f.names.meta)
+                    .write_nodes(0, &nodes)
+                    .map_err(|e| Self::tree_err(f, TreeError::Io(e)))?;
+            }
+            return Ok(());
+        }
+        match n {
+            0 => {}
+            1 => f.inline = Some(leaves[0]),
+            _ => {
+                f.tags = Some(InlineTags::of(&leaves).ok_or_else(|| {
+                    f.tampered_file("a GCM Merkle leaf whose last 16 bytes are not zero")
+                })?);
+            }
+        }
+        if from_object && tx.len(&f.names.meta)?.is_some_and(|l| l > 0) {
+            tx.set_len(&f.names.meta, 0)?;
+        }
+        Ok(())
+    }
+
+    /// [`MtEint::settle`] on a volume without inline trees: restores the rule of
+    /// [`FileState::inline`]. A tree of one leaf keeps its node in the record and no bytes
+    /// in `.m` (when the volume has inline leaves); a larger one keeps node 0 in `.m` like
+    /// every other node; an empty one has neither.
+    fn settle_leaf(env: &Env, f: &mut FileState, tx: &mut Tx, inline: Option<Hash>) -> Result<()> {
         f.inline = match (f.tree.leaves, inline) {
             (0, _) => None,
             (1, Some(node)) => Some(node),
@@ -728,6 +895,7 @@ impl MtEint {
     /// over the file's blocks, appended past them), the data, the counters.
     #[allow(clippy::too_many_arguments)]
     fn store_sealed(
+        &self,
         env: &Env,
         f: &mut FileState,
         tx: &mut Tx,
@@ -759,11 +927,11 @@ impl MtEint {
                     .map_err(|e| Self::tree_err(f, e))?;
             }
         }
-        let inline = io.inline;
+        let (inline, mem) = (io.inline, io.mem.take());
         tx.write_at(&f.names.data, first * bs as u64, data)?;
         f.tree = ts;
         f.ctrs.set_range(first, count, ctr);
-        Self::settle(env, f, tx, inline)
+        self.settle(env, f, tx, inline, mem)
     }
 
     /// The next write counter for a run: above every counter the run's blocks had, above
@@ -794,7 +962,7 @@ impl Scheme for MtEint {
         let count = (out.len() / bs) as u64;
         let tree = Self::tree(env, f);
         let leaves = {
-            let mut io = Nodes::of(tx, f);
+            let mut io = Nodes::of(env, tx, f);
             timed(Phase::Tree, || tree.stored_leaves(&mut io, first, count))
                 .map_err(|e| Self::tree_err(f, e))?
         };
@@ -807,7 +975,7 @@ impl Scheme for MtEint {
                 return Err(e);
             }
         }
-        let mut io = Nodes::of(tx, f);
+        let mut io = Nodes::of(env, tx, f);
         if let Err(e) = timed(Phase::Tree, || {
             tree.verify(&f.tree, &mut io, first, &leaves)
         }) {
@@ -846,7 +1014,7 @@ impl Scheme for MtEint {
         let (_, count) = check_write(f, env.bs, first, data.len())?;
         let ctr = Self::next_ctr(env, f, first, count)?;
         let leaves = self.seal(env, &f.keys, &f.id, first, ctr, data);
-        Self::store_sealed(env, f, tx, first, ctr, data, &leaves)
+        self.store_sealed(env, f, tx, first, ctr, data, &leaves)
     }
 
     fn seal_plan(
@@ -882,36 +1050,39 @@ impl Scheme for MtEint {
         if plan.id != f.id || !Self::fresh(env, f, plan.first, count, plan.ctr) {
             return Ok(false);
         }
-        Self::store_sealed(env, f, tx, plan.first, plan.ctr, data, leaves)?;
+        self.store_sealed(env, f, tx, plan.first, plan.ctr, data, leaves)?;
         Ok(true)
     }
 
     fn resize(&self, env: &Env, f: &mut FileState, tx: &mut Tx, blocks: u64) -> Result<()> {
         check_limit(blocks)?;
         let n = f.tree.leaves;
+        if blocks == n {
+            return Ok(());
+        }
         let tree = Self::tree(env, f);
         let mut ts = f.tree;
-        let mut inline = f.inline;
+        let (inline, mem);
         if blocks < n {
             {
                 let mut io = Nodes::entering(env, tx, f);
                 tree.truncate(&mut ts, &mut io, blocks)
                     .map_err(|e| Self::tree_err(f, e))?;
-                inline = io.inline;
+                (inline, mem) = (io.inline, io.mem.take());
             }
             f.ctr_hw = f.ctr_hw.max(f.ctrs.max_in(blocks, n - blocks));
             f.ctrs.truncate(blocks);
             tx.set_len(&f.names.data, blocks * env.bs as u64)?;
-        } else if blocks > n {
+        } else {
             // Holes have the all-zero leaf (ZERO_LEAF == ZERO_HASH): O(log) however many.
             let mut io = Nodes::entering(env, tx, f);
             tree.append_holes(&mut ts, &mut io, blocks - n)
                 .map_err(|e| Self::tree_err(f, e))?;
-            inline = io.inline;
+            (inline, mem) = (io.inline, io.mem.take());
             f.ctrs.extend(blocks);
         }
         f.tree = ts;
-        Self::settle(env, f, tx, inline)
+        self.settle(env, f, tx, inline, mem)
     }
 
     /// A hole inside the file: the all-zero leaf and counter 0, as for holes appended by
@@ -944,10 +1115,10 @@ impl Scheme for MtEint {
                 .map_err(|e| Self::tree_err(f, e))?;
             at += n;
         }
-        let inline = io.inline;
+        let (inline, mem) = (io.inline, io.mem.take());
         f.tree = ts;
         f.ctrs.set_range(first, end - first, 0);
-        Self::settle(env, f, tx, inline)?;
+        self.settle(env, f, tx, inline, mem)?;
         Ok(true)
     }
 
@@ -978,6 +1149,8 @@ pub(crate) mod fixture {
         pub(crate) inline_leaf: bool,
         /// [`Env::inline_mac`] (off unless a test sets it).
         pub(crate) inline_mac: bool,
+        /// [`Env::inline_tree`] (off unless a test sets it).
+        pub(crate) inline_tree: bool,
         /// [`Env::ctr_limit`]: the session's counters stay below it.
         pub(crate) ctr_limit: u64,
         pub(crate) tx: Tx,
@@ -1006,6 +1179,7 @@ pub(crate) mod fixture {
                 bs,
                 inline_leaf: false,
                 inline_mac: false,
+                inline_tree: false,
                 ctr_limit: u64::MAX >> 1,
                 tx: Tx::new(Arc::new(MemStore::new())),
             }
@@ -1029,6 +1203,7 @@ pub(crate) mod fixture {
                 max_object: u64::MAX,
                 inline_leaf: self.inline_leaf,
                 inline_mac: self.inline_mac,
+                inline_tree: self.inline_tree,
             };
             (env, &mut self.tx)
         }
@@ -1049,6 +1224,7 @@ pub(crate) mod fixture {
                 rtree: super::RTreeIndex::for_scheme(id),
                 inline: None,
                 inline_mac: None,
+                tags: None,
             }
         }
     }
@@ -1267,6 +1443,146 @@ mod tests {
         }
     }
 
+    /// What [`held`] returns: trusted state, contents, `.d`, complete nodes, `.c`.
+    type Held = (TreeState, Vec<u8>, Vec<u8>, Vec<Option<Hash>>, Vec<u8>);
+
+    /// What a file holds in a fixture: its trusted state, its contents, and its objects'
+    /// bytes (`.m` as the complete nodes of its tree, the only positions that are ever
+    /// trusted, docs/file-format.md §8.2).
+    fn held(sch: &dyn Scheme, env: &Env, f: &FileState, tx: &mut Tx) -> Held {
+        let object = |tx: &mut Tx, name: &str| {
+            let len = tx.len(name).unwrap().unwrap_or(0);
+            let mut b = vec![0u8; len as usize];
+            tx.read_at(name, 0, &mut b).unwrap();
+            b
+        };
+        let mut io = Nodes::of(env, tx, f);
+        let n = f.tree.leaves;
+        let mut nodes = vec![ZERO_LEAF; stored_node_count(n) as usize];
+        io.read_nodes(0, &mut nodes).unwrap();
+        let nodes = (0..stored_node_count(n))
+            .map(|at| crate::tree::is_complete_node(at, n).then_some(nodes[at as usize]))
+            .collect();
+        let contents = read_all(sch, env, f, tx).unwrap();
+        (
+            f.tree,
+            contents,
+            object(tx, &f.names.data),
+            nodes,
+            object(tx, &f.names.ctrs),
+        )
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+        /// MT-EINT on a volume with inline trees (docs/file-format.md §4) against the same
+        /// operations on volumes without them (and without inline leaves): after each one,
+        /// the same trusted state (leaf count and root), contents, `.d`, `.c`, and tree
+        /// nodes, read where each keeps them; a tree is in the record exactly when the rule
+        /// says ([`InlineTags::fit`], GCM only), and `.m` then holds no byte. Trees cross
+        /// six leaves and the counters' room both ways.
+        #[test]
+        fn inline_trees_change_only_where_the_tree_is_kept(ops in proptest::collection::vec(op(), 1..16)) {
+            for id in [SchemeId::MtEintGcm, SchemeId::MtEintCbc] {
+                let mut fxs: Vec<Fixture> = [(false, false), (true, false), (true, true)]
+                    .into_iter()
+                    .map(|(leaf, tree)| {
+                        let mut fx = Fixture::new(256);
+                        fx.inline_leaf = leaf;
+                        fx.inline_tree = tree;
+                        fx
+                    })
+                    .collect();
+                let mut files: Vec<FileState> = fxs.iter_mut().map(|fx| fx.file(id)).collect();
+                let sch = scheme(id);
+                for (k, op) in ops.iter().enumerate() {
+                    let mut seen = Vec::new();
+                    for (fx, f) in fxs.iter_mut().zip(files.iter_mut()) {
+                        let (env, tx) = fx.parts();
+                        let bs = env.bs;
+                        let n = f.blocks();
+                        match *op {
+                            Op::Write { at, count, seed } => {
+                                let first = (at * (n + 1) as f64) as u64;
+                                if first > n {
+                                    sch.resize(&env, f, tx, first).unwrap();
+                                }
+                                let mut run: Vec<u8> = (0..count as usize * bs)
+                                    .map(|i| (i as u8).wrapping_mul(seed | 1).wrapping_add(seed))
+                                    .collect();
+                                sch.write_blocks(&env, f, tx, first, &mut run).unwrap();
+                            }
+                            Op::Resize { at } => {
+                                sch.resize(&env, f, tx, (at * (n + 2) as f64) as u64).unwrap();
+                            }
+                            Op::Punch { at, count } => {
+                                let first = (at * n as f64) as u64;
+                                let count = count.min(n - first.min(n));
+                                if count > 0 {
+                                    sch.punch(&env, f, tx, first, count).unwrap();
+                                }
+                            }
+                        }
+                        let reloaded = reloaded(f, id);
+                        proptest::prop_assert_eq!(
+                            read_all(sch, &env, &reloaded, tx).unwrap(),
+                            read_all(sch, &env, f, tx).unwrap()
+                        );
+                        seen.push(held(sch, &env, f, tx));
+                        if k % 2 == 1 {
+                            *f = reloaded;
+                        }
+                    }
+                    proptest::prop_assert!(seen[0] == seen[1], "{:?}, op {}: inline leaf", id, k);
+                    proptest::prop_assert!(seen[0] == seen[2], "{:?}, op {}: inline tree", id, k);
+                    let f = &files[2];
+                    let n = f.tree.leaves;
+                    let fits = id == SchemeId::MtEintGcm && InlineTags::fit(n, f.ctrs.intervals());
+                    proptest::prop_assert_eq!(f.tags.is_some(), fits, "{:?}, op {}", id, k);
+                    proptest::prop_assert_eq!(f.inline.is_some(), n == 1, "{:?}, op {}", id, k);
+                    let meta = fxs[2].tx.len(&f.names.meta).unwrap().unwrap_or(0);
+                    if n <= 1 || fits {
+                        proptest::prop_assert_eq!(meta, 0, "{:?}, op {}: .m while in the record", id, k);
+                    } else {
+                        proptest::prop_assert_eq!(meta, stored_node_count(n) * 32, "{:?}, op {}", id, k);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Leaves that move from `.m` into the record are checked against the trusted root
+    /// first: a tampered leaf of a tree cut to fewer leaves is an integrity failure, not a
+    /// leaf blessed into the record.
+    #[test]
+    fn leaves_moving_into_the_record_are_checked() {
+        let mut fx = Fixture::with_cache(256, 0);
+        fx.inline_leaf = true;
+        fx.inline_tree = true;
+        let mut f = fx.file(SchemeId::MtEintGcm);
+        let (env, tx) = fx.parts();
+        let sch = scheme(SchemeId::MtEintGcm);
+        let mut run = vec![5u8; 9 * 256];
+        sch.write_blocks(&env, &mut f, tx, 0, &mut run).unwrap();
+        assert!(f.tags.is_none(), "nine leaves are in .m");
+        // Leaf 3 (flat 6), which a cut to four leaves keeps but does not read on its path.
+        let mut b = [0u8; 1];
+        tx.read_at(&f.names.meta, 6 * 32, &mut b).unwrap();
+        tx.write_at(&f.names.meta, 6 * 32, &[b[0] ^ 1]).unwrap();
+        let e = sch.resize(&env, &mut f, tx, 4).unwrap_err();
+        assert!(e.is_tampered(), "{e}");
+        // Put back, the same cut keeps the leaves in the record, and they read.
+        tx.write_at(&f.names.meta, 6 * 32, &b).unwrap();
+        let mut f = fx.file(SchemeId::MtEintGcm);
+        let (env, tx) = fx.parts();
+        let mut run = vec![5u8; 9 * 256];
+        sch.write_blocks(&env, &mut f, tx, 0, &mut run).unwrap();
+        sch.resize(&env, &mut f, tx, 4).unwrap();
+        assert!(f.tags.is_some());
+        assert_eq!(tx.len(&f.names.meta).unwrap().unwrap_or(0), 0);
+        assert_eq!(read_all(sch, &env, &f, tx).unwrap(), vec![5u8; 4 * 256]);
+    }
+
     /// A file's state as read back from its record (of scheme `id`): the trusted state
     /// alone, RTree's index not loaded.
     fn reloaded(f: &FileState, id: SchemeId) -> FileState {
@@ -1281,6 +1597,7 @@ mod tests {
             rtree: RTreeIndex::for_scheme(id),
             inline: f.inline,
             inline_mac: f.inline_mac,
+            tags: f.tags,
         }
     }
 

@@ -55,6 +55,7 @@ fn copts(scheme: SchemeId) -> CreateOptions {
         inline_leaf: true,
         dir_tree: true,
         inline_mac: true,
+        inline_tree: true,
     }
 }
 
@@ -184,8 +185,12 @@ fn tampering_found_during_a_flush_discards_the_unsealed_changes() {
     attacks::Fixture::new(&bed, &copts(SchemeId::MtEintGcm), Content::Pattern).unwrap();
     let n = names(&bed.open().unwrap(), "/a");
     {
-        // A later commit, so that the journal the anchor names no longer covers /a.
+        // /a grows past what its record keeps of its tree (six leaves), so that its leaves
+        // are in `.m`; then a later commit, so that the journal the anchor names no longer
+        // covers /a.
         let v = bed.open().unwrap();
+        v.write_path("/a", 0, &pattern(1, 8 * BS)).unwrap();
+        v.sync().unwrap();
         v.write_path("/d2/y", 0, b"later").unwrap();
         v.sync().unwrap();
     }

@@ -125,6 +125,7 @@ fn a_volume_whose_default_is_auto() {
         inline_leaf: true,
         dir_tree: true,
         inline_mac: true,
+        inline_tree: true,
     };
     let t = trusted.clone();
     let vol = intact_core::Volume::create(

@@ -242,6 +242,7 @@ fn crash_during_create_never_looks_like_tampering() {
                 inline_leaf: true,
                 dir_tree: true,
                 inline_mac: true,
+                inline_tree: true,
             },
             &intact_core::Options {
                 records: records(),

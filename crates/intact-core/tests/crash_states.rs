@@ -316,6 +316,7 @@ fn record_with<S>(
             inline_leaf: true,
             dir_tree: true,
             inline_mac: true,
+            inline_tree: true,
         },
         &opts(),
     )

@@ -286,7 +286,15 @@ fn example_inode() -> Inode {
         counters: TrustedCounters::Inline(counters),
         inline_node: None,
         inline_mac: None,
+        inline_tags: None,
     }
+}
+
+/// An `mt-eint` GCM leaf: its tag (here 16 bytes of `b`) and 16 zero bytes.
+fn leaf_of_tag(b: u8) -> [u8; 32] {
+    let mut l = [0u8; 32];
+    l[..16].fill(b);
+    l
 }
 
 #[test]
@@ -438,6 +446,55 @@ fn inode_record() {
     let mut bad = one.encode();
     bad[129] = 6; // six intervals: 13 + 96 bytes, past byte 224
     assert_eq!(Inode::decode(&bad), None);
+    // The example (three blocks, one interval) on a volume with inline trees: flag bit 3,
+    // the three leaves' GCM tags in 208..256, the counters before them (docs/file-format.md
+    // §4). By hand.
+    let mut tags = ino.clone();
+    tags.inline_tags = intact_core::format::InlineTags::of(&[
+        leaf_of_tag(0x31),
+        leaf_of_tag(0x32),
+        leaf_of_tag(0x33),
+    ]);
+    assert!(tags.inline_tags.is_some());
+    let by_hand = [
+        // kind 1, scheme 2, flags 0x08, mode 0644, uid 1000, gid 100, nlink 1, xattr 9,
+        // size 10,000
+        "01020800a4010000e80300006400000001000000090000001027000000000000",
+        "15cd853dfe9c9717b1680871fe9c9717e31a4757fe9c97170707070707070707",
+        // id, leaves 3, root
+        "07070707070707070300000000000000abababababababababababababababab",
+        // root, ctr_hw 2, link 0
+        "abababababababababababababababab02000000000000000000000000000000",
+        // tag 0, 1 interval, 3 blocks, start 0, counter 5, 3 bytes of zero
+        "0001000000030000000000000000000000000000000500000000000000000000",
+        "0000000000000000000000000000000000000000000000000000000000000000",
+        // zeros to 208, then the tag of leaf 0
+        "0000000000000000000000000000000031313131313131313131313131313131",
+        // the tags of leaves 1 and 2
+        "3232323232323232323232323232323233333333333333333333333333333333",
+    ]
+    .concat();
+    assert_eq!(
+        hx(tags.encode()),
+        by_hand,
+        "inode record with inline leaves"
+    );
+    assert_eq!(Inode::decode(&tags.encode()).as_ref(), Some(&tags));
+    assert_eq!(tags.trusted_bytes_used(), 9 + 32 + 8 + 13 + 16 + 48);
+    // Flag bit 3 is refused where the record cannot hold it: a tree of one leaf or of
+    // seven, another scheme, with flag bit 2, or counters that reach into the tags.
+    for (what, edit) in [
+        ("one leaf", (72usize, 1u8)),
+        ("seven leaves", (72, 7)),
+        ("CBC", (1, 3)),
+        ("mac-tree", (1, 8)),
+        ("flag bit 2 too", (2, 0x0c)),
+        ("five intervals", (129, 5)),
+    ] {
+        let mut bad = tags.encode();
+        bad[edit.0] = edit.1;
+        assert_eq!(Inode::decode(&bad), None, "{what}");
+    }
     assert_eq!(
         ObjectNames::of(&FILE).data,
         "f/07/07070707070707070707070707070707.d"
@@ -785,6 +842,7 @@ fn fixed_file(
         rtree: intact_core::scheme::RTreeIndex::for_scheme(scheme),
         inline: None,
         inline_mac: None,
+        tags: None,
     };
     (f, hasher, leaf)
 }
@@ -811,6 +869,7 @@ fn rand_eint_vectors() {
         max_object: u64::MAX,
         inline_leaf: false,
         inline_mac: false,
+        inline_tree: false,
     };
     let store = Arc::new(MemStore::new());
     let mut tx = Tx::new(store.clone());
@@ -883,6 +942,7 @@ fn comp_eint_vectors() {
             max_object: u64::MAX,
             inline_leaf: false,
             inline_mac: false,
+            inline_tree: false,
         };
         let store = Arc::new(MemStore::new());
         let mut tx = Tx::new(store.clone());

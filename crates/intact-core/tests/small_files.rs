@@ -1,7 +1,9 @@
 //! Small files stored small (issues 11 and 18): a file of one block or less is one object in
 //! the store. Under `mt-eint` its tree's only node lives in its inode record (the volume's
 //! `inline-leaf` feature, docs/file-format.md §4); the node moves to the `.m` object when
-//! the file grows past one block and back when it shrinks to one.
+//! the file grows past one block and back when it shrinks to one. Under `mt-eint` with GCM,
+//! a tree of up to six leaves keeps its leaves' tags in the record too (`inline-tree`)
+//! while the counters leave room, so a file of up to six blocks is one object.
 
 mod common;
 
@@ -99,7 +101,10 @@ fn a_one_block_file_is_one_object_under_every_scheme() {
 /// appends, truncations, holes and punches, and every state reads back after a reopen.
 #[test]
 fn the_inline_node_follows_the_leaf_count() {
-    for scheme in [SchemeId::MtEintGcm, SchemeId::MtEintCbc] {
+    // With CBC the leaves are keyed hashes of 32 bytes, which the record does not keep:
+    // only the one-leaf tree is in the record.
+    {
+        let scheme = SchemeId::MtEintCbc;
         let steps: [Step; 9] = [
             (
                 "one byte",
@@ -181,6 +186,208 @@ fn the_inline_node_follows_the_leaf_count() {
         ];
         walk(scheme, &steps);
     }
+}
+
+/// Under `mt-eint` with GCM a tree of two to six leaves keeps its leaves in the record while
+/// the counters leave room (16 bytes a leaf and a counter interval, docs/file-format.md
+/// §4): it moves to `.m` and back as writes and cuts change its leaves and intervals, and
+/// every state reads back after a reopen.
+#[test]
+fn a_small_gcm_tree_follows_its_leaves_and_intervals() {
+    let steps: [Step; 11] = [
+        (
+            "one byte",
+            |v, m| {
+                v.write_path("/f", 0, b"x").unwrap();
+                *m = b"x".to_vec();
+            },
+            &["d"],
+        ),
+        (
+            "grow to three blocks",
+            |v, m| {
+                let d = pattern(1, 2 * B + 10);
+                v.write_path("/f", 100, &d).unwrap();
+                m.resize(100, 0);
+                m.extend_from_slice(&d);
+            },
+            &["d"],
+        ),
+        (
+            "six blocks written at once: six leaves, one interval",
+            |v, m| {
+                let d = pattern(2, 6 * B);
+                v.write_path("/f", 0, &d).unwrap();
+                *m = d;
+            },
+            &["d"],
+        ),
+        (
+            "seven blocks",
+            |v, m| {
+                v.write_path("/f", 6 * B as u64, b"seventh").unwrap();
+                m.extend_from_slice(b"seventh");
+            },
+            &["d", "m"],
+        ),
+        (
+            "cut to four blocks",
+            |v, m| {
+                v.truncate("/f", 4 * B as u64).unwrap();
+                m.truncate(4 * B);
+            },
+            &["d"],
+        ),
+        (
+            "block 1 written again: three intervals",
+            |v, m| {
+                v.write_path("/f", B as u64 + 5, b"one").unwrap();
+                m[B + 5..B + 8].copy_from_slice(b"one");
+            },
+            &["d"],
+        ),
+        (
+            "block 3 written again: four intervals and four leaves do not fit",
+            |v, m| {
+                v.write_path("/f", 3 * B as u64 + 5, b"three").unwrap();
+                m[3 * B + 5..3 * B + 10].copy_from_slice(b"three");
+            },
+            &["d", "m"],
+        ),
+        (
+            "cut to two blocks",
+            |v, m| {
+                v.truncate("/f", 2 * B as u64 - 1).unwrap();
+                m.truncate(2 * B - 1);
+            },
+            &["d"],
+        ),
+        (
+            "a hole of one block past them: three intervals, three leaves",
+            |v, m| {
+                v.truncate("/f", 3 * B as u64).unwrap();
+                m.resize(3 * B, 0);
+            },
+            &["d"],
+        ),
+        (
+            "two more: three intervals and five leaves do not fit",
+            |v, m| {
+                v.truncate("/f", 5 * B as u64).unwrap();
+                m.resize(5 * B, 0);
+            },
+            &["d", "m"],
+        ),
+        (
+            "cut to nothing",
+            |v, m| {
+                v.truncate("/f", 0).unwrap();
+                m.clear();
+            },
+            &[],
+        ),
+    ];
+    walk(SchemeId::MtEintGcm, &steps);
+}
+
+/// The record authenticates the leaves it keeps: a four-block file's data object replayed,
+/// with two of its blocks swapped, or another file's in its place is caught, naming the
+/// block; a `.m` planted beside it (a larger file's tree) is never read.
+#[test]
+fn a_small_gcm_file_is_fresh_and_ignores_a_planted_tree_object() {
+    let store = Arc::new(MemStore::new());
+    let trusted = MemTrusted::new();
+    let vol = new_volume(&store, &trusted, SchemeId::MtEintGcm);
+    for p in ["/a", "/b", "/big"] {
+        vol.create_file(p, None).unwrap();
+    }
+    vol.write_path("/a", 0, &pattern(1, 4 * B)).unwrap();
+    vol.write_path("/b", 0, &pattern(2, 4 * B)).unwrap();
+    vol.write_path("/big", 0, &pattern(3, 9 * B)).unwrap();
+    vol.sync().unwrap();
+    let (na, nb, nbig) = (names(&vol, "/a"), names(&vol, "/b"), names(&vol, "/big"));
+    assert_eq!(kinds(&store, &vol, "/a"), ["d"]);
+    assert_eq!(kinds(&store, &vol, "/big"), ["d", "m"]);
+    let old = store.snapshot()[&na.data].clone();
+    vol.write_path("/a", B as u64, b"version 2").unwrap();
+    vol.sync().unwrap();
+    let new = store.snapshot()[&na.data].clone();
+    let want = read_all(&vol, "/a").unwrap();
+    drop(vol);
+
+    let planted = store.snapshot()[&nbig.meta].clone();
+    store.write_at(&na.meta, 0, &planted).unwrap();
+    let vol = open(store.clone(), &trusted).unwrap();
+    assert_eq!(read_all(&vol, "/a").unwrap(), want);
+    drop(vol);
+
+    let mut swapped = new.clone();
+    swapped[2 * B..3 * B].copy_from_slice(&new[3 * B..4 * B]);
+    swapped[3 * B..4 * B].copy_from_slice(&new[2 * B..3 * B]);
+    for (what, bytes, block) in [
+        ("replayed", &old, "block 1"),
+        ("blocks 2 and 3 swapped", &swapped, "block 2"),
+        (
+            "another file's",
+            &store.snapshot()[&nb.data].clone(),
+            "block 0",
+        ),
+    ] {
+        store.set_len(&na.data, 0).unwrap();
+        store.write_at(&na.data, 0, bytes).unwrap();
+        let vol = open(store.clone(), &trusted).unwrap();
+        let e = read_all(&vol, "/a").unwrap_err();
+        assert!(e.is_tampered(), "{what}: {e}");
+        assert!(e.to_string().contains(block), "{what}: {e}");
+    }
+
+    store.set_len(&na.data, 0).unwrap();
+    store.write_at(&na.data, 0, &new).unwrap();
+    let vol = open(store.clone(), &trusted).unwrap();
+    assert_eq!(read_all(&vol, "/a").unwrap(), want);
+    assert_eq!(fsck(&vol), Vec::<String>::new());
+}
+
+/// A volume made with inline leaves but before inline trees (as the intact before this one
+/// made them) keeps a file of two to six blocks in two objects, across sessions, while a
+/// file of one block stays one.
+#[test]
+fn a_volume_without_inline_trees_keeps_small_trees_in_objects() {
+    let store = Arc::new(MemStore::new());
+    let trusted = MemTrusted::new();
+    let t = trusted.clone();
+    let vol = Volume::create(
+        store.clone(),
+        move |_| Ok(Box::new(t) as Box<dyn TrustedStore>),
+        PW,
+        &CreateOptions {
+            kdf: KdfParams::TEST,
+            inline_tree: false,
+            ..CreateOptions::default()
+        },
+        &Options::default(),
+    )
+    .unwrap();
+    vol.create_file("/three", None).unwrap();
+    vol.create_file("/one", None).unwrap();
+    vol.write_path("/three", 0, &pattern(1, 3 * B)).unwrap();
+    vol.write_path("/one", 0, b"small").unwrap();
+    vol.sync().unwrap();
+    assert_eq!(kinds(&store, &vol, "/three"), ["d", "m"]);
+    assert_eq!(kinds(&store, &vol, "/one"), ["d"]);
+    drop(vol);
+    let config = store.snapshot()["intact.conf"].clone();
+    let config: serde_json::Value = serde_json::from_slice(&config).unwrap();
+    assert_eq!(
+        config["features"],
+        serde_json::json!(["inline-leaf", "dir-tree", "inline-mac-leaf"])
+    );
+    let vol = open(store.clone(), &trusted).unwrap();
+    vol.write_path("/one", B as u64, b"two").unwrap();
+    vol.sync().unwrap();
+    assert_eq!(kinds(&store, &vol, "/one"), ["d", "m"]);
+    assert_eq!(read_all(&vol, "/three").unwrap(), pattern(1, 3 * B));
+    assert_eq!(fsck(&vol), Vec::<String>::new());
 }
 
 /// A step of [`walk`]: what to do to `/f` (and its model), and the kinds of objects that
@@ -341,7 +548,7 @@ fn a_one_block_file_is_fresh_and_ignores_a_stale_tree_object() {
     let vol = new_volume(&store, &trusted, SchemeId::MtEintGcm);
     vol.create_file("/a", None).unwrap();
     vol.create_file("/b", None).unwrap();
-    vol.write_path("/a", 0, &pattern(1, 3 * B)).unwrap();
+    vol.write_path("/a", 0, &pattern(1, 8 * B)).unwrap();
     vol.write_path("/b", 0, b"the other file").unwrap();
     vol.sync().unwrap();
     let (na, nb) = (names(&vol, "/a"), names(&vol, "/b"));
@@ -355,7 +562,7 @@ fn a_one_block_file_is_fresh_and_ignores_a_stale_tree_object() {
     let want = read_all(&vol, "/a").unwrap();
     drop(vol);
 
-    // The stale tree object of the three-block file, put back: nothing reads it.
+    // The stale tree object of the eight-block file, put back: nothing reads it.
     store.set_len(&na.meta, 0).unwrap();
     store.write_at(&na.meta, 0, &big_tree).unwrap();
     let vol = open(store.clone(), &trusted).unwrap();
@@ -405,6 +612,7 @@ fn a_volume_without_inline_leaves_keeps_its_nodes_in_objects() {
             inline_leaf: false,
             dir_tree: false,
             inline_mac: false,
+            inline_tree: false,
         },
         &Options::default(),
     )
@@ -506,7 +714,7 @@ fn a_volume_without_inline_mac_tree_leaves_keeps_level_0_in_objects() {
     let config: serde_json::Value = serde_json::from_slice(&config).unwrap();
     assert_eq!(
         config["features"],
-        serde_json::json!(["inline-leaf", "dir-tree"])
+        serde_json::json!(["inline-leaf", "dir-tree", "inline-tree"])
     );
     let vol = open(store.clone(), &trusted).unwrap();
     vol.write_path("/m", 5, b" and more").unwrap();

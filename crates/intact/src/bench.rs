@@ -454,6 +454,7 @@ pub(crate) fn run_scheme(
         inline_leaf: true,
         dir_tree: true,
         inline_mac: true,
+        inline_tree: true,
     };
     let store: Arc<dyn UntrustedStore> = Arc::new(LocalDirStore::open(&cipher)?);
     let vol = Volume::create(

@@ -104,6 +104,7 @@ pub fn dir(a: &DirArgs, cache_bytes: usize, meta_cache_bytes: usize, json: bool)
             inline_leaf: true,
             dir_tree: a.format == "tree",
             inline_mac: true,
+            inline_tree: true,
         },
         &Options {
             cache_bytes,

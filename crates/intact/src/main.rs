@@ -1031,6 +1031,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 inline_leaf: true,
                 dir_tree: true,
                 inline_mac: true,
+                inline_tree: true,
             };
             // The volume id is only known once the config exists, so the state directory
             // for the anchor is chosen by a two-step create.

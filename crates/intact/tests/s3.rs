@@ -357,6 +357,7 @@ fn the_attack_suite_on_objects_in_a_bucket() {
                 inline_leaf: true,
                 dir_tree: true,
                 inline_mac: true,
+                inline_tree: true,
             };
             let runs = attacks::run_all(
                 &mut || {

@@ -516,6 +516,7 @@ mod tests {
                 inline_leaf: true,
                 dir_tree: true,
                 inline_mac: true,
+                inline_tree: true,
             },
             &Options::default(),
         )

@@ -161,6 +161,17 @@ impl OpenFile {
                 "an inline Merkle node in a record whose tree is not one leaf",
             ));
         }
+        if let Some(t) = &inode.inline_tags {
+            let fits = InlineTags::fit(inode.tree.leaves, ctrs.intervals())
+                && matches!(inode.counters, TrustedCounters::Inline(_));
+            if inode.scheme != SchemeId::MtEintGcm || t.n as u64 != inode.tree.leaves || !fits {
+                return Err(Error::tampered(
+                    subject,
+                    None,
+                    "inline Merkle leaves in a record whose tree or counters do not allow them",
+                ));
+            }
+        }
         let one_counter = || {
             inode.scheme == SchemeId::MacTree
                 && crate::scheme::MacTreeState::decode(&inode.tree.root).is_some_and(|t| t.m == 1)
@@ -199,6 +210,7 @@ impl OpenFile {
             rtree: crate::scheme::RTreeIndex::for_scheme(inode.scheme),
             inline: inode.inline_node,
             inline_mac: inode.inline_mac,
+            tags: inode.inline_tags,
         });
         Ok(OpenFile {
             inode,
@@ -545,6 +557,7 @@ pub(super) fn finish_record(keys: &Keys, tx: &mut Tx, of: &mut OpenFile) -> Resu
     of.inode.tree = st.tree;
     of.inode.inline_node = st.inline;
     of.inode.inline_mac = st.inline_mac;
+    of.inode.inline_tags = st.tags;
     of.inode.ctr_hw = st.ctr_hw;
     Ok(())
 }
@@ -581,6 +594,7 @@ pub(super) struct OwnedEnv {
     max_object: u64,
     inline_leaf: bool,
     inline_mac: bool,
+    inline_tree: bool,
 }
 
 impl OwnedEnv {
@@ -595,6 +609,7 @@ impl OwnedEnv {
             max_object: inner.max_object,
             inline_leaf: inner.inline_leaf,
             inline_mac: inner.inline_mac,
+            inline_tree: inner.inline_tree,
         }
     }
 
@@ -610,6 +625,7 @@ impl OwnedEnv {
             max_object: self.max_object,
             inline_leaf: self.inline_leaf,
             inline_mac: self.inline_mac,
+            inline_tree: self.inline_tree,
         }
     }
 }
@@ -1035,6 +1051,41 @@ mod tests {
                     assert!(!fits, "{what}: {e}");
                     assert!(e.is_tampered(), "{what}: {e}");
                     assert!(e.to_string().contains("inline"), "{what}: {e}");
+                }
+            }
+        }
+        // Inline leaves (`inline-tree`): only a GCM tree of as many leaves as the record
+        // keeps tags, with counters that leave room for them.
+        for (scheme, leaves, tags, intervals, fits) in [
+            (SchemeId::MtEintGcm, 3, 3, 1, true),
+            (SchemeId::MtEintGcm, 4, 4, 3, true),
+            (SchemeId::MtEintGcm, 4, 4, 4, false),
+            (SchemeId::MtEintGcm, 4, 3, 1, false),
+            (SchemeId::MtEintCbc, 3, 3, 1, false),
+        ] {
+            let mut inode = Inode::new(Kind::File, scheme, [9; 16], merkle(leaves), 0);
+            inode.inline_tags = crate::format::InlineTags::of(&vec![[0; 32]; tags as usize]);
+            let mut c = crate::tree::CounterIntervals::new();
+            for i in 0..intervals - 1 {
+                c.set_range(i, 1, 5 + i % 2);
+            }
+            c.set_range(
+                intervals - 1,
+                leaves + 1 - intervals,
+                5 + (intervals - 1) % 2,
+            );
+            assert_eq!(c.intervals() as u64, intervals);
+            inode.counters = TrustedCounters::Inline(c);
+            let r = OpenFile::load(inode, &keys, &mut g.tx, Subject::Inode(7));
+            let what = format!("{scheme:?}, {leaves} leaves, {tags} tags, {intervals} intervals");
+            match r {
+                Ok(_) => assert!(fits, "{what}: loaded"),
+                Err(e) => {
+                    assert!(!fits, "{what}: {e}");
+                    assert!(
+                        e.is_tampered() && e.to_string().contains("inline"),
+                        "{what}: {e}"
+                    );
                 }
             }
         }

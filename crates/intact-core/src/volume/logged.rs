@@ -368,6 +368,7 @@ fn merge_data(cur: &mut Inode, d: &Inode) {
     cur.counters = d.counters.clone();
     cur.inline_node = d.inline_node;
     cur.inline_mac = d.inline_mac;
+    cur.inline_tags = d.inline_tags;
 }
 
 /// Takes the attribute fields of `a` (a record item) into `cur`.
@@ -1099,6 +1100,7 @@ impl Inner {
                     rec.ctr_hw = 0;
                     rec.inline_node = None;
                     rec.inline_mac = None;
+                    rec.inline_tags = None;
                     let mut of =
                         OpenFile::load(rec, &self.keys, &mut self.tx, Subject::Inode(ino))?;
                     match of.inode.kind {

@@ -36,6 +36,7 @@ macro_rules! env {
             max_object: $s.max_object,
             inline_leaf: $s.inline_leaf,
             inline_mac: $s.inline_mac,
+            inline_tree: $s.inline_tree,
         }
     };
 }
@@ -202,6 +203,10 @@ pub struct CreateOptions {
     /// a small `mac-tree` file is one object ([`INLINE_MAC`]). `false` makes a volume as
     /// intact made them before, which older versions of intact open.
     pub inline_mac: bool,
+    /// `mt-eint` trees of 2 to 6 leaves keep their leaves in the inode record, so that a
+    /// file of up to six blocks is one object ([`INLINE_TREE`]; needs `inline_leaf`).
+    /// `false` makes a volume as intact made them before, which older versions open.
+    pub inline_tree: bool,
 }
 
 impl Default for CreateOptions {
@@ -214,6 +219,7 @@ impl Default for CreateOptions {
             inline_leaf: true,
             dir_tree: true,
             inline_mac: true,
+            inline_tree: true,
         }
     }
 }
@@ -457,6 +463,8 @@ struct Inner {
     inline_leaf: bool,
     /// The volume has the [`INLINE_MAC`] feature.
     inline_mac: bool,
+    /// The volume has the [`INLINE_TREE`] feature (and [`INLINE_LEAF`], which it extends).
+    inline_tree: bool,
     /// The volume has the [`DIR_TREE`] feature.
     dir_tree: bool,
     tx: Tx,
@@ -629,6 +637,7 @@ impl Volume {
                 (copts.inline_leaf, INLINE_LEAF),
                 (copts.dir_tree, DIR_TREE),
                 (copts.inline_mac, INLINE_MAC),
+                (copts.inline_tree && copts.inline_leaf, INLINE_TREE),
             ]
             .iter()
             .filter(|(on, _)| *on)
@@ -797,6 +806,8 @@ impl Volume {
             default_auto: config.scheme == AUTO,
             inline_leaf: config.features.iter().any(|f| f == INLINE_LEAF),
             inline_mac: config.features.iter().any(|f| f == INLINE_MAC),
+            inline_tree: config.features.iter().any(|f| f == INLINE_TREE)
+                && config.features.iter().any(|f| f == INLINE_LEAF),
             dir_tree: config.features.iter().any(|f| f == DIR_TREE),
             config,
             keys,

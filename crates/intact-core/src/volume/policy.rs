@@ -113,6 +113,7 @@ impl Inner {
         inode.ctr_hw = 0;
         inode.inline_node = None;
         inode.inline_mac = None;
+        inode.inline_tags = None;
         inode.size = 0;
         let mut new = OpenFile::load(inode, &self.keys, &mut self.tx, Subject::Inode(ino))?;
         let env = env!(self);

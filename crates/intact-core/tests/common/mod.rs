@@ -38,6 +38,7 @@ pub fn create<T: TrustedStore + Clone + 'static>(
         inline_leaf: true,
         dir_tree: true,
         inline_mac: true,
+        inline_tree: true,
     };
     create_with(store, trusted, &copts)
 }

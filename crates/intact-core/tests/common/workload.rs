@@ -138,6 +138,11 @@ pub fn workload_at(
     step(&m, points);
     put(&mut m, "/s", bs - 1, &pattern(13, 2))?; // grows past one block
     step(&m, points);
+    // Cut back to four blocks of three counter intervals: under `mt-eint` with GCM its
+    // tree leaves `.m` for the record (docs/file-format.md §4, inline leaves).
+    vol.truncate("/d/f2", (3 * bs + 10) as u64)?;
+    m.get_mut("/d/f2").unwrap().truncate(3 * bs + 10);
+    step(&m, points);
     sync(&m, points, done)?;
 
     // The inode-level operations of the FUSE adapter: a hard link, an extended attribute
