@@ -705,9 +705,15 @@ fn corrupted_config() {
     let mut c: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(
         c["features"],
-        serde_json::json!(["inline-leaf", "dir-tree", "inline-mac-leaf"])
+        serde_json::json!(["inline-leaf", "dir-tree", "inline-mac-leaf", "inline-tree"])
     );
-    c["features"] = serde_json::json!(["inline-leaf", "dir-tree", "inline-mac-leaf", "warp"]);
+    c["features"] = serde_json::json!([
+        "inline-leaf",
+        "dir-tree",
+        "inline-mac-leaf",
+        "inline-tree",
+        "warp"
+    ]);
     set(c.to_string().as_bytes());
     v.run(&["ls"]).fails(code::CONFIG).says("warp");
     // Argon2 parameters that would take the machine down are refused before use.
