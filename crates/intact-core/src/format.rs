@@ -875,6 +875,30 @@ mod tests {
 
     /// Every kind's record byte (docs/file-format.md §4), which kinds a directory entry
     /// may name, and which have no content or keep a device number.
+    /// The record's last 128 bytes hold the counters' inline form (13 bytes and 16 an
+    /// interval) and 16 bytes a leaf: k + n <= 7, for 2 to 6 leaves (docs/file-format.md §4).
+    #[test]
+    fn inline_tags_fit_where_counters_and_tags_share_the_record() {
+        for (leaves, intervals, fits) in [
+            (2, 1, true),
+            (2, 5, true),
+            (2, 6, false),
+            (4, 3, true),
+            (4, 4, false),
+            (6, 1, true),
+            (6, 2, false),
+            (1, 1, false),
+            (7, 0, false),
+            (0, 0, false),
+        ] {
+            assert_eq!(
+                InlineTags::fit(leaves, intervals),
+                fits,
+                "{leaves} leaves, {intervals} intervals"
+            );
+        }
+    }
+
     #[test]
     fn kind_codes_are_frozen() {
         // (kind, code, may be an entry, special, device)
