@@ -1551,6 +1551,32 @@ mod tests {
         }
     }
 
+    /// A tree kept in the record that an extension makes large goes to `.m` before it
+    /// grows (`Nodes::spill`): a hole of 2^30 blocks extends `.m` (sparse) instead of
+    /// holding 2^31 nodes in memory.
+    #[test]
+    fn a_tree_in_the_record_extended_by_a_huge_hole_moves_to_its_object() {
+        let mut fx = Fixture::new(256);
+        fx.inline_leaf = true;
+        fx.inline_tree = true;
+        let mut f = fx.file(SchemeId::MtEintGcm);
+        let (env, tx) = fx.parts();
+        let sch = scheme(SchemeId::MtEintGcm);
+        let mut run = vec![3u8; 2 * 256];
+        sch.write_blocks(&env, &mut f, tx, 0, &mut run).unwrap();
+        assert!(f.tags.is_some());
+        sch.resize(&env, &mut f, tx, 1 << 30).unwrap();
+        assert!(f.tags.is_none());
+        assert_eq!(
+            tx.len(&f.names.meta).unwrap(),
+            Some(stored_node_count(1 << 30) * 32)
+        );
+        let mut out = vec![0u8; 3 * 256];
+        sch.read_blocks(&env, &f, tx, 0, &mut out).unwrap();
+        assert_eq!(out[..512], [3u8; 512]);
+        assert_eq!(out[512..], [0u8; 256]);
+    }
+
     /// Leaves that move from `.m` into the record are checked against the trusted root
     /// first: a tampered leaf of a tree cut to fewer leaves is an integrity failure, not a
     /// leaf blessed into the record.
