@@ -961,12 +961,12 @@ impl Scheme for MtEint {
         let bs = env.bs;
         let count = (out.len() / bs) as u64;
         let tree = Self::tree(env, f);
-        let leaves = {
-            let mut io = Nodes::of(env, tx, f);
-            timed(Phase::Tree, || tree.stored_leaves(&mut io, first, count))
-                .map_err(|e| Self::tree_err(f, e))?
-        };
-        tx.read_at(&f.names.data, first * bs as u64, out)?;
+        // One node I/O for the leaves and the check: a tree kept in the record is expanded
+        // from its tags once per read.
+        let mut io = Nodes::of(env, tx, f);
+        let leaves = timed(Phase::Tree, || tree.stored_leaves(&mut io, first, count))
+            .map_err(|e| Self::tree_err(f, e))?;
+        io.tx.read_at(&f.names.data, first * bs as u64, out)?;
         for k in 0..count as usize {
             let blk = &mut out[k * bs..(k + 1) * bs];
             if let Err(e) = self.open_block(env, f, first + k as u64, &leaves[k], blk) {
@@ -975,7 +975,6 @@ impl Scheme for MtEint {
                 return Err(e);
             }
         }
-        let mut io = Nodes::of(env, tx, f);
         if let Err(e) = timed(Phase::Tree, || {
             tree.verify(&f.tree, &mut io, first, &leaves)
         }) {
