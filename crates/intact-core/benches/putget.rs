@@ -59,6 +59,7 @@ fn create(store: Arc<dyn UntrustedStore>, trusted: &MemTrusted, scheme: SchemeId
             dir_tree: true,
             inline_mac: true,
             inline_tree: true,
+            inline_data: true,
         },
         &opts(),
     )

@@ -112,6 +112,10 @@ pub enum Kind {
     CharDev = 7,
     /// A block device (its device number in [`Inode::link`]).
     BlockDev = 8,
+    /// A slot of a small file's data, kept in the inode table (volumes with the
+    /// [`INLINE_DATA`] feature; docs/file-format.md §4.3): never named by a directory entry,
+    /// listed by exactly one file's record ([`InlineData::slots`]).
+    Data = 9,
 }
 
 impl Kind {
@@ -126,6 +130,7 @@ impl Kind {
             6 => Kind::Socket,
             7 => Kind::CharDev,
             8 => Kind::BlockDev,
+            9 => Kind::Data,
             _ => return None,
         })
     }
@@ -133,7 +138,7 @@ impl Kind {
     /// The kind of a directory entry's code (1 file, 2 directory, 3 symlink, 5 to 8 the
     /// special files); `None` for codes no entry may have.
     pub fn of_entry(b: u8) -> Option<Kind> {
-        Kind::from_u8(b).filter(|k| !matches!(k, Kind::Free | Kind::Xattr))
+        Kind::from_u8(b).filter(|k| !matches!(k, Kind::Free | Kind::Xattr | Kind::Data))
     }
 
     /// A FIFO, socket or device node: an inode with no content.
@@ -347,6 +352,54 @@ pub struct Inode {
     /// kept in the record instead of a `.m` object on volumes with the [`INLINE_TREE`]
     /// feature (docs/file-format.md §4).
     pub inline_tags: Option<InlineTags>,
+    /// A small file's data, kept in slots of the inode table instead of objects of its own
+    /// (volumes with the [`INLINE_DATA`] feature; docs/file-format.md §4.3). The record
+    /// holds the slots' inode numbers; the bytes are read from them by the engine (and
+    /// carried by the log's data items), so a decoded record has them empty.
+    pub inline_data: Option<InlineData>,
+}
+
+/// Payload bytes of one inline-data slot (a [`Kind::Data`] record: its kind byte, seven
+/// zero bytes, then these).
+pub const SLOT_BYTES: usize = RECORD_SIZE - 8;
+/// Most slots one file lists (record bytes 136..256, eight bytes each).
+pub const MAX_SLOTS: usize = 15;
+/// Largest file kept inline: [`MAX_SLOTS`] slots of [`SLOT_BYTES`].
+pub const INLINE_DATA_MAX: u64 = (MAX_SLOTS * SLOT_BYTES) as u64;
+/// The tag byte at record offset 128 that marks an inline-data file (where the counter
+/// intervals' form byte, 0 or 1, would be).
+const INLINE_DATA_TAG: u8 = 2;
+
+/// A small file's data in the inode table ([`Inode::inline_data`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct InlineData {
+    /// Inode numbers of the [`Kind::Data`] records that hold the bytes, in order:
+    /// exactly `ceil(size / SLOT_BYTES)` of them.
+    pub slots: Vec<u64>,
+    /// The file's bytes (its size), once read from the slots or carried by the log.
+    pub bytes: Vec<u8>,
+}
+
+impl InlineData {
+    /// Slots a file of `size` bytes takes.
+    pub fn slots_for(size: u64) -> usize {
+        size.div_ceil(SLOT_BYTES as u64) as usize
+    }
+}
+
+/// A [`Kind::Data`] record holding `part` (at most [`SLOT_BYTES`]; zeros after it).
+pub fn encode_slot(part: &[u8]) -> [u8; RECORD_SIZE] {
+    let mut b = [0u8; RECORD_SIZE];
+    b[0] = Kind::Data as u8;
+    b[8..8 + part.len()].copy_from_slice(part);
+    b
+}
+
+/// The payload of a [`Kind::Data`] record; `None` when `b` is not one (another kind, or
+/// nonzero reserved bytes).
+pub fn slot_payload(b: &[u8]) -> Option<&[u8]> {
+    (b.len() == RECORD_SIZE && b[0] == Kind::Data as u8 && b[1..8].iter().all(|&x| x == 0))
+        .then(|| &b[8..])
 }
 
 impl Inode {
@@ -374,6 +427,7 @@ impl Inode {
             inline_node: None,
             inline_mac: None,
             inline_tags: None,
+            inline_data: None,
         }
     }
 
@@ -430,7 +484,8 @@ impl Inode {
         b[2] = self.auto as u8
             | (self.scheme_set as u8) << 1
             | ((self.inline_node.is_some() || self.inline_mac.is_some()) as u8) << 2
-            | (self.inline_tags.is_some() as u8) << 3;
+            | (self.inline_tags.is_some() as u8) << 3
+            | (self.inline_data.is_some() as u8) << 4;
         b[4..8].copy_from_slice(&self.mode.to_le_bytes());
         b[8..12].copy_from_slice(&self.uid.to_le_bytes());
         b[12..16].copy_from_slice(&self.gid.to_le_bytes());
@@ -445,6 +500,18 @@ impl Inode {
         b[80..112].copy_from_slice(&self.tree.root);
         b[112..120].copy_from_slice(&self.ctr_hw.to_le_bytes());
         b[120..128].copy_from_slice(&self.link.to_le_bytes());
+        if let Some(d) = &self.inline_data {
+            assert!(
+                d.slots.len() <= MAX_SLOTS,
+                "at most MAX_SLOTS inline-data slots"
+            );
+            b[128] = INLINE_DATA_TAG;
+            b[129] = d.slots.len() as u8;
+            for (k, s) in d.slots.iter().enumerate() {
+                b[136 + 8 * k..144 + 8 * k].copy_from_slice(&s.to_le_bytes());
+            }
+            return b;
+        }
         let ctrs_end = match (&self.inline_node, &self.inline_mac, &self.inline_tags) {
             (None, None, Some(t)) => {
                 let at = InlineTags::at(t.n as usize);
@@ -477,6 +544,13 @@ impl Inode {
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
         let kind = Kind::from_u8(b[0])?;
+        if kind == Kind::Data {
+            // A slot of a small file's data: its payload is read with [`slot_payload`].
+            slot_payload(b)?;
+            let mut i = Inode::free(0);
+            i.kind = Kind::Data;
+            return Some(i);
+        }
         let scheme = if kind == Kind::Free {
             SchemeId::Aead
         } else {
@@ -486,6 +560,52 @@ impl Inode {
         root.copy_from_slice(&b[80..112]);
         let mut id = [0u8; 16];
         id.copy_from_slice(&b[56..72]);
+        // Flag bit 4: a small file's data in slots of the table; bytes 128.. list them.
+        if b[2] & 16 != 0 {
+            let n = b[129] as usize;
+            let plain_tree = u64_at(72) == 0 && u64_at(112) == 0;
+            if kind != Kind::File
+                || scheme != SchemeId::MtEintGcm
+                || b[2] & !(1 | 2 | 16) != 0
+                || b[2] & 1 != 0
+                || b[128] != INLINE_DATA_TAG
+                || n > MAX_SLOTS
+                || b[130..136].iter().any(|&x| x != 0)
+                || b[136 + 8 * n..].iter().any(|&x| x != 0)
+                || !plain_tree
+                || InlineData::slots_for(u64_at(24)) != n
+            {
+                return None;
+            }
+            let slots = (0..n).map(|k| u64_at(136 + 8 * k)).collect();
+            return Some(Inode {
+                kind,
+                scheme,
+                mode: u32_at(4),
+                uid: u32_at(8),
+                gid: u32_at(12),
+                nlink: u32_at(16),
+                auto: false,
+                scheme_set: b[2] & 2 != 0,
+                xattr: u32_at(20),
+                size: u64_at(24),
+                mtime_ns: u64_at(32) as i64,
+                ctime_ns: u64_at(40) as i64,
+                atime_ns: u64_at(48) as i64,
+                id,
+                tree: TreeState { leaves: 0, root },
+                ctr_hw: 0,
+                link: u64_at(120),
+                counters: TrustedCounters::Inline(CounterIntervals::new()),
+                inline_node: None,
+                inline_mac: None,
+                inline_tags: None,
+                inline_data: Some(InlineData {
+                    slots,
+                    bytes: Vec::new(),
+                }),
+            });
+        }
         // Flag bit 2: the inline part of the tree, whose form the scheme decides.
         let inline = b[2] & 4 != 0;
         let mac = scheme == SchemeId::MacTree;
@@ -549,6 +669,7 @@ impl Inode {
             inline_node,
             inline_mac,
             inline_tags,
+            inline_data: None,
         })
     }
 }
@@ -768,8 +889,15 @@ pub const INLINE_MAC: &str = "inline-mac-leaf";
 /// keeps such trees in `.m`.
 pub const INLINE_TREE: &str = "inline-tree";
 
+/// Feature flag: a new `mt-eint` (GCM) file keeps its data in slots of the inode table
+/// ([`Inode::inline_data`]) while it is at most [`INLINE_DATA_MAX`] bytes, so a small file
+/// has no object of its own in the store; the inode table's tree authenticates the bytes
+/// and keeps them fresh. A file that grows past the bound moves to blocks under its scheme
+/// and stays there. Set on every volume created since it exists.
+pub const INLINE_DATA: &str = "inline-data";
+
 /// Known feature flags.
-pub const KNOWN_FEATURES: &[&str] = &[INLINE_LEAF, DIR_TREE, INLINE_MAC, INLINE_TREE];
+pub const KNOWN_FEATURES: &[&str] = &[INLINE_LEAF, DIR_TREE, INLINE_MAC, INLINE_TREE, INLINE_DATA];
 
 impl Config {
     /// The bytes authenticated together with the wrapped key: every field but the envelope.
@@ -877,6 +1005,79 @@ mod tests {
     /// may name, and which have no content or keep a device number.
     /// The record's last 128 bytes hold the counters' inline form (13 bytes and 16 an
     /// interval) and 16 bytes a leaf: k + n <= 7, for 2 to 6 leaves (docs/file-format.md §4).
+    /// An inline-data record round-trips with its slot list (bytes 128..256 of
+    /// docs/file-format.md §4.3), and every departure from the layout is refused: slots that
+    /// do not match the size, another kind or scheme, the `auto` bit or another inline bit,
+    /// a tree or `ctr_hw`, nonzero padding, a size past the bound.
+    #[test]
+    fn inline_data_records_round_trip_and_malformed_ones_are_refused() {
+        let mut rec = Inode::new(
+            Kind::File,
+            SchemeId::MtEintGcm,
+            [3; 16],
+            TreeState {
+                leaves: 0,
+                root: [0; 32],
+            },
+            1,
+        );
+        rec.size = 2 * SLOT_BYTES as u64 + 1;
+        rec.inline_data = Some(InlineData {
+            slots: vec![10, 11, 500],
+            bytes: Vec::new(),
+        });
+        let b = rec.encode();
+        assert_eq!(b[2], 16, "flag bit 4");
+        assert_eq!(&b[128..136], &[2, 3, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(&b[136..144], &10u64.to_le_bytes());
+        assert_eq!(&b[152..160], &500u64.to_le_bytes());
+        assert!(b[160..].iter().all(|&x| x == 0));
+        assert_eq!(Inode::decode(&b), Some(rec.clone()));
+        let refused = |f: &dyn Fn(&mut [u8; RECORD_SIZE])| {
+            let mut c = b;
+            f(&mut c);
+            Inode::decode(&c)
+        };
+        assert_eq!(
+            refused(&|c| c[129] = 2),
+            None,
+            "fewer slots than the size needs"
+        );
+        assert_eq!(refused(&|c| c[129] = 4), None, "more");
+        assert_eq!(refused(&|c| c[0] = Kind::Dir as u8), None, "a directory");
+        assert_eq!(
+            refused(&|c| c[1] = SchemeId::MacTree.code()),
+            None,
+            "mac-tree"
+        );
+        assert_eq!(refused(&|c| c[2] |= 1), None, "auto");
+        assert_eq!(refused(&|c| c[2] |= 4), None, "an inline node too");
+        assert_eq!(refused(&|c| c[2] |= 8), None, "inline tags too");
+        assert_eq!(refused(&|c| c[72] = 1), None, "a leaf");
+        assert_eq!(refused(&|c| c[112] = 1), None, "ctr_hw");
+        assert_eq!(refused(&|c| c[128] = 0), None, "the counters' tag");
+        assert_eq!(refused(&|c| c[131] = 1), None, "padding");
+        assert_eq!(refused(&|c| c[200] = 1), None, "past the slots");
+        let past = |c: &mut [u8; RECORD_SIZE]| {
+            c[24..32].copy_from_slice(&(INLINE_DATA_MAX + 1).to_le_bytes());
+            c[129] = 16;
+        };
+        assert_eq!(refused(&past), None, "past the bound");
+        // Decoded, the bytes are empty (the engine reads the slots).
+        let mut with_bytes = rec.clone();
+        with_bytes.inline_data.as_mut().unwrap().bytes = vec![1; 497];
+        assert_eq!(Inode::decode(&with_bytes.encode()), Some(rec));
+        // A slot: its payload, and nothing else of kind 9.
+        let slot = encode_slot(b"abc");
+        assert_eq!(slot[0], 9);
+        assert_eq!(&slot_payload(&slot).unwrap()[..4], b"abc\0");
+        assert_eq!(Inode::decode(&slot).map(|i| i.kind), Some(Kind::Data));
+        let mut c = slot;
+        c[3] = 1;
+        assert_eq!(slot_payload(&c), None);
+        assert_eq!(Inode::decode(&c), None);
+    }
+
     #[test]
     fn inline_tags_fit_where_counters_and_tags_share_the_record() {
         for (leaves, intervals, fits) in [
@@ -912,6 +1113,7 @@ mod tests {
             (Kind::Socket, 6, true, true, false),
             (Kind::CharDev, 7, true, true, true),
             (Kind::BlockDev, 8, true, true, true),
+            (Kind::Data, 9, false, false, false),
         ];
         for (kind, code, entry, special, device) in table {
             assert_eq!(kind as u8, code);
@@ -920,7 +1122,7 @@ mod tests {
             assert_eq!(kind.is_special(), special, "{kind:?}");
             assert_eq!(kind.is_device(), device, "{kind:?}");
         }
-        for code in [9, 0x80, 0xff] {
+        for code in [10, 0x80, 0xff] {
             assert_eq!(Kind::from_u8(code), None);
             assert_eq!(Kind::of_entry(code), None);
         }

@@ -56,6 +56,7 @@ fn copts(scheme: SchemeId) -> CreateOptions {
         dir_tree: true,
         inline_mac: true,
         inline_tree: true,
+        inline_data: true,
     }
 }
 

@@ -126,6 +126,7 @@ fn a_volume_whose_default_is_auto() {
         dir_tree: true,
         inline_mac: true,
         inline_tree: true,
+        inline_data: true,
     };
     let t = trusted.clone();
     let vol = intact_core::Volume::create(

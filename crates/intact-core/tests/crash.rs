@@ -243,6 +243,7 @@ fn crash_during_create_never_looks_like_tampering() {
                 dir_tree: true,
                 inline_mac: true,
                 inline_tree: true,
+                inline_data: true,
             },
             &intact_core::Options {
                 records: records(),

@@ -115,12 +115,14 @@ fn crash_while_filling_a_hole_past_the_metadata_end() {
 /// length no longer matches the interval count.
 #[test]
 fn crash_while_spilled_counters_grow() {
-    // 20 blocks with alternating counters: > 7 intervals, so spilled.
+    // 40 blocks with alternating counters: > 7 intervals, so spilled (and past the bound
+    // of data kept in the inode table's slots, so in blocks).
+
     let setup = |v: &Volume| {
         v.create_file("/c", None).unwrap();
-        v.write_path("/c", 0, &pattern(1, 20 * BS)).unwrap();
+        v.write_path("/c", 0, &pattern(1, 40 * BS)).unwrap();
         v.sync().unwrap();
-        for b in (1..20).step_by(2) {
+        for b in (1..40).step_by(2) {
             v.write_path("/c", (b * BS) as u64, &pattern(3, BS))
                 .unwrap();
             v.sync().unwrap();
@@ -132,15 +134,15 @@ fn crash_while_spilled_counters_grow() {
         v.write_path("/other", 0, b"x").unwrap();
     };
     let expected_old = {
-        let mut d = pattern(1, 20 * BS);
-        for b in (1..20).step_by(2) {
+        let mut d = pattern(1, 40 * BS);
+        for b in (1..40).step_by(2) {
             d[b * BS..(b + 1) * BS].copy_from_slice(&pattern(3, BS));
         }
         d
     };
-    // One more block under the session floor (block 19 has floor + 1): one more interval.
+    // One more block under the session floor (block 39 has floor + 1): one more interval.
     let step = |v: &Volume| {
-        let _ = v.write_path("/c", 20 * BS as u64, &pattern(4, BS));
+        let _ = v.write_path("/c", 40 * BS as u64, &pattern(4, BS));
     };
     let mut new = expected_old.clone();
     new.extend_from_slice(&pattern(4, BS));

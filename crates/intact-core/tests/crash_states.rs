@@ -317,6 +317,7 @@ fn record_with<S>(
             dir_tree: true,
             inline_mac: true,
             inline_tree: true,
+            inline_data: true,
         },
         &opts(),
     )

@@ -287,6 +287,7 @@ fn example_inode() -> Inode {
         inline_node: None,
         inline_mac: None,
         inline_tags: None,
+        inline_data: None,
     }
 }
 

@@ -29,7 +29,10 @@ fn path(k: usize) -> String {
 
 fn content(k: usize, version: u8) -> Vec<u8> {
     let mut v = format!("file {k} version {version} ").into_bytes();
-    v.resize(1000 + k % 100, version);
+    // Files 0 and 1, which the end of the test rolls back and damages in the store, are
+    // past the bytes a file keeps in the inode table's slots: in blocks, in objects of
+    // their own. The others are in slots (docs/design.md, "Small files in the inode table").
+    v.resize(if k < 2 { 5000 } else { 1000 + k % 100 }, version);
     v
 }
 

@@ -49,8 +49,47 @@ fn fsck(vol: &Volume) -> Vec<String> {
     failures.iter().map(|f| format!("{f:?}")).collect()
 }
 
+/// A volume whose files keep their data in blocks under their schemes (no `inline-data`):
+/// these tests are about the schemes' objects. Small files in the inode table's slots are
+/// tested in `volume/inline.rs`, and below in
+/// `a_small_mt_eint_file_of_a_default_volume_has_no_object`.
 fn new_volume(store: &Arc<MemStore>, trusted: &MemTrusted, scheme: SchemeId) -> Volume {
-    create(store.clone(), trusted, scheme, BS)
+    create_with(
+        store.clone(),
+        trusted,
+        &CreateOptions {
+            block_size: BS,
+            scheme,
+            kdf: KdfParams::TEST,
+            inline_data: false,
+            ..CreateOptions::default()
+        },
+    )
+}
+
+/// On a volume made with the defaults (`inline-data`), a small `mt-eint` file has no object
+/// at all, where every other scheme's has one; both read back after a reopen.
+#[test]
+fn a_small_mt_eint_file_of_a_default_volume_has_no_object() {
+    for (scheme, want) in [
+        (SchemeId::MtEintGcm, &[][..]),
+        (SchemeId::MtEintCbc, &["d"][..]),
+        (SchemeId::MacTree, &["d"][..]),
+    ] {
+        let store = Arc::new(MemStore::new());
+        let trusted = MemTrusted::new();
+        let vol = create(store.clone(), &trusted, scheme, BS);
+        vol.create_file("/small", Some(scheme)).unwrap();
+        vol.write_path("/small", 0, &noise(2, 1024)).unwrap();
+        vol.sync().unwrap();
+        assert_eq!(kinds(&store, &vol, "/small"), want, "{scheme:?}");
+        drop(vol);
+        let vol = open(store.clone(), &trusted).unwrap();
+        let mut buf = vec![0u8; 2048];
+        assert_eq!(vol.read_path("/small", 0, &mut buf).unwrap(), 1024);
+        assert_eq!(&buf[..1024], &noise(2, 1024)[..]);
+        assert!(fsck(&vol).is_empty(), "{scheme:?}");
+    }
 }
 
 #[test]
@@ -363,6 +402,7 @@ fn a_volume_without_inline_trees_keeps_small_trees_in_objects() {
         &CreateOptions {
             kdf: KdfParams::TEST,
             inline_tree: false,
+            inline_data: false,
             ..CreateOptions::default()
         },
         &Options::default(),
@@ -613,6 +653,7 @@ fn a_volume_without_inline_leaves_keeps_its_nodes_in_objects() {
             dir_tree: false,
             inline_mac: false,
             inline_tree: false,
+            inline_data: false,
         },
         &Options::default(),
     )
@@ -697,6 +738,7 @@ fn a_volume_without_inline_mac_tree_leaves_keeps_level_0_in_objects() {
             kdf: KdfParams::TEST,
             scheme: SchemeId::MacTree,
             inline_mac: false,
+            inline_data: false,
             ..CreateOptions::default()
         },
         &Options::default(),

@@ -228,7 +228,7 @@ fn file_type(k: Kind) -> FileType {
         Kind::Socket => FileType::Socket,
         Kind::CharDev => FileType::CharDevice,
         Kind::BlockDev => FileType::BlockDevice,
-        Kind::File | Kind::Free | Kind::Xattr => FileType::RegularFile,
+        Kind::File | Kind::Free | Kind::Xattr | Kind::Data => FileType::RegularFile,
     }
 }
 

@@ -105,6 +105,7 @@ pub fn dir(a: &DirArgs, cache_bytes: usize, meta_cache_bytes: usize, json: bool)
             dir_tree: a.format == "tree",
             inline_mac: true,
             inline_tree: true,
+            inline_data: true,
         },
         &Options {
             cache_bytes,

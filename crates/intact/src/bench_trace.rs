@@ -193,6 +193,9 @@ pub fn replay(
             block_size: bs,
             scheme,
             kdf: KdfParams::TEST,
+            // The paper's metrics are those of the scheme's blocks and trees: no file's
+            // data in the inode table's slots.
+            inline_data: false,
             ..CreateOptions::default()
         },
         &Options {

@@ -1032,6 +1032,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 dir_tree: true,
                 inline_mac: true,
                 inline_tree: true,
+                inline_data: true,
             };
             // The volume id is only known once the config exists, so the state directory
             // for the anchor is chosen by a two-step create.

@@ -358,6 +358,7 @@ fn the_attack_suite_on_objects_in_a_bucket() {
                 dir_tree: true,
                 inline_mac: true,
                 inline_tree: true,
+                inline_data: true,
             };
             let runs = attacks::run_all(
                 &mut || {

@@ -275,6 +275,7 @@ impl Inner {
             .collect();
         let this_commit = self.commits_begun + 1;
         for ino in dirty {
+            self.settle_slots(ino)?;
             let env = env!(self);
             self.unsealed.pending(ino, this_commit);
             let of = self.files.get_mut(&ino).expect("listed");
@@ -294,6 +295,7 @@ impl Inner {
             flush_data(&env, &mut self.tx, of, &mut self.scratch)?;
             finish_record(&self.keys, &mut self.tx, of)?;
             of.record_dirty = false;
+            of.stage_flush = false;
             let rec = of.inode.clone();
             self.write_record(ino, &rec)?;
         }

@@ -517,6 +517,7 @@ mod tests {
                 dir_tree: true,
                 inline_mac: true,
                 inline_tree: true,
+                inline_data: true,
             },
             &Options::default(),
         )

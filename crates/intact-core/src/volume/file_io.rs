@@ -46,6 +46,11 @@ pub(super) struct OpenFile {
     /// since); `None` when the counters are inline. The next change is written as edits
     /// of it ([`CounterIntervals::edits_from`]), not whole.
     pub(super) ctrs_stored: Option<CounterIntervals>,
+    /// The file left the inode table's slots for blocks in this request
+    /// ([`Inner::inline_to_blocks`]): its next push through the scheme is staged, so that
+    /// the log item that frees the slots never has direct writes a crash could leave out
+    /// (docs/design.md, "Small files in the inode table").
+    pub(super) stage_flush: bool,
 }
 
 /// A file's scheme state, shared with the readers that run without the engine lock
@@ -153,6 +158,24 @@ impl OpenFile {
         };
         let ctrs = check_ctr(&inode.counters, spilled.as_deref(), &ctr_hash)
             .map_err(|e| Error::tampered(subject.clone(), None, format!("write counters: {e}")))?;
+        if let Some(d) = &inode.inline_data {
+            let bytes_ok = d.bytes.is_empty() || d.bytes.len() as u64 == inode.size;
+            if inode.kind != Kind::File
+                || inode.scheme != SchemeId::MtEintGcm
+                || inode.auto
+                || inode.size > INLINE_DATA_MAX
+                || d.slots.len() != InlineData::slots_for(inode.size)
+                || inode.tree.leaves != 0
+                || ctrs.blocks() != 0
+                || !bytes_ok
+            {
+                return Err(Error::tampered(
+                    subject,
+                    None,
+                    "inline data in a record that cannot keep it",
+                ));
+            }
+        }
         let mt = matches!(inode.scheme, SchemeId::MtEintGcm | SchemeId::MtEintCbc);
         if inode.inline_node.is_some() && (!mt || inode.tree.leaves != 1) {
             return Err(Error::tampered(
@@ -229,6 +252,7 @@ impl OpenFile {
             unsynced_since: None,
             logged_at: Default::default(),
             ctrs_stored,
+            stage_flush: false,
         })
     }
 
@@ -283,6 +307,9 @@ pub(super) fn file_read(
     off: u64,
     buf: &mut [u8],
 ) -> Result<usize> {
+    if let Some(d) = &of.inode.inline_data {
+        return Ok(read_inline(&d.bytes, off, buf));
+    }
     let file = FileRead {
         scheme: of.inode.scheme,
         size: of.inode.size,
@@ -298,6 +325,16 @@ pub(super) fn file_read(
     let mut st = of.state.get();
     sch.prepare_read(env, &mut st, tx)?;
     file.read(env, tx, &st, obs, off, buf)
+}
+
+/// Reads `buf` at `off` of an inline file's bytes (stopping at its end).
+fn read_inline(bytes: &[u8], off: u64, buf: &mut [u8]) -> usize {
+    let Some(rest) = usize::try_from(off).ok().and_then(|o| bytes.get(o..)) else {
+        return 0;
+    };
+    let n = rest.len().min(buf.len());
+    buf[..n].copy_from_slice(&rest[..n]);
+    n
 }
 
 /// What a read of a file needs besides its scheme state: the engine hands it to a reader
@@ -418,6 +455,19 @@ pub(super) fn file_write(
     let end = off
         .checked_add(data.len() as u64)
         .ok_or_else(|| Error::fs("", FsErrorKind::TooLarge))?;
+    if let Some(d) = &mut of.inode.inline_data {
+        // The caller moved the file to blocks if it would grow past the slots' bound.
+        assert!(
+            end <= INLINE_DATA_MAX,
+            "an inline file written past its bound"
+        );
+        if d.bytes.len() < end as usize {
+            d.bytes.resize(end as usize, 0);
+        }
+        d.bytes[off as usize..end as usize].copy_from_slice(data);
+        of.wrote_to(end);
+        return Ok(());
+    }
     check_extent(env, of, end)?;
     for b in off / bs..=(end - 1) / bs {
         let s = (b * bs).max(off);
@@ -448,6 +498,26 @@ pub(super) fn file_write(
 /// Sets a file's length: drops dirty blocks past it, zeroes the tail of a new partial last
 /// block (so a later extension reads zeros), and truncates the scheme's blocks.
 pub(super) fn file_truncate(env: &Env, tx: &mut Tx, of: &mut OpenFile, size: u64) -> Result<()> {
+    if let Some(d) = &mut of.inode.inline_data {
+        assert!(
+            size <= INLINE_DATA_MAX,
+            "an inline file extended past its bound"
+        );
+        d.bytes.resize(size as usize, 0);
+    } else {
+        cut_blocks(env, tx, of, size)?;
+    }
+    if size != of.inode.size {
+        of.inode.size = size;
+        of.inode.mtime_ns = now_ns();
+        of.inode.ctime_ns = of.inode.mtime_ns;
+        of.record_dirty = true;
+    }
+    Ok(())
+}
+
+/// [`file_truncate`]'s part for a file in blocks.
+fn cut_blocks(env: &Env, tx: &mut Tx, of: &mut OpenFile, size: u64) -> Result<()> {
     let bs = env.bs as u64;
     let new_blocks = size.div_ceil(bs);
     of.dirty.retain(|&b, _| b < new_blocks);
@@ -463,12 +533,6 @@ pub(super) fn file_truncate(env: &Env, tx: &mut Tx, of: &mut OpenFile, size: u64
             scheme(of.inode.scheme).resize(env, &mut st, tx, new_blocks)?;
         }
     }
-    if size != of.inode.size {
-        of.inode.size = size;
-        of.inode.mtime_ns = now_ns();
-        of.inode.ctime_ns = of.inode.mtime_ns;
-        of.record_dirty = true;
-    }
     Ok(())
 }
 
@@ -482,6 +546,10 @@ pub(super) fn flush_data(
     of: &mut OpenFile,
     run: &mut Vec<u8>,
 ) -> Result<()> {
+    if of.inode.inline_data.is_some() {
+        // Its bytes are in the record's slots, written with the record.
+        return Ok(());
+    }
     let sch = scheme(of.inode.scheme);
     let bs = env.bs as u64;
     let dirty = std::mem::take(&mut of.dirty);
@@ -701,7 +769,12 @@ impl Inner {
         let bs = self.bs as u64;
         let of = &self.files[&ino];
         let size = of.inode.size;
-        if of.inode.kind != Kind::File || of.inode.auto || off >= size || len == 0 {
+        if of.inode.kind != Kind::File
+            || of.inode.auto
+            || of.inode.inline_data.is_some()
+            || off >= size
+            || len == 0
+        {
             return Ok(None);
         }
         let end = off + (len as u64).min(size - off);
@@ -751,12 +824,19 @@ impl Inner {
     /// checked again when the run is stored ([`Inner::write_sealed`]).
     pub(super) fn sealer(&mut self, ino: u64, off: u64, len: usize) -> Result<Option<Sealer>> {
         self.ensure_open(ino)?;
+        let of = &self.files[&ino];
+        if of.inode.size == 0 && off.saturating_add(len as u64) > INLINE_DATA_MAX {
+            // A new file's first write is large: it goes to blocks now, and is sealed as
+            // any file in blocks (an inline file with bytes moves under the write's lock).
+            self.inline_room(ino, off.saturating_add(len as u64))?;
+        }
         let bs = self.bs as u64;
         let env = env!(self);
         let of = &self.files[&ino];
         let len = len as u64;
         if of.inode.kind != Kind::File
             || of.inode.auto
+            || of.inode.inline_data.is_some()
             || len == 0
             || !off.is_multiple_of(bs)
             || !len.is_multiple_of(bs)
@@ -788,6 +868,7 @@ impl Inner {
         self.unsealed.refuse_if_full()?;
         self.ensure_open(ino)?;
         self.note_data(ino);
+        self.inline_room(ino, off.saturating_add(data.len() as u64))?;
         let env = env!(self);
         let of = self.files.get_mut(&ino).expect("opened");
         let before = of.dirty.len();
@@ -796,7 +877,10 @@ impl Inner {
         self.dirty_bytes += of.dirty.len().saturating_sub(before) * env.bs;
         if of.dirty.len() * env.bs >= FILE_DIRTY_LIMIT {
             self.dirty_bytes = self.dirty_bytes.saturating_sub(of.dirty.len() * env.bs);
-            if let Err(e) = flush_data(&env, &mut self.tx, of, &mut self.scratch) {
+            self.tx.stage_all(of.stage_flush);
+            let r = flush_data(&env, &mut self.tx, of, &mut self.scratch);
+            self.tx.stage_all(false);
+            if let Err(e) = r {
                 // The file's state is half pushed through its scheme.
                 self.broke(&e);
                 return Err(e);
@@ -825,7 +909,12 @@ impl Inner {
         let bs = env.bs as u64;
         let (first, count) = (off / bs, plain.len() as u64 / bs);
         let end = off + plain.len() as u64;
-        if of.inode.scheme != sealed.scheme || of.inode.auto || sealed.plan.first != first {
+        if of.inode.scheme != sealed.scheme
+            || of.inode.auto
+            || of.inode.inline_data.is_some()
+            || of.stage_flush
+            || sealed.plan.first != first
+        {
             return self.write_ino(ino, off, plain);
         }
         check_extent(&env, of, end)?;
@@ -892,6 +981,7 @@ impl Inner {
         if self.files[&ino].inode.size != size {
             self.note_data(ino);
         }
+        self.inline_room(ino, size)?;
         let env = env!(self);
         let of = self.files.get_mut(&ino).expect("opened");
         check_extent(&env, of, size)?;
@@ -919,6 +1009,19 @@ impl Inner {
         self.note_data(ino);
         let env = env!(self);
         let of = self.files.get_mut(&ino).expect("opened");
+        if let Some(d) = &mut of.inode.inline_data {
+            let bs = env.bs as u64;
+            let len = d.bytes.len() as u64;
+            let (s, e) = (
+                first.saturating_mul(bs).min(len),
+                end.saturating_mul(bs).min(len),
+            );
+            d.bytes[s as usize..e as usize].fill(0);
+            of.inode.mtime_ns = now_ns();
+            of.inode.ctime_ns = of.inode.mtime_ns;
+            of.record_dirty = true;
+            return Ok(true);
+        }
         let sch = scheme(of.inode.scheme);
         // Stored blocks first: a scheme that cannot punch changes nothing.
         let mut st = of.state.get();

@@ -180,6 +180,8 @@ impl Inner {
         }
         // One bit per inode: memory flat in the number of files.
         let mut reached = Reached::new(self.header.count);
+        // Inline files whose slots are counted (a file with several names is met again).
+        let mut slots_counted = Reached::new(self.header.count);
         let mut stack = vec![("/".to_string(), ROOT_INO)];
         // Files unlinked while open are not lost: the next writable open frees them.
         let mut u = self.header.unlinked_head;
@@ -213,6 +215,29 @@ impl Inner {
             {
                 failures.push(fail(&path, e));
                 continue;
+            }
+            let of = &self.files[&ino];
+            if let Some(d) = of
+                .inode
+                .inline_data
+                .as_ref()
+                .filter(|_| !slots_counted.contains(ino))
+            {
+                // Its slots are reached through it, and through no other file.
+                slots_counted.insert(ino);
+                for &s in &d.slots {
+                    if reached.contains(s) {
+                        failures.push(FsckFailure {
+                            path: path.clone(),
+                            block: None,
+                            what: format!(
+                                "inline data slot {s} is also listed by another file, or named \
+                                 as a file"
+                            ),
+                        });
+                    }
+                    reached.insert(s);
+                }
             }
             let of = &self.files[&ino];
             if of.inode.xattr != 0 {
@@ -339,15 +364,19 @@ impl Inner {
         let mut lost = Vec::new();
         if let Err(e) = self.each_record(|ino, r| {
             if r.kind != Kind::Free && !reached.contains(ino) {
-                lost.push(ino);
+                lost.push((ino, r.kind == Kind::Data));
             }
         }) {
             failures.push(fsck_failure("<inode table>", e));
         }
-        failures.extend(lost.into_iter().map(|ino| FsckFailure {
+        failures.extend(lost.into_iter().map(|(ino, slot)| FsckFailure {
             path: format!("<inode {ino}>"),
             block: None,
-            what: "allocated but not referenced by any directory (lost file)".into(),
+            what: if slot {
+                "a slot of inline data that no file lists (lost data)".into()
+            } else {
+                "allocated but not referenced by any directory (lost file)".into()
+            },
         }));
         Ok(())
     }
@@ -394,7 +423,7 @@ impl Inner {
     pub(super) fn orphans(&mut self) -> Result<Vec<String>> {
         let mut live = vec![self.itable.inode.id];
         self.each_record(|_, r| {
-            if r.kind != Kind::Free {
+            if !matches!(r.kind, Kind::Free | Kind::Data) {
                 live.push(r.id);
             }
         })?;
@@ -433,7 +462,7 @@ impl Inner {
             Kind::Dir => dirs += 1,
             Kind::Symlink => links += 1,
             Kind::Fifo | Kind::Socket | Kind::CharDev | Kind::BlockDev => special += 1,
-            Kind::Free | Kind::Xattr => {}
+            Kind::Free | Kind::Xattr | Kind::Data => {}
         })?;
         let itable_prefix = hex::encode(self.itable.inode.id);
         let (mut data, mut integrity, mut itable) = (0, 0, 0);
@@ -501,7 +530,7 @@ impl Inner {
             ..Default::default()
         };
         self.each_record(|_, r| {
-            if r.kind != Kind::Free {
+            if !matches!(r.kind, Kind::Free | Kind::Data) {
                 v.files += 1;
                 v.ts_bytes += r.trusted_bytes_used();
             }
@@ -746,7 +775,7 @@ mod tests {
         const FILES: usize = 6000;
         let store = Arc::new(MemStore::new());
         let trusted = MemTrusted::new();
-        let vol = test_volume(store.clone(), &trusted);
+        let vol = test_volume_in_blocks(store.clone(), &trusted);
         for d in 0..6 {
             vol.mkdir(&format!("/d{d}")).unwrap();
             for i in 0..FILES / 6 {

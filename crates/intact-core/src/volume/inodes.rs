@@ -72,6 +72,11 @@ impl Inner {
     /// ([`unitcache`]), so the records of files created together, which a listing's
     /// lookups meet one after the other, cost one read and check between them.
     pub(super) fn read_record(&mut self, ino: u64) -> Result<Inode> {
+        let b = self.read_raw_record(ino)?;
+        decode_record(ino, &b)
+    }
+    /// Record `ino`'s bytes ([`Inner::read_record`] without the decoding).
+    pub(super) fn read_raw_record(&mut self, ino: u64) -> Result<Vec<u8>> {
         let off = ino * RECORD_SIZE as u64;
         let (piece, at) = (
             off / unitcache::TABLE_PIECE as u64,
@@ -99,7 +104,7 @@ impl Inner {
             }
         };
         match b.get(at..at + RECORD_SIZE) {
-            Some(rec) => decode_record(ino, rec),
+            Some(rec) => Ok(rec.to_vec()),
             None => Err(past_table_end(ino)),
         }
     }
@@ -115,6 +120,10 @@ impl Inner {
         }
     }
     pub(super) fn write_record(&mut self, ino: u64, inode: &Inode) -> Result<()> {
+        self.write_raw_record(ino, &inode.encode())
+    }
+    /// Writes record `ino`'s bytes.
+    pub(super) fn write_raw_record(&mut self, ino: u64, b: &[u8; RECORD_SIZE]) -> Result<()> {
         self.table_changed(ino * RECORD_SIZE as u64, RECORD_SIZE);
         let env = env!(self);
         file_write(
@@ -122,7 +131,7 @@ impl Inner {
             &mut self.tx,
             &mut self.itable,
             ino * RECORD_SIZE as u64,
-            &inode.encode(),
+            b,
         )
     }
     pub(super) fn read_header(&mut self) -> Result<TableHeader> {
@@ -199,7 +208,7 @@ impl Inner {
                 "directory entry points outside the inode table",
             ));
         }
-        let inode = read(self, ino)?;
+        let mut inode = read(self, ino)?;
         if inode.kind == Kind::Free {
             return Err(Error::tampered(
                 Subject::Inode(ino),
@@ -207,6 +216,14 @@ impl Inner {
                 "directory entry points to a free inode",
             ));
         }
+        if inode.kind == Kind::Data {
+            return Err(Error::tampered(
+                Subject::Inode(ino),
+                None,
+                "directory entry points to a slot of inline data",
+            ));
+        }
+        self.load_inline(ino, &mut inode)?;
         let of = OpenFile::load(inode, &self.keys, &mut self.tx, Subject::Inode(ino))?;
         self.files.insert(ino, of);
         Ok(())
@@ -336,6 +353,9 @@ impl Inner {
         self.ensure_open(ino)?;
         let of = self.files.remove(&ino).expect("opened");
         of.state.wait_readers();
+        if let Some(d) = &of.inode.inline_data {
+            self.free_slots(&d.slots)?;
+        }
         for name in [
             &of.state.names.data,
             &of.state.names.meta,
@@ -383,6 +403,9 @@ impl Inner {
         let id = crypto::random_file_id();
         self.objects_absent(&id);
         let mut inode = Inode::new(kind, s, id, self.empty_tree(s, &id), now_ns());
+        if self.starts_inline(kind, s) {
+            inode.inline_data = Some(InlineData::default());
+        }
         if kind == Kind::Symlink {
             inode.mode = 0o777;
         }
@@ -495,7 +518,12 @@ impl Inner {
             atime_ns: i.atime_ns,
             mtime_ns: i.mtime_ns,
             ctime_ns: i.ctime_ns,
-            stored_bytes: stored_blocks(of).min(i.size.div_ceil(bs)) * bs,
+            // An inline file's bytes are all stored (none is a hole): tools that take a
+            // file with fewer blocks than its size for a sparse one then read it whole.
+            stored_bytes: match &i.inline_data {
+                Some(_) => i.size,
+                None => stored_blocks(of).min(i.size.div_ceil(bs)) * bs,
+            },
             rdev: if i.kind.is_device() { i.link as u32 } else { 0 },
         })
     }

@@ -60,6 +60,9 @@ const I_XATTR: u8 = 5;
 const I_OPS: u8 = 6;
 const I_SYNCED: u8 = 7;
 const I_VOID: u8 = 8;
+/// A data item of a file whose data is in the inode table's slots: as [`I_DATA`], then the
+/// file's bytes (u32 length, equal to the record's size, and the bytes).
+const I_DATA_INLINE: u8 = 9;
 
 fn put_str(b: &mut Vec<u8>, s: &str) {
     b.extend_from_slice(&(s.len() as u16).to_le_bytes());
@@ -176,10 +179,18 @@ pub(super) fn encode_group(items: &[Item]) -> Vec<u8> {
                 b.extend_from_slice(&rec.encode());
             }
             Item::Data { ino, rec, ops } => {
-                b.push(I_DATA);
+                let inline = rec.inline_data.as_ref();
+                b.push(if inline.is_some() {
+                    I_DATA_INLINE
+                } else {
+                    I_DATA
+                });
                 b.extend_from_slice(&ino.to_le_bytes());
                 b.extend_from_slice(&rec.encode());
                 put_ops(&mut b, ops);
+                if let Some(d) = inline {
+                    put_bytes(&mut b, &d.bytes);
+                }
             }
             Item::Entry { dir, name, target } => {
                 b.push(I_ENTRY);
@@ -253,6 +264,16 @@ pub(super) fn decode_group(b: &[u8]) -> Option<Vec<Item>> {
                 rec: get_rec(&mut r)?,
                 ops: get_ops(&mut r)?,
             },
+            I_DATA_INLINE => {
+                let (ino, mut rec, ops) = (r.u64()?, get_rec(&mut r)?, get_ops(&mut r)?);
+                let len = r.u32()? as usize;
+                let d = rec.inline_data.as_mut()?;
+                if len as u64 != rec.size {
+                    return None;
+                }
+                d.bytes = r.take(len)?.to_vec();
+                Item::Data { ino, rec, ops }
+            }
             I_ENTRY => {
                 let dir = r.u64()?;
                 let name = get_str(&mut r)?;
@@ -369,6 +390,7 @@ fn merge_data(cur: &mut Inode, d: &Inode) {
     cur.inline_node = d.inline_node;
     cur.inline_mac = d.inline_mac;
     cur.inline_tags = d.inline_tags;
+    cur.inline_data = d.inline_data.clone();
 }
 
 /// Takes the attribute fields of `a` (a record item) into `cur`.
@@ -529,15 +551,24 @@ impl Inner {
             std::mem::take(&mut self.changes.data).into_iter().collect();
         for (ino, _) in &data {
             self.auto_first_store(*ino)?;
+            self.settle_slots(*ino)?;
             let env = env!(self);
             let Some(of) = self.files.get_mut(ino) else {
                 continue;
             };
             let flushed = of.dirty.len() * env.bs;
-            flush_data(&env, &mut self.tx, of, &mut self.scratch)?;
-            finish_record(&self.keys, &mut self.tx, of)?;
+            // A file that left the table's slots in this request: its blocks are logged
+            // with the slots' release (docs/design.md, "Small files in the inode table").
+            self.tx.stage_all(of.stage_flush);
+            let r = flush_data(&env, &mut self.tx, of, &mut self.scratch)
+                .and_then(|()| finish_record(&self.keys, &mut self.tx, of));
+            self.tx.stage_all(false);
+            r?;
+            of.stage_flush = false;
             self.dirty_bytes = self.dirty_bytes.saturating_sub(flushed);
         }
+        // Slots allocated or freed above changed the table's header.
+        let header_changed = header_changed || self.header != self.logged_header;
         // 2. The group.
         let before = self.wal.as_ref().expect("logging").end;
         let mut ops = self.tx.drain();
@@ -893,7 +924,30 @@ impl Inner {
                 self.replay_item(it)?;
             }
         }
+        self.load_replayed_inline()?;
         Ok(n)
+    }
+
+    /// After a replay: reads from their slots the bytes of the inline files the log
+    /// changed only the attributes of (their slots are as the last checkpoint left them).
+    fn load_replayed_inline(&mut self) -> Result<()> {
+        let missing: Vec<u64> = self
+            .files
+            .iter()
+            .filter(|(_, of)| {
+                of.inode
+                    .inline_data
+                    .as_ref()
+                    .is_some_and(|d| d.bytes.len() as u64 != of.inode.size)
+            })
+            .map(|(&ino, _)| ino)
+            .collect();
+        for ino in missing {
+            let mut inode = self.files[&ino].inode.clone();
+            self.load_inline(ino, &mut inode)?;
+            self.files.get_mut(&ino).expect("listed").inode = inode;
+        }
+        Ok(())
     }
 
     /// Finds the data items to leave out: for each file, its data items that no `Synced`
@@ -1101,6 +1155,8 @@ impl Inner {
                     rec.inline_node = None;
                     rec.inline_mac = None;
                     rec.inline_tags = None;
+                    // Its slots come with its data items (the record lists none yet).
+                    rec.inline_data = rec.inline_data.map(|_| InlineData::default());
                     let mut of =
                         OpenFile::load(rec, &self.keys, &mut self.tx, Subject::Inode(ino))?;
                     match of.inode.kind {
@@ -1132,6 +1188,8 @@ impl Inner {
                     self.cache.remove_file(&inode.id);
                 }
                 merge_data(&mut inode, &rec);
+                // Its slots in the table as the log says (allocated by the group's header).
+                self.write_slots(&inode)?;
                 let mut new = OpenFile::load(inode, &self.keys, &mut self.tx, Subject::Inode(ino))?;
                 new.dir = dir;
                 new.xattrs = xattrs;
@@ -1197,11 +1255,14 @@ impl Inner {
             )));
         }
         let inode = self.read_record(ino)?;
-        if inode.kind == Kind::Free {
+        if matches!(inode.kind, Kind::Free | Kind::Data) {
             return Err(log_damage(format!(
-                "the log changes inode {ino}, which is free"
+                "the log changes inode {ino}, which is free or a slot of inline data"
             )));
         }
+        // An inline file's bytes are read from its slots once the whole log is replayed
+        // ([`Inner::load_replayed_inline`]): items before its data item may have freed
+        // slots the table's older record still lists.
         Ok(inode)
     }
 
@@ -1282,5 +1343,62 @@ mod tests {
         }
         assert_eq!(b, want);
         assert_eq!(b.len() - 4, 1 + 2 + 3 + 24, "code, name and three u64");
+    }
+
+    /// A data item of an inline file carries its bytes (tag 9, frozen: after the data
+    /// item's fields, the length and the bytes); one whose length is not the record's size,
+    /// or a tag-9 item whose record is not inline, does not parse.
+    #[test]
+    fn an_inline_data_item_carries_the_files_bytes() {
+        let mut rec = Inode::new(
+            Kind::File,
+            SchemeId::MtEintGcm,
+            [7; 16],
+            crate::tree::TreeState {
+                leaves: 0,
+                root: [0; 32],
+            },
+            5,
+        );
+        rec.size = 300;
+        rec.inline_data = Some(InlineData {
+            slots: vec![40, 41],
+            bytes: (0..300).map(|i| i as u8).collect(),
+        });
+        let item = Item::Data {
+            ino: 9,
+            rec: Box::new(rec.clone()),
+            ops: Vec::new(),
+        };
+        let group = encode_group(std::slice::from_ref(&item));
+        assert_eq!(group[4], 9, "tag");
+        let mut want = Vec::new();
+        want.extend_from_slice(&1u32.to_le_bytes());
+        want.push(9);
+        want.extend_from_slice(&9u64.to_le_bytes());
+        want.extend_from_slice(&rec.encode());
+        want.extend_from_slice(&0u32.to_le_bytes());
+        want.extend_from_slice(&300u32.to_le_bytes());
+        want.extend_from_slice(&rec.inline_data.as_ref().unwrap().bytes);
+        assert_eq!(group, want);
+        assert_eq!(decode_group(&group), Some(vec![item]));
+        // A length that is not the size.
+        let mut bad = group.clone();
+        let at = 4 + 1 + 8 + RECORD_SIZE + 4;
+        bad[at..at + 4].copy_from_slice(&299u32.to_le_bytes());
+        bad.pop();
+        assert_eq!(decode_group(&bad), None);
+        // Tag 9 on a record in blocks.
+        let mut plain = rec.clone();
+        plain.inline_data = None;
+        plain.size = 0;
+        let mut bad = encode_group(&[Item::Data {
+            ino: 9,
+            rec: Box::new(plain),
+            ops: Vec::new(),
+        }]);
+        bad[4] = 9;
+        bad.extend_from_slice(&0u32.to_le_bytes());
+        assert_eq!(decode_group(&bad), None);
     }
 }

@@ -48,6 +48,7 @@ mod file_io;
 mod follow;
 mod fsck;
 mod gate;
+mod inline;
 mod inodes;
 pub(crate) mod keys;
 mod logged;
@@ -207,6 +208,10 @@ pub struct CreateOptions {
     /// file of up to six blocks is one object ([`INLINE_TREE`]; needs `inline_leaf`).
     /// `false` makes a volume as intact made them before, which older versions open.
     pub inline_tree: bool,
+    /// New `mt-eint` files keep up to [`INLINE_DATA_MAX`] bytes in slots of the inode
+    /// table, with no object of their own ([`INLINE_DATA`]). `false` makes a volume as
+    /// intact made them before, which older versions open.
+    pub inline_data: bool,
 }
 
 impl Default for CreateOptions {
@@ -220,6 +225,7 @@ impl Default for CreateOptions {
             dir_tree: true,
             inline_mac: true,
             inline_tree: true,
+            inline_data: true,
         }
     }
 }
@@ -465,6 +471,8 @@ struct Inner {
     inline_mac: bool,
     /// The volume has the [`INLINE_TREE`] feature (and [`INLINE_LEAF`], which it extends).
     inline_tree: bool,
+    /// The volume has the [`INLINE_DATA`] feature: new `mt-eint` files start inline.
+    inline_data: bool,
     /// The volume has the [`DIR_TREE`] feature.
     dir_tree: bool,
     tx: Tx,
@@ -586,6 +594,28 @@ pub(crate) fn test_volume(
     .expect("a test volume")
 }
 
+/// [`test_volume`] without the [`INLINE_DATA`] feature: every file's data in blocks under
+/// its scheme (for tests of the schemes' objects).
+#[cfg(test)]
+pub(crate) fn test_volume_in_blocks(
+    store: Arc<crate::store::MemStore>,
+    trusted: &crate::store::MemTrusted,
+) -> Volume {
+    let t = trusted.clone();
+    Volume::create(
+        store,
+        move |_| Ok(Box::new(t) as Box<dyn TrustedStore>),
+        b"pw",
+        &CreateOptions {
+            kdf: KdfParams::TEST,
+            inline_data: false,
+            ..Default::default()
+        },
+        &Options::default(),
+    )
+    .expect("a test volume")
+}
+
 /// Reads and parses the config of the volume in `store`.
 pub fn read_config(store: &dyn UntrustedStore) -> Result<Config> {
     let bytes = store.read_all(CONFIG_NAME)?.ok_or_else(|| {
@@ -638,6 +668,7 @@ impl Volume {
                 (copts.dir_tree, DIR_TREE),
                 (copts.inline_mac, INLINE_MAC),
                 (copts.inline_tree && copts.inline_leaf, INLINE_TREE),
+                (copts.inline_data, INLINE_DATA),
             ]
             .iter()
             .filter(|(on, _)| *on)
@@ -808,6 +839,7 @@ impl Volume {
             inline_mac: config.features.iter().any(|f| f == INLINE_MAC),
             inline_tree: config.features.iter().any(|f| f == INLINE_TREE)
                 && config.features.iter().any(|f| f == INLINE_LEAF),
+            inline_data: config.features.iter().any(|f| f == INLINE_DATA),
             dir_tree: config.features.iter().any(|f| f == DIR_TREE),
             config,
             keys,

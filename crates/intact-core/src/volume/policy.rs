@@ -68,7 +68,12 @@ impl Inner {
         old.state.wait_readers();
         let r = self.reencrypt(ino, &mut old, s);
         match r {
-            Ok(new) => {
+            Ok(mut new) => {
+                if let Some(d) = &old.inode.inline_data {
+                    // Out of the table's slots: logged with the new blocks, all or nothing.
+                    self.free_slots(&d.slots)?;
+                    new.stage_flush = true;
+                }
                 for name in [
                     &old.state.names.data,
                     &old.state.names.meta,
@@ -114,6 +119,7 @@ impl Inner {
         inode.inline_node = None;
         inode.inline_mac = None;
         inode.inline_tags = None;
+        inode.inline_data = None;
         inode.size = 0;
         let mut new = OpenFile::load(inode, &self.keys, &mut self.tx, Subject::Inode(ino))?;
         let env = env!(self);
@@ -147,6 +153,10 @@ impl Volume {
         self.with_ino(ino, |g| {
             g.check_writable()?;
             g.expect_kind(ino, "", Kind::File)?;
+            if on {
+                // The policy chooses among schemes of files in blocks.
+                g.inline_to_blocks(ino)?;
+            }
             g.touch_record(ino)?.inode.auto = on;
             Ok(())
         })

@@ -39,6 +39,7 @@ pub fn create<T: TrustedStore + Clone + 'static>(
         dir_tree: true,
         inline_mac: true,
         inline_tree: true,
+        inline_data: true,
     };
     create_with(store, trusted, &copts)
 }
