@@ -705,7 +705,13 @@ fn corrupted_config() {
     let mut c: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(
         c["features"],
-        serde_json::json!(["inline-leaf", "dir-tree", "inline-mac-leaf", "inline-tree"])
+        serde_json::json!([
+            "inline-leaf",
+            "dir-tree",
+            "inline-mac-leaf",
+            "inline-tree",
+            "inline-data"
+        ])
     );
     c["features"] = serde_json::json!([
         "inline-leaf",
@@ -1339,9 +1345,10 @@ fn a_store_newer_than_the_anchor_and_a_damaged_object_are_explained() {
         .fails(code::OTHER)
         .says("nothing to accept");
 
-    // The inode table damaged in place: the state is the anchor's, an object is not.
+    // The inode table damaged in place: the state is the anchor's, an object is not. (A
+    // file past the bytes kept in the table's slots, so that it has a data object.)
     let v = Vol::new();
-    v.put("/a", b"one", &[]);
+    v.put("/a", &[1u8; 5000], &[]);
     // Every data object but the file's (the inode table's among them).
     let own = data_object(&v, "/a");
     for p in files_with_ext(&v.cipher, "d") {
