@@ -580,18 +580,7 @@ pub(crate) fn test_volume(
     store: Arc<crate::store::MemStore>,
     trusted: &crate::store::MemTrusted,
 ) -> Volume {
-    let t = trusted.clone();
-    Volume::create(
-        store,
-        move |_| Ok(Box::new(t) as Box<dyn TrustedStore>),
-        b"pw",
-        &CreateOptions {
-            kdf: KdfParams::TEST,
-            ..Default::default()
-        },
-        &Options::default(),
-    )
-    .expect("a test volume")
+    test_volume_with(store, trusted, true)
 }
 
 /// [`test_volume`] without the [`INLINE_DATA`] feature: every file's data in blocks under
@@ -601,6 +590,15 @@ pub(crate) fn test_volume_in_blocks(
     store: Arc<crate::store::MemStore>,
     trusted: &crate::store::MemTrusted,
 ) -> Volume {
+    test_volume_with(store, trusted, false)
+}
+
+#[cfg(test)]
+fn test_volume_with(
+    store: Arc<crate::store::MemStore>,
+    trusted: &crate::store::MemTrusted,
+    inline_data: bool,
+) -> Volume {
     let t = trusted.clone();
     Volume::create(
         store,
@@ -608,7 +606,7 @@ pub(crate) fn test_volume_in_blocks(
         b"pw",
         &CreateOptions {
             kdf: KdfParams::TEST,
-            inline_data: false,
+            inline_data,
             ..Default::default()
         },
         &Options::default(),
