@@ -560,52 +560,30 @@ impl Inode {
         root.copy_from_slice(&b[80..112]);
         let mut id = [0u8; 16];
         id.copy_from_slice(&b[56..72]);
-        // Flag bit 4: a small file's data in slots of the table; bytes 128.. list them.
-        if b[2] & 16 != 0 {
+        // Flag bit 4: a small file's data in slots of the table; bytes 128.. list them (in
+        // place of the counters), and the tree is empty.
+        let inline_data = if b[2] & 16 != 0 {
             let n = b[129] as usize;
-            let plain_tree = u64_at(72) == 0 && u64_at(112) == 0;
             if kind != Kind::File
                 || scheme != SchemeId::MtEintGcm
-                || b[2] & !(1 | 2 | 16) != 0
-                || b[2] & 1 != 0
+                || b[2] & !(2 | 16) != 0
                 || b[128] != INLINE_DATA_TAG
                 || n > MAX_SLOTS
                 || b[130..136].iter().any(|&x| x != 0)
                 || b[136 + 8 * n..].iter().any(|&x| x != 0)
-                || !plain_tree
+                || u64_at(72) != 0
+                || u64_at(112) != 0
                 || InlineData::slots_for(u64_at(24)) != n
             {
                 return None;
             }
-            let slots = (0..n).map(|k| u64_at(136 + 8 * k)).collect();
-            return Some(Inode {
-                kind,
-                scheme,
-                mode: u32_at(4),
-                uid: u32_at(8),
-                gid: u32_at(12),
-                nlink: u32_at(16),
-                auto: false,
-                scheme_set: b[2] & 2 != 0,
-                xattr: u32_at(20),
-                size: u64_at(24),
-                mtime_ns: u64_at(32) as i64,
-                ctime_ns: u64_at(40) as i64,
-                atime_ns: u64_at(48) as i64,
-                id,
-                tree: TreeState { leaves: 0, root },
-                ctr_hw: 0,
-                link: u64_at(120),
-                counters: TrustedCounters::Inline(CounterIntervals::new()),
-                inline_node: None,
-                inline_mac: None,
-                inline_tags: None,
-                inline_data: Some(InlineData {
-                    slots,
-                    bytes: Vec::new(),
-                }),
-            });
-        }
+            Some(InlineData {
+                slots: (0..n).map(|k| u64_at(136 + 8 * k)).collect(),
+                bytes: Vec::new(),
+            })
+        } else {
+            None
+        };
         // Flag bit 2: the inline part of the tree, whose form the scheme decides.
         let inline = b[2] & 4 != 0;
         let mac = scheme == SchemeId::MacTree;
@@ -665,11 +643,14 @@ impl Inode {
             tree: TreeState { leaves, root },
             ctr_hw: u64_at(112),
             link: u64_at(120),
-            counters: TrustedCounters::decode(&b[128..ctrs_end]).ok()?,
+            counters: match inline_data {
+                Some(_) => TrustedCounters::Inline(CounterIntervals::new()),
+                None => TrustedCounters::decode(&b[128..ctrs_end]).ok()?,
+            },
             inline_node,
             inline_mac,
             inline_tags,
-            inline_data: None,
+            inline_data,
         })
     }
 }
