@@ -51,6 +51,9 @@ pub(super) struct OpenFile {
     /// the log item that frees the slots never has direct writes a crash could leave out
     /// (docs/design.md, "Small files in the inode table").
     pub(super) stage_flush: bool,
+    /// An inline file's bytes changed since they were last written into its slots
+    /// ([`Inner::settle_slots`] writes them, once per request, not per change).
+    pub(super) slots_stale: bool,
 }
 
 /// A file's scheme state, shared with the readers that run without the engine lock
@@ -253,6 +256,7 @@ impl OpenFile {
             logged_at: Default::default(),
             ctrs_stored,
             stage_flush: false,
+            slots_stale: false,
         })
     }
 
@@ -465,6 +469,7 @@ pub(super) fn file_write(
             d.bytes.resize(end as usize, 0);
         }
         d.bytes[off as usize..end as usize].copy_from_slice(data);
+        of.slots_stale = true;
         of.wrote_to(end);
         return Ok(());
     }
@@ -504,6 +509,7 @@ pub(super) fn file_truncate(env: &Env, tx: &mut Tx, of: &mut OpenFile, size: u64
             "an inline file extended past its bound"
         );
         d.bytes.resize(size as usize, 0);
+        of.slots_stale |= size != of.inode.size;
     } else {
         cut_blocks(env, tx, of, size)?;
     }
@@ -1017,6 +1023,7 @@ impl Inner {
                 end.saturating_mul(bs).min(len),
             );
             d.bytes[s as usize..e as usize].fill(0);
+            of.slots_stale = true;
             of.inode.mtime_ns = now_ns();
             of.inode.ctime_ns = of.inode.mtime_ns;
             of.record_dirty = true;
