@@ -76,7 +76,7 @@ impl Inner {
         decode_record(ino, &b)
     }
     /// Record `ino`'s bytes ([`Inner::read_record`] without the decoding).
-    pub(super) fn read_raw_record(&mut self, ino: u64) -> Result<Vec<u8>> {
+    pub(super) fn read_raw_record(&mut self, ino: u64) -> Result<[u8; RECORD_SIZE]> {
         let off = ino * RECORD_SIZE as u64;
         let (piece, at) = (
             off / unitcache::TABLE_PIECE as u64,
@@ -104,7 +104,7 @@ impl Inner {
             }
         };
         match b.get(at..at + RECORD_SIZE) {
-            Some(rec) => Ok(rec.to_vec()),
+            Some(rec) => Ok(rec.try_into().expect("a record's bytes")),
             None => Err(past_table_end(ino)),
         }
     }
