@@ -53,8 +53,9 @@ fn cookie(key: u64, rank: usize) -> u64 {
 /// Where a directory's units live: the directory's file, read and written through its
 /// scheme (an in-memory vector in the unit tests).
 pub(super) trait Units {
-    /// The stored bytes of unit `k` (shorter than a unit, or empty, at the file's end).
-    fn read(&mut self, k: u32) -> Result<Vec<u8>>;
+    /// The stored bytes of unit `k` (shorter than a unit, or empty, at the file's end),
+    /// shared with the metadata cache that may keep them.
+    fn read(&mut self, k: u32) -> Result<Arc<[u8]>>;
     /// Writes `b` at unit `k`'s offset.
     fn write(&mut self, k: u32, b: &[u8]) -> Result<()>;
     /// Sets the file's length.
@@ -78,9 +79,22 @@ impl Ent {
     }
 }
 
+/// Appends an entry's bytes (file-format.md §5.2).
+fn encode_entry(key: u64, kind: Kind, ino: u64, name: &str, out: &mut Vec<u8>) {
+    out.extend_from_slice(&key.to_le_bytes());
+    out.push(kind as u8);
+    out.extend_from_slice(&ino.to_le_bytes());
+    out.push(name.len() as u8);
+    out.extend_from_slice(name.as_bytes());
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Node {
     Leaf(Vec<Ent>),
+    /// A leaf already encoded (its tag, count and entries): a create, unlink or rename
+    /// that needs no split edits the unit's bytes and never takes its entries out one by
+    /// one (a `String` each).
+    RawLeaf(Vec<u8>),
     /// `kids[i]` holds the keys in `[keys[i-1], keys[i])`.
     Inner {
         keys: Vec<u64>,
@@ -92,6 +106,7 @@ impl Node {
     fn len(&self) -> usize {
         match self {
             Node::Leaf(es) => 3 + es.iter().map(Ent::len).sum::<usize>(),
+            Node::RawLeaf(b) => b.len(),
             Node::Inner { keys, kids } => 3 + 8 * keys.len() + 4 * kids.len(),
         }
     }
@@ -101,13 +116,10 @@ impl Node {
                 out.push(TAG_LEAF);
                 out.extend_from_slice(&(es.len() as u16).to_le_bytes());
                 for e in es {
-                    out.extend_from_slice(&e.key.to_le_bytes());
-                    out.push(e.kind as u8);
-                    out.extend_from_slice(&e.ino.to_le_bytes());
-                    out.push(e.name.len() as u8);
-                    out.extend_from_slice(e.name.as_bytes());
+                    encode_entry(e.key, e.kind, e.ino, &e.name, out);
                 }
             }
+            Node::RawLeaf(b) => out.extend_from_slice(b),
             Node::Inner { keys, kids } => {
                 out.push(TAG_INNER);
                 out.extend_from_slice(&(keys.len() as u16).to_le_bytes());
@@ -134,8 +146,10 @@ enum Read {
 /// is checked when it is taken out, [`RawLeaf::owned`]).
 #[derive(Clone)]
 struct RawLeaf {
-    b: Vec<u8>,
+    b: Arc<[u8]>,
     start: usize,
+    /// Where the entries end (the padding begins).
+    end: usize,
     n: usize,
 }
 
@@ -185,7 +199,7 @@ impl RawEnt<'_> {
 }
 
 /// Decodes the node at `at` of unit bytes `b`, which must end in zero bytes.
-fn decode_node(b: Vec<u8>, at: usize) -> Option<Read> {
+fn decode_node(b: Arc<[u8]>, at: usize) -> Option<Read> {
     let mut r = crate::tx::Reader { b: &b, pos: at };
     let tag = r.take(1)?[0];
     let n = r.u16()? as usize;
@@ -200,7 +214,8 @@ fn decode_node(b: Vec<u8>, at: usize) -> Option<Read> {
                 r.take(nl)?;
             }
             padding_ok(&b[r.pos..]).then_some(())?;
-            Some(Read::Leaf(RawLeaf { b, start, n }))
+            let end = r.pos;
+            Some(Read::Leaf(RawLeaf { b, start, end, n }))
         }
         TAG_INNER if n >= 1 => {
             let mut kids = Vec::with_capacity(n + 1);
@@ -259,7 +274,12 @@ impl<U: Units> DirTree<'_, U> {
     fn root(&mut self) -> Result<(Header, Read)> {
         let b = self.units.read(0)?;
         if b.is_empty() {
-            let empty = RawLeaf { b, start: 0, n: 0 };
+            let empty = RawLeaf {
+                b,
+                start: 0,
+                end: 0,
+                n: 0,
+            };
             return Ok((Header::default(), Read::Leaf(empty)));
         }
         let bad = || self.units.malformed("malformed directory header");
@@ -405,60 +425,71 @@ impl<U: Units> DirTree<'_, U> {
     }
 
     /// Sets (`Some`) or removes (`None`) the entry `name`; returns whether it was there.
+    /// The leaf is edited in its unit's bytes ([`Node::RawLeaf`]); its entries are taken
+    /// out only if it must split.
     pub(super) fn set(&mut self, name: &str, target: Option<(u64, Kind)>) -> Result<bool> {
         let (mut h, root) = self.root()?;
         let key = name_key(self.key, name);
         let p = self.descend(&h, root, key)?;
-        let mut leaf = p.leaf.owned().ok_or_else(|| self.not_utf8(p.leaf_unit))?;
-        let at = leaf.binary_search_by(|e| (e.key, e.name.as_str()).cmp(&(key, name)));
+        let leaf = &p.leaf;
+        // The entry's place in the sorted leaf (by key, then name): the offset of the first
+        // entry not below it, and the entry there if it is this name.
+        let (mut at, mut same) = (leaf.start, None);
+        let mut group = 0;
+        for e in leaf.entries() {
+            group += usize::from(e.key == key);
+            match (e.key, e.name).cmp(&(key, name.as_bytes())) {
+                std::cmp::Ordering::Less => at += 18 + e.name.len(),
+                std::cmp::Ordering::Equal => same = Some((e.kind, 18 + e.name.len())),
+                std::cmp::Ordering::Greater => {}
+            }
+        }
         let dir = |k: Kind| u64::from(k == Kind::Dir);
-        let was = at.is_ok();
+        let was = same.is_some();
         let miscounted = || {
             self.units
                 .malformed("directory counts disagree with its entries")
         };
-        match (at, target) {
-            (Err(_), None) => return Ok(false),
-            (Ok(i), None) => {
-                let e = leaf.remove(i);
+        let (n, removed, added) = match (same, target) {
+            (None, None) => return Ok(false),
+            (Some((kind, len)), None) => {
                 h.entries = h.entries.checked_sub(1).ok_or_else(miscounted)?;
-                h.subdirs = h.subdirs.checked_sub(dir(e.kind)).ok_or_else(miscounted)?;
+                h.subdirs = h.subdirs.checked_sub(dir(kind)).ok_or_else(miscounted)?;
                 if h.entries == 0 {
                     // Empty again: no units at all.
                     self.units.set_len(0)?;
                     return Ok(true);
                 }
+                (leaf.n - 1, len, None)
             }
-            (Ok(i), Some((ino, kind))) => {
-                let e = &mut leaf[i];
-                h.subdirs = (h.subdirs + dir(kind))
-                    .checked_sub(dir(e.kind))
+            (Some((kind, len)), Some((ino, new))) => {
+                h.subdirs = (h.subdirs + dir(new))
+                    .checked_sub(dir(kind))
                     .ok_or_else(miscounted)?;
-                e.ino = ino;
-                e.kind = kind;
+                (leaf.n, len, Some((ino, new)))
             }
-            (Err(i), Some((ino, kind))) => {
-                let group = leaf.iter().filter(|e| e.key == key).count();
+            (None, Some((ino, kind))) => {
                 if group >= GROUP_MAX {
                     return Err(Error::fs(name, FsErrorKind::NoSpace));
                 }
-                leaf.insert(
-                    i,
-                    Ent {
-                        key,
-                        name: name.to_string(),
-                        ino,
-                        kind,
-                    },
-                );
                 h.entries += 1;
                 h.subdirs += dir(kind);
                 if h.units == 0 {
                     h.units = 1;
                 }
+                (leaf.n + 1, 0, Some((ino, kind)))
             }
+        };
+        let n = u16::try_from(n).map_err(|_| self.units.malformed("directory leaf too full"))?;
+        let mut b = Vec::with_capacity(leaf.end - leaf.start + 3 + 18 + name.len());
+        b.push(TAG_LEAF);
+        b.extend_from_slice(&n.to_le_bytes());
+        b.extend_from_slice(&leaf.b[leaf.start..at]);
+        if let Some((ino, kind)) = added {
+            encode_entry(key, kind, ino, name, &mut b);
         }
-        self.store(h, p.inner, p.leaf_unit, leaf)?;
+        b.extend_from_slice(&leaf.b[at + removed..leaf.end]);
+        self.store(h, p.inner, p.leaf_unit, Node::RawLeaf(b))?;
         Ok(was)
     }
 
@@ -468,10 +499,10 @@ impl<U: Units> DirTree<'_, U> {
         mut h: Header,
         mut path: Vec<(u32, Node, usize)>,
         leaf_unit: u32,
-        leaf: Vec<Ent>,
+        leaf: Node,
     ) -> Result<()> {
         let mut unit = leaf_unit;
-        let mut node = Node::Leaf(leaf);
+        let mut node = leaf;
         loop {
             if node.len() <= self.cap(unit) {
                 if unit != 0 {
@@ -485,7 +516,19 @@ impl<U: Units> DirTree<'_, U> {
                 }
                 return self.put(&h, 0, &node);
             }
-            let (left, sep, right) = self.split(node)?;
+            let whole = match node {
+                Node::RawLeaf(b) => {
+                    let raw = RawLeaf {
+                        n: usize::from(u16::from_le_bytes([b[1], b[2]])),
+                        start: 3,
+                        end: b.len(),
+                        b: b.into(),
+                    };
+                    Node::Leaf(raw.owned().ok_or_else(|| self.not_utf8(unit))?)
+                }
+                other => other,
+            };
+            let (left, sep, right) = self.split(whole)?;
             if unit == 0 {
                 // The root splits: both halves move to new units, the root points at them.
                 let (a, b) = (h.units, h.units + 1);
@@ -539,6 +582,7 @@ impl<U: Units> DirTree<'_, U> {
                 let sep = right[0].key;
                 Ok((Node::Leaf(es), sep, Node::Leaf(right)))
             }
+            Node::RawLeaf(_) => unreachable!("a raw leaf is taken apart before it splits"),
             Node::Inner { mut keys, mut kids } => {
                 let m = keys.len() / 2;
                 let rkeys = keys.split_off(m + 1);
@@ -599,8 +643,11 @@ fn cookies(keys: impl Iterator<Item = u64>) -> impl Iterator<Item = u64> {
     })
 }
 
+/// Whether `rest` is all zero bytes. The OR of every byte is a loop the compiler vectorizes,
+/// where `all` stops at the first non-zero byte and is checked a byte at a time: every
+/// descent checks the padding of each unit on its path, up to a unit's length.
 fn padding_ok(rest: &[u8]) -> bool {
-    rest.iter().all(|&b| b == 0)
+    rest.iter().fold(0u8, |acc, &b| acc | b) == 0
 }
 
 fn subdirs_over(h: &Header) -> bool {
@@ -620,10 +667,10 @@ mod tests {
     }
 
     impl Units for Mem {
-        fn read(&mut self, k: u32) -> Result<Vec<u8>> {
+        fn read(&mut self, k: u32) -> Result<Arc<[u8]>> {
             let s = (k as usize * self.unit).min(self.bytes.len());
             let e = (s + self.unit).min(self.bytes.len());
-            Ok(self.bytes[s..e].to_vec())
+            Ok(self.bytes[s..e].into())
         }
         fn write(&mut self, k: u32, b: &[u8]) -> Result<()> {
             let s = k as usize * self.unit;
@@ -797,7 +844,14 @@ mod tests {
             .set(&format!("n{i}"), Some((i + 2, Kind::File)))
             .unwrap();
         }
-        for (at, v) in [(0, b'X'), (4, 9), (HEADER_LEN, b'Q'), (MIN_UNIT + 1, 0xff)] {
+        // The last: a byte of a unit's padding, past its last entry.
+        for (at, v) in [
+            (0, b'X'),
+            (4, 9),
+            (HEADER_LEN, b'Q'),
+            (MIN_UNIT + 1, 0xff),
+            (2 * MIN_UNIT - 1, 1),
+        ] {
             let mut bad = Mem {
                 bytes: m.bytes.clone(),
                 unit: MIN_UNIT,

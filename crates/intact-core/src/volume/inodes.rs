@@ -99,7 +99,8 @@ impl Inner {
                     &mut b,
                 )?;
                 b.truncate(n);
-                self.units.put(&id, k, &b);
+                let b: Arc<[u8]> = b.into();
+                self.units.put(&id, k, b.clone());
                 b
             }
         };

@@ -75,7 +75,7 @@ struct FileUnits<'a, 'e> {
 }
 
 impl dirtree::Units for FileUnits<'_, '_> {
-    fn read(&mut self, k: u32) -> Result<Vec<u8>> {
+    fn read(&mut self, k: u32) -> Result<Arc<[u8]>> {
         if let Some(b) = self.cache.get(&self.of.inode.id, k) {
             return Ok(b);
         }
@@ -83,7 +83,8 @@ impl dirtree::Units for FileUnits<'_, '_> {
         let len = self.of.inode.size.saturating_sub(off).min(self.unit as u64);
         let mut buf = vec![0u8; len as usize];
         file_read(self.env, self.tx, self.of, off, &mut buf)?;
-        self.cache.put(&self.of.inode.id, k, &buf);
+        let buf: Arc<[u8]> = buf.into();
+        self.cache.put(&self.of.inode.id, k, buf.clone());
         Ok(buf)
     }
     fn write(&mut self, k: u32, b: &[u8]) -> Result<()> {

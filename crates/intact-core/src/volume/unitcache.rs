@@ -21,6 +21,7 @@
 //!   reused, so a freed or re-encrypted directory's units cannot be served for another.
 
 use crate::crypto::FileId;
+use std::sync::Arc;
 
 /// The inode table is cached in pieces of this many bytes (16 records), whatever the
 /// volume's block size.
@@ -37,7 +38,8 @@ pub(super) struct UnitCache {
     cap: usize,
     bytes: usize,
     clock: u64,
-    map: HashMap<(FileId, u32), (Vec<u8>, u64)>,
+    /// Shared with the readers that took them: a hit copies no bytes.
+    map: HashMap<(FileId, u32), (Arc<[u8]>, u64)>,
     /// Use order: clock value of the last use → key.
     order: BTreeMap<u64, (FileId, u32)>,
     hits: u64,
@@ -54,7 +56,7 @@ impl UnitCache {
     }
 
     /// Unit `k` of directory `file`, if kept.
-    pub(super) fn get(&mut self, file: &FileId, k: u32) -> Option<Vec<u8>> {
+    pub(super) fn get(&mut self, file: &FileId, k: u32) -> Option<Arc<[u8]>> {
         self.clock += 1;
         let now = self.clock;
         match self.map.get_mut(&(*file, k)) {
@@ -63,7 +65,7 @@ impl UnitCache {
                 *used = now;
                 self.order.insert(now, (*file, k));
                 self.hits += 1;
-                Some(b.clone())
+                Some(Arc::clone(b))
             }
             None => {
                 self.misses += 1;
@@ -73,15 +75,15 @@ impl UnitCache {
     }
 
     /// Keeps `b`, the verified bytes of unit `k` of `file`.
-    pub(super) fn put(&mut self, file: &FileId, k: u32, b: &[u8]) {
+    pub(super) fn put(&mut self, file: &FileId, k: u32, b: Arc<[u8]>) {
         if b.len() + ENTRY_COST > self.cap {
             return;
         }
         self.remove(file, k);
         self.clock += 1;
-        self.map.insert((*file, k), (b.to_vec(), self.clock));
-        self.order.insert(self.clock, (*file, k));
         self.bytes += b.len() + ENTRY_COST;
+        self.map.insert((*file, k), (b, self.clock));
+        self.order.insert(self.clock, (*file, k));
         while self.bytes > self.cap {
             let Some((_, key)) = self.order.pop_first() else {
                 break;
@@ -152,36 +154,36 @@ mod tests {
     #[test]
     fn least_recently_used_goes_first_within_the_budget() {
         let mut c = UnitCache::new(3 * cost(100));
-        c.put(&A, 0, &[0; 100]);
-        c.put(&A, 1, &[1; 100]);
-        c.put(&B, 0, &[2; 100]);
+        c.put(&A, 0, [0; 100][..].into());
+        c.put(&A, 1, [1; 100][..].into());
+        c.put(&B, 0, [2; 100][..].into());
         assert_eq!(c.bytes(), 3 * cost(100));
         // A's unit 0 used: A's unit 1 is now the oldest.
-        assert_eq!(c.get(&A, 0), Some(vec![0; 100]));
-        c.put(&B, 1, &[3; 100]);
+        assert_eq!(c.get(&A, 0), Some(vec![0; 100].into()));
+        c.put(&B, 1, [3; 100][..].into());
         assert_eq!(c.bytes(), 3 * cost(100));
         assert_eq!(c.get(&A, 1), None);
-        assert_eq!(c.get(&A, 0), Some(vec![0; 100]));
-        assert_eq!(c.get(&B, 0), Some(vec![2; 100]));
-        assert_eq!(c.get(&B, 1), Some(vec![3; 100]));
+        assert_eq!(c.get(&A, 0), Some(vec![0; 100].into()));
+        assert_eq!(c.get(&B, 0), Some(vec![2; 100].into()));
+        assert_eq!(c.get(&B, 1), Some(vec![3; 100].into()));
         assert_eq!(c.hits_misses(), (4, 1));
         // Replacing a unit keeps one copy, counted once.
-        c.put(&B, 1, &[4; 50]);
+        c.put(&B, 1, [4; 50][..].into());
         assert_eq!(c.bytes(), 2 * cost(100) + cost(50));
-        assert_eq!(c.get(&B, 1), Some(vec![4; 50]));
+        assert_eq!(c.get(&B, 1), Some(vec![4; 50].into()));
         // Too big for the budget: not kept (and a budget of 0 keeps nothing, not even an
         // empty unit).
-        c.put(&A, 9, &[0; 3 * 100 + 2 * ENTRY_COST + 1]);
+        c.put(&A, 9, [0; 3 * 100 + 2 * ENTRY_COST + 1][..].into());
         assert_eq!(c.get(&A, 9), None);
         // ... and what was kept stays.
-        assert_eq!(c.get(&B, 1), Some(vec![4; 50]));
+        assert_eq!(c.get(&B, 1), Some(vec![4; 50].into()));
         // An entry of exactly the budget is kept.
         let mut one = UnitCache::new(cost(100));
-        one.put(&A, 0, &[5; 100]);
-        assert_eq!(one.get(&A, 0), Some(vec![5; 100]));
+        one.put(&A, 0, [5; 100][..].into());
+        assert_eq!(one.get(&A, 0), Some(vec![5; 100].into()));
         let mut off = UnitCache::new(0);
-        off.put(&A, 0, &[1]);
-        off.put(&A, 1, &[]);
+        off.put(&A, 0, [1][..].into());
+        off.put(&A, 1, [][..].into());
         assert_eq!(
             (off.get(&A, 0), off.get(&A, 1), off.bytes()),
             (None, None, 0)
@@ -189,7 +191,7 @@ mod tests {
         // Empty units count: a budget holds a bounded number of them.
         let mut few = UnitCache::new(10 * ENTRY_COST);
         for k in 0..1000 {
-            few.put(&A, k, &[]);
+            few.put(&A, k, [][..].into());
         }
         assert_eq!(few.bytes(), 10 * ENTRY_COST);
         assert_eq!(few.map.len(), 10);
@@ -199,8 +201,8 @@ mod tests {
     fn changed_units_are_dropped_and_only_those() {
         let mut c = UnitCache::new(1 << 20);
         for k in 0..6 {
-            c.put(&A, k, &[k as u8; 10]);
-            c.put(&B, k, &[k as u8; 10]);
+            c.put(&A, k, [k as u8; 10][..].into());
+            c.put(&B, k, [k as u8; 10][..].into());
         }
         c.remove_range(&A, 1, 2);
         c.remove_from(&B, 4);
@@ -213,10 +215,10 @@ mod tests {
         // Only the named file's units go, whatever units the others have.
         let mut d = UnitCache::new(1 << 20);
         for k in [0, 1, 2] {
-            d.put(&A, k, &[1]);
+            d.put(&A, k, [1][..].into());
         }
         for k in [0, 5] {
-            d.put(&B, k, &[1]);
+            d.put(&B, k, [1][..].into());
         }
         d.remove_from(&B, 1);
         assert_eq!(kept(&mut d, &B), [0]);
