@@ -32,14 +32,17 @@ use std::collections::{BTreeMap, HashMap};
 /// that empty units count too.
 const ENTRY_COST: usize = 64;
 
+/// A unit's verified bytes (shared with the readers that took them: a hit copies no bytes)
+/// and the clock value of its last use.
+type Kept = (Arc<[u8]>, u64);
+
 /// Verified plaintext of directory units, least recently used first out.
 #[derive(Default)]
 pub(super) struct UnitCache {
     cap: usize,
     bytes: usize,
     clock: u64,
-    /// Shared with the readers that took them: a hit copies no bytes.
-    map: HashMap<(FileId, u32), (Arc<[u8]>, u64)>,
+    map: HashMap<(FileId, u32), Kept>,
     /// Use order: clock value of the last use → key.
     order: BTreeMap<u64, (FileId, u32)>,
     hits: u64,
