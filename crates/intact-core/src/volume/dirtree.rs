@@ -938,6 +938,42 @@ mod tests {
         assert_eq!(c, vec![39, 40, 41, 43]);
     }
 
+    /// A leaf holds at most [`GROUP_MAX`] names of one key: one more is refused (ENOSPC),
+    /// and the last one that fits is taken.
+    #[test]
+    fn names_of_one_key_are_bounded_per_leaf() {
+        let k = key();
+        let shared = name_key(&k, "new");
+        for (have, fits) in [(GROUP_MAX - 1, true), (GROUP_MAX, false)] {
+            let mut m = mem();
+            let es: Vec<Ent> = (0..have)
+                .map(|i| Ent {
+                    key: shared,
+                    name: format!("g{i}"),
+                    ino: 2 + i as u64,
+                    kind: Kind::File,
+                })
+                .collect();
+            let h = Header {
+                depth: 0,
+                entries: have as u64,
+                subdirs: 0,
+                units: 1,
+            };
+            let mut t = DirTree {
+                units: &mut m,
+                key: &k,
+                unit: MIN_UNIT,
+            };
+            t.put(&h, 0, &Node::Leaf(es)).unwrap();
+            let r = t.set("new", Some((99, Kind::File)));
+            assert_eq!(r.is_ok(), fits, "{have} names of the key: {r:?}");
+            let found = t.get("new").unwrap();
+            assert_eq!(found.is_some(), fits);
+            assert_eq!(t.header().unwrap().entries, have as u64 + u64::from(fits));
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
         /// Against a map: any sequence of sets and removes, then a listing in pages of any
