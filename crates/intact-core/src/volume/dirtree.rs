@@ -517,15 +517,14 @@ impl<U: Units> DirTree<'_, U> {
                 return self.put(&h, 0, &node);
             }
             let whole = match node {
-                Node::RawLeaf(b) => {
-                    let raw = RawLeaf {
-                        n: usize::from(u16::from_le_bytes([b[1], b[2]])),
-                        start: 3,
-                        end: b.len(),
-                        b: b.into(),
-                    };
-                    Node::Leaf(raw.owned().ok_or_else(|| self.not_utf8(unit))?)
-                }
+                // Read back as a unit is (its count and entries parsed by `decode_node`),
+                // then taken apart: about once a hundred changes.
+                Node::RawLeaf(b) => match decode_node(b.into(), 0) {
+                    Some(Read::Leaf(raw)) => {
+                        Node::Leaf(raw.owned().ok_or_else(|| self.not_utf8(unit))?)
+                    }
+                    _ => unreachable!("set encodes a leaf"),
+                },
                 other => other,
             };
             let (left, sep, right) = self.split(whole)?;
