@@ -724,6 +724,35 @@ impl Tx {
         Ok(())
     }
 
+    /// Stages `data` as the whole of `name` (its bytes from 0, its length `data.len()`) and
+    /// logs `edits` in their place: changes that, replayed in order on what the object held
+    /// before, leave `data` (moves and writes of a few bytes where the bytes would be
+    /// kilobytes: a spilled file's counters, docs/design.md, "Counters in the log"). Unlike
+    /// [`Tx::copy_within`], nothing is read back. Only for objects that are always staged
+    /// (not data objects). The caller vouches for the edits.
+    pub fn stage_whole_logging(
+        &mut self,
+        name: &str,
+        data: &[u8],
+        edits: Vec<LoggedOp>,
+    ) -> Result<()> {
+        if ObjectClass::of(name) == ObjectClass::Data {
+            return Err(Error::Invalid(format!(
+                "whole staging of data object {name}"
+            )));
+        }
+        let capturing = std::mem::replace(&mut self.capturing, false);
+        let r = self
+            .write_at(name, 0, data)
+            .and_then(|()| self.set_len(name, data.len() as u64));
+        self.capturing = capturing;
+        r?;
+        if self.capturing {
+            self.captured.extend(edits);
+        }
+        Ok(())
+    }
+
     /// Stages every write, also past an object's committed length (on), or goes back to
     /// writing appends directly (off). For content that must be logged with the change
     /// that made it, all or nothing: a symlink's target.

@@ -7,6 +7,7 @@ use super::*;
 use crate::crypto::Hash;
 use crate::scheme::SealPlan;
 use crate::tree::{CounterEdit, CounterIntervals};
+use crate::tx::LoggedOp;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub(super) struct OpenFile {
@@ -595,22 +596,43 @@ pub(super) fn finish_record(keys: &Keys, tx: &mut Tx, of: &mut OpenFile) -> Resu
         // Edits of what the object holds: a random write moves most of the arrays, and
         // the log records the moves, not the bytes (docs/design.md, "Counters in the log").
         Some(bytes) => match of.ctrs_stored.take() {
+            // The new arrays are staged whole (they are at hand: nothing to read back) and
+            // the log gets the edits.
             Some(old) if old != st.ctrs => {
-                for e in st.ctrs.edits_from(&old) {
-                    match e {
-                        CounterEdit::Copy { src, dst, len } => {
-                            tx.copy_within(name, src, dst, len)?
-                        }
-                        CounterEdit::Write { off, bytes } => tx.write_at(name, off, &bytes)?,
-                        CounterEdit::SetLen(n) => tx.set_len(name, n)?,
-                    }
-                }
+                let edits = st.ctrs.edits_from(&old);
                 #[cfg(debug_assertions)]
                 {
-                    let mut back = vec![0u8; bytes.len() + 1];
-                    let n = tx.read_at(name, 0, &mut back)?;
-                    debug_assert_eq!(&back[..n], &bytes[..], "the edits of {name}");
+                    // What the object holds now: the old arrays (and maybe stale bytes).
+                    let mut obj = vec![0u8; old.encode().len()];
+                    let n = tx.read_at(name, 0, &mut obj)?;
+                    assert_eq!(n, obj.len(), "{name} shorter than its arrays");
+                    for e in &edits {
+                        assert!(e.apply(&mut obj), "{e:?} reads past the end of {name}");
+                    }
+                    assert_eq!(obj, bytes, "the edits of {name}");
                 }
+                let name_s = || name.to_string();
+                let ops = edits
+                    .into_iter()
+                    .map(|e| match e {
+                        CounterEdit::Copy { src, dst, len } => LoggedOp::Copy {
+                            name: name_s(),
+                            src,
+                            dst,
+                            len,
+                        },
+                        CounterEdit::Write { off, bytes } => LoggedOp::Write {
+                            name: name_s(),
+                            off,
+                            data: bytes,
+                        },
+                        CounterEdit::SetLen(len) => LoggedOp::SetLen {
+                            name: name_s(),
+                            len,
+                        },
+                    })
+                    .collect();
+                tx.stage_whole_logging(name, &bytes, ops)?;
                 of.ctrs_stored = Some(st.ctrs.clone());
             }
             Some(same) => of.ctrs_stored = Some(same),
