@@ -60,6 +60,7 @@ fn create(store: Arc<dyn UntrustedStore>, trusted: &MemTrusted, scheme: SchemeId
             inline_mac: true,
             inline_tree: true,
             inline_data: true,
+            ctr_segments: true,
         },
         &opts(),
     )

@@ -457,6 +457,7 @@ impl Inode {
         let ctrs = match &self.counters {
             TrustedCounters::Inline(c) => 13 + 16 * c.intervals() as u64,
             TrustedCounters::Spilled { .. } => 77,
+            TrustedCounters::Segmented { .. } => 45,
         };
         1 + 8
             + if self.inline_node.is_some() { 32 } else { 0 }
@@ -877,8 +878,22 @@ pub const INLINE_TREE: &str = "inline-tree";
 /// and stays there. Set on every volume created since it exists.
 pub const INLINE_DATA: &str = "inline-data";
 
+/// Feature flag: a file's spilled counters of more than [`crate::tree::SEG_MIN_INTERVALS`]
+/// intervals are kept in segments of [`crate::tree::SEG_BLOCKS`] blocks, hashed one by one,
+/// in groups, and the groups into the record (docs/file-format.md §9.2, counter tag 2), so
+/// that a random write rewrites and hashes one segment, not every interval. Set on every
+/// volume created since it exists.
+pub const CTR_SEGMENTS: &str = "ctr-segments";
+
 /// Known feature flags.
-pub const KNOWN_FEATURES: &[&str] = &[INLINE_LEAF, DIR_TREE, INLINE_MAC, INLINE_TREE, INLINE_DATA];
+pub const KNOWN_FEATURES: &[&str] = &[
+    INLINE_LEAF,
+    DIR_TREE,
+    INLINE_MAC,
+    INLINE_TREE,
+    INLINE_DATA,
+    CTR_SEGMENTS,
+];
 
 impl Config {
     /// The bytes authenticated together with the wrapped key: every field but the envelope.

@@ -724,27 +724,29 @@ impl Tx {
         Ok(())
     }
 
-    /// Stages `data` as the whole of `name` (its bytes from 0, its length `data.len()`) and
-    /// logs `edits` in their place: changes that, replayed in order on what the object held
-    /// before, leave `data` (moves and writes of a few bytes where the bytes would be
+    /// Stages `data` at `off` of `name` (then its length `len`, if given) and logs `edits`
+    /// in their place: changes that, replayed in order on what the object held before,
+    /// leave the same bytes (moves and writes of a few bytes where the bytes would be
     /// kilobytes: a spilled file's counters, docs/design.md, "Counters in the log"). Unlike
     /// [`Tx::copy_within`], nothing is read back. Only for objects that are always staged
     /// (not data objects). The caller vouches for the edits.
-    pub fn stage_whole_logging(
+    pub fn stage_logging(
         &mut self,
         name: &str,
+        off: u64,
         data: &[u8],
+        len: Option<u64>,
         edits: Vec<LoggedOp>,
     ) -> Result<()> {
         if ObjectClass::of(name) == ObjectClass::Data {
             return Err(Error::Invalid(format!(
-                "whole staging of data object {name}"
+                "logged staging of data object {name}"
             )));
         }
         let capturing = std::mem::replace(&mut self.capturing, false);
         let r = self
-            .write_at(name, 0, data)
-            .and_then(|()| self.set_len(name, data.len() as u64));
+            .write_at(name, off, data)
+            .and_then(|()| len.map_or(Ok(()), |l| self.set_len(name, l)));
         self.capturing = capturing;
         r?;
         if self.capturing {

@@ -57,6 +57,7 @@ fn copts(scheme: SchemeId) -> CreateOptions {
         inline_mac: true,
         inline_tree: true,
         inline_data: true,
+        ctr_segments: true,
     }
 }
 

@@ -127,6 +127,7 @@ fn a_volume_whose_default_is_auto() {
         inline_mac: true,
         inline_tree: true,
         inline_data: true,
+        ctr_segments: true,
     };
     let t = trusted.clone();
     let vol = intact_core::Volume::create(

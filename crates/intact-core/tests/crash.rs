@@ -244,6 +244,7 @@ fn crash_during_create_never_looks_like_tampering() {
                 inline_mac: true,
                 inline_tree: true,
                 inline_data: true,
+                ctr_segments: true,
             },
             &intact_core::Options {
                 records: records(),

@@ -318,6 +318,7 @@ fn record_with<S>(
             inline_mac: true,
             inline_tree: true,
             inline_data: true,
+            ctr_segments: true,
         },
         &opts(),
     )

@@ -16,7 +16,8 @@ use intact_core::format::{
 };
 use intact_core::store::{MemStore, UntrustedStore};
 use intact_core::tree::{
-    CounterIntervals, MerkleTree, NodeHasher, TreeState, TrustedCounters, VecNodeIo, ZERO_HASH,
+    CounterIntervals, MerkleTree, NodeHasher, SegHashes, TreeState, TrustedCounters, VecNodeIo,
+    SEG_BLOCKS, SEG_GROUP, SEG_STRIDE, ZERO_HASH,
 };
 use intact_core::tx::{JournalRef, Tx};
 use intact_core::wal::{LogPos, LogRef};
@@ -1076,3 +1077,63 @@ fn special_kinds_in_records_and_entries() {
     assert_eq!(Kind::of_entry(4), None, "no entry names an attribute file");
     assert_eq!(Kind::of_entry(9), None);
 }
+
+// ---------------------------------------------------------------------------------------
+// Counters in segments (§9.2)
+
+/// A file of 4,100 blocks, counter 1 but block 4,095 (2): segment 0 holds blocks
+/// 0..4,096 (intervals [0, 4095], counters [1, 2]), segment 1 the last four (one interval,
+/// counter 1). Their encodings at 0 and `SEG_STRIDE` of `.c`, their hashes (keyed BLAKE3,
+/// COUNTERS key, over "cseg" || file id || segment number u64 LE || encoding), the group's
+/// ("cgrp" || file id || group number u64 LE || the segments' hashes) and the top
+/// ("ctop" || file id || the groups' hashes), and the record's counter bytes (tag 2).
+#[test]
+fn segmented_counters() {
+    let m = master();
+    let ctr_key = m.derive(label::COUNTERS, &[]);
+    let h = |parts: &[&[u8]]| {
+        let mut all: Vec<&[u8]> = vec![parts[0], &FILE];
+        all.extend_from_slice(&parts[1..]);
+        ctr_key.mac(&all)
+    };
+    let mut c = CounterIntervals::new();
+    c.set_range(0, 4100, 1);
+    c.set_range(4095, 1, 2);
+    assert_eq!(
+        (c.segments(), SEG_BLOCKS, SEG_STRIDE, SEG_GROUP),
+        (2, 4096, 69_632, 256)
+    );
+    let (e0, e1) = (c.segment(0).encode(), c.segment(1).encode());
+    let mut hashes = SegHashes::default();
+    hashes.set(0, &e0, &h);
+    hashes.set(1, &e1, &h);
+    let top = hashes.top(&h);
+    // The same by hand, from the definitions.
+    let s0 = ctr_key.mac(&[b"cseg", &FILE, &0u64.to_le_bytes(), &e0]);
+    let s1 = ctr_key.mac(&[b"cseg", &FILE, &1u64.to_le_bytes(), &e1]);
+    let g0 = ctr_key.mac(&[b"cgrp", &FILE, &0u64.to_le_bytes(), &s0, &s1]);
+    assert_eq!(top, ctr_key.mac(&[b"ctop", &FILE, &g0]));
+    let t = TrustedCounters::Segmented {
+        intervals: c.intervals() as u32,
+        blocks: c.blocks(),
+        h_top: top,
+    };
+    let mut rec = [0u8; 77];
+    t.encode_into(&mut rec).unwrap();
+    assert_eq!(TrustedCounters::decode(&rec).unwrap(), t);
+    check(&[
+        ("segment 0", hx(&e0), SEG0),
+        ("segment 1", hx(&e1), SEG1),
+        ("segment 0 hash", hx(s0), SEG0_HASH),
+        ("group 0 hash", hx(g0), GRP0_HASH),
+        ("record counters (tag 2)", hx(&rec[..45]), SEG_RECORD),
+    ]);
+}
+
+const SEG0: &str =
+    "0200000000100000000000000000000000000000ff0f00000000000001000000000000000200000000000000";
+const SEG1: &str = "01000000040000000000000000000000000000000100000000000000";
+const SEG0_HASH: &str = "c0822bfdb49731d74fff3af18aeb08b031cdaea9be8a524620d39b874d2ff50f";
+const GRP0_HASH: &str = "14b9bab99bf3d91df2bf3fd10d93da77d740d5da3cf718f5b909a49fe0827f2e";
+const SEG_RECORD: &str =
+    "02030000000410000000000000746c10c9bb36a2cf1ecf6f286d96aad2a2d4eae86fff33b363f48db1628c7fee";

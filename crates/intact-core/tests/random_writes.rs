@@ -132,3 +132,120 @@ fn a_request_that_changes_no_counter_leaves_the_spilled_arrays_alone() {
     );
     assert!(read_all(&vol, "/big").unwrap() == model);
 }
+
+/// A file whose counters break into more than `SEG_MIN_INTERVALS` intervals keeps them in
+/// segments of `SEG_BLOCKS` blocks (docs/file-format.md §9.2): a random overwrite then
+/// logs its block and a few bytes of one segment, replays after a crash, reads back after
+/// a checkpoint; and a segment changed, put in another's place, or rolled back to an
+/// older copy of itself is an integrity failure of the file.
+#[test]
+fn counters_of_many_intervals_live_in_segments() {
+    use intact_core::tree::{SEG_BLOCKS, SEG_MIN_INTERVALS, SEG_STRIDE};
+    let store = Arc::new(CountingStore::new(MemStore::new()));
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, BS as u32);
+    vol.create_file("/big", None).unwrap();
+    // Three segments, sparse: holes but where written.
+    let blocks = 3 * SEG_BLOCKS as usize;
+    vol.truncate("/big", (blocks * BS) as u64).unwrap();
+    let mut model = vec![0u8; blocks * BS];
+    // Every third block of the first two segments: two intervals a write.
+    let writes = SEG_MIN_INTERVALS / 2 + 100;
+    for i in 0..writes {
+        overwrite(&vol, &mut model, 3 * i, 1, i as u64);
+    }
+    let st = vol.stat("/big").unwrap();
+    assert!(st.counters_spilled, "{st:?}");
+    assert!(st.counter_intervals > SEG_MIN_INTERVALS as u64, "{st:?}");
+    vol.sync().unwrap();
+    let c = names(&vol, "/big").ctrs;
+    let len = store.len(&c).unwrap().unwrap();
+    assert!(
+        len > 2 * SEG_STRIDE && len < 3 * SEG_STRIDE,
+        "three segments at their places: {len}"
+    );
+    // A random overwrite logs about its block, not the segment (tens of KB here).
+    let before = store.stats();
+    let mut rng = Lcg(7);
+    const MEASURED: u64 = 100;
+    for k in 0..MEASURED {
+        let b = rng.next() as usize % (2 * SEG_BLOCKS as usize);
+        overwrite(&vol, &mut model, b, 1, 50_000 + k);
+    }
+    let d = store.stats().since(&before);
+    let log_per_write = d.get(ObjectClass::Control).write_bytes / MEASURED;
+    assert!(
+        log_per_write < 2 * BS as u64,
+        "{log_per_write} bytes of log a 4 KiB overwrite"
+    );
+    // A crash: the log's edits of the segments replay.
+    vol.set_seal_on_drop(false);
+    drop(vol);
+    let vol = open(store.clone() as Arc<dyn UntrustedStore>, &trusted).unwrap();
+    let got = read_all(&vol, "/big").unwrap();
+    let bad: Vec<usize> = (0..blocks)
+        .filter(|&b| got[b * BS..(b + 1) * BS] != model[b * BS..(b + 1) * BS])
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "after the replay: {} blocks differ, first {:?}; len {} vs {}",
+        bad.len(),
+        &bad[..bad.len().min(10)],
+        got.len(),
+        model.len()
+    );
+    vol.sync().unwrap();
+    drop(vol);
+    let vol = open(store.clone() as Arc<dyn UntrustedStore>, &trusted).unwrap();
+    assert!(
+        read_all(&vol, "/big").unwrap() == model,
+        "after a checkpoint"
+    );
+    assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+    // Segment 1 as it is now, to roll back to after it changes.
+    let slot = |k: u64| {
+        let mut b = vec![0u8; SEG_STRIDE as usize];
+        let n = store.read_at(&c, k * SEG_STRIDE, &mut b).unwrap();
+        b.truncate(n);
+        b
+    };
+    let old1 = slot(1);
+    overwrite(&vol, &mut model, SEG_BLOCKS as usize + 1, 1, 77_777);
+    vol.sync().unwrap();
+    drop(vol);
+    let good: Vec<Vec<u8>> = (0..3).map(slot).collect();
+    let put = |k: u64, b: &[u8]| store.write_at(&c, k * SEG_STRIDE, b).unwrap();
+    let refused = |what: &str| {
+        let Err(e) = open(store.clone() as Arc<dyn UntrustedStore>, &trusted)
+            .and_then(|v| read_all(&v, "/big"))
+        else {
+            panic!("{what}: read back without an error");
+        };
+        assert!(e.is_tampered(), "{what}: {e}");
+        assert!(
+            e.to_string().contains("/big"),
+            "{what}: names the file: {e}"
+        );
+    };
+    // A counter changed in segment 0: its last interval's (the last byte it uses; what
+    // lies past it in its place is not read).
+    let mut b = good[0].clone();
+    let count = u32::from_le_bytes(b[..4].try_into().unwrap()) as usize;
+    let at = 12 + 16 * count - 1;
+    b[at] ^= 1;
+    put(0, &b);
+    refused("a segment changed");
+    put(0, &good[0]);
+    // Segments 0 and 1 swapped (both full segments of the same length).
+    put(0, &good[1]);
+    put(1, &good[0]);
+    refused("two segments swapped");
+    put(0, &good[0]);
+    put(1, &good[1]);
+    // Segment 1 rolled back to its copy before the last write.
+    put(1, &old1);
+    refused("a segment rolled back");
+    put(1, &good[1]);
+    let vol = open(store as Arc<dyn UntrustedStore>, &trusted).unwrap();
+    assert!(read_all(&vol, "/big").unwrap() == model, "restored");
+}

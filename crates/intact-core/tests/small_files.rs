@@ -62,6 +62,7 @@ fn new_volume(store: &Arc<MemStore>, trusted: &MemTrusted, scheme: SchemeId) -> 
             scheme,
             kdf: KdfParams::TEST,
             inline_data: false,
+            ctr_segments: false,
             ..CreateOptions::default()
         },
     )
@@ -403,6 +404,7 @@ fn a_volume_without_inline_trees_keeps_small_trees_in_objects() {
             kdf: KdfParams::TEST,
             inline_tree: false,
             inline_data: false,
+            ctr_segments: false,
             ..CreateOptions::default()
         },
         &Options::default(),
@@ -654,6 +656,7 @@ fn a_volume_without_inline_leaves_keeps_its_nodes_in_objects() {
             inline_mac: false,
             inline_tree: false,
             inline_data: false,
+            ctr_segments: false,
         },
         &Options::default(),
     )
@@ -739,6 +742,7 @@ fn a_volume_without_inline_mac_tree_leaves_keeps_level_0_in_objects() {
             scheme: SchemeId::MacTree,
             inline_mac: false,
             inline_data: false,
+            ctr_segments: false,
             ..CreateOptions::default()
         },
         &Options::default(),

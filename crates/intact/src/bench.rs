@@ -458,6 +458,8 @@ pub(crate) fn run_scheme(
         // The papers' metrics are those of each scheme's blocks and trees: no file's data
         // in the inode table's slots.
         inline_data: false,
+        // The counters as the paper keeps them (Fig. 6): the arrays whole, however many.
+        ctr_segments: false,
     };
     let store: Arc<dyn UntrustedStore> = Arc::new(LocalDirStore::open(&cipher)?);
     let vol = Volume::create(

@@ -106,6 +106,7 @@ pub fn dir(a: &DirArgs, cache_bytes: usize, meta_cache_bytes: usize, json: bool)
             inline_mac: true,
             inline_tree: true,
             inline_data: true,
+            ctr_segments: true,
         },
         &Options {
             cache_bytes,

@@ -196,6 +196,8 @@ pub fn replay(
             // The paper's metrics are those of the scheme's blocks and trees: no file's
             // data in the inode table's slots.
             inline_data: false,
+            // The counters as the paper keeps them (Fig. 6): the arrays whole.
+            ctr_segments: false,
             ..CreateOptions::default()
         },
         &Options {

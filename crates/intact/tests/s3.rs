@@ -359,6 +359,7 @@ fn the_attack_suite_on_objects_in_a_bucket() {
                 inline_mac: true,
                 inline_tree: true,
                 inline_data: true,
+                ctr_segments: true,
             };
             let runs = attacks::run_all(
                 &mut || {

@@ -28,12 +28,42 @@ fn malformed(msg: &str) -> CounterError {
 ///
 /// Invariants: `starts` strictly increasing, `starts[0] == 0` when `blocks > 0`, adjacent
 /// intervals have different counters, all starts `< blocks`; empty when `blocks == 0`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct CounterIntervals {
     starts: Vec<u64>,
     ctrs: Vec<u64>,
     blocks: u64,
+    /// The segments ([`SEG_BLOCKS`]) changed since [`CounterIntervals::take_touched`], as
+    /// half-open ranges of segment numbers (not part of the value: equality ignores it).
+    touched: Vec<(u64, u64)>,
 }
+
+impl PartialEq for CounterIntervals {
+    fn eq(&self, other: &Self) -> bool {
+        self.blocks == other.blocks && self.starts == other.starts && self.ctrs == other.ctrs
+    }
+}
+
+impl Eq for CounterIntervals {}
+
+/// Blocks per segment of the segmented form of spilled counters (docs/file-format.md
+/// §9.2): a write re-encodes and re-hashes the segments it changed, not every interval.
+pub const SEG_BLOCKS: u64 = 4096;
+
+/// Bytes from one segment to the next in `.c`: room for a segment's encoding when each of
+/// its blocks is an interval (12 + 16 · 4,096 bytes), rounded up to 4 KiB. What a segment
+/// does not use stays a hole.
+pub const SEG_STRIDE: u64 = 69_632;
+
+/// Spilled counters of more intervals than this are kept in segments (on volumes with
+/// [`crate::format::CTR_SEGMENTS`]); the arrays of fewer, at most 64 KiB, stay whole.
+pub const SEG_MIN_INTERVALS: usize = 4096;
+
+/// Segment hashes per group (the groups' hashes are hashed into the trusted part).
+pub const SEG_GROUP: usize = 256;
+
+/// Touched ranges kept apart before they are joined into one span.
+const TOUCHED_MAX: usize = 32;
 
 /// One step of [`CounterIntervals::edits_from`], on the object that holds the encoding.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -143,6 +173,7 @@ impl CounterIntervals {
         let end = first.saturating_add(count);
         // A gap before `first` becomes a hole (nothing when there is none).
         self.extend(first);
+        self.touch(first, end);
         let tail = (end < self.blocks).then(|| self.get(end));
         let lo = self.starts.partition_point(|&s| s < first);
         let hi = self.starts.partition_point(|&s| s <= end);
@@ -165,6 +196,7 @@ impl CounterIntervals {
         if blocks >= self.blocks {
             return;
         }
+        self.touch(blocks.saturating_sub(1), self.blocks);
         let k = self.starts.partition_point(|&s| s < blocks);
         self.starts.truncate(k);
         self.ctrs.truncate(k);
@@ -176,6 +208,7 @@ impl CounterIntervals {
         if blocks <= self.blocks {
             return;
         }
+        self.touch(self.blocks.saturating_sub(1), blocks);
         if self.ctrs.last() != Some(&0) {
             self.starts.push(self.blocks);
             self.ctrs.push(0);
@@ -225,6 +258,88 @@ impl CounterIntervals {
         })
     }
 
+    /// Marks the segments that hold blocks `[lo, hi)` as changed.
+    fn touch(&mut self, lo: u64, hi: u64) {
+        if lo >= hi {
+            return;
+        }
+        let r = (lo / SEG_BLOCKS, (hi - 1) / SEG_BLOCKS + 1);
+        match self.touched.last_mut() {
+            Some(last) if r.0 <= last.1 && last.0 <= r.1 => {
+                *last = (last.0.min(r.0), last.1.max(r.1));
+            }
+            _ => self.touched.push(r),
+        }
+        if self.touched.len() > TOUCHED_MAX {
+            let lo = self.touched.iter().map(|t| t.0).min().expect("touched");
+            let hi = self.touched.iter().map(|t| t.1).max().expect("touched");
+            self.touched = vec![(lo, hi)];
+        }
+    }
+
+    /// The segments changed since the last call (by [`set_range`](Self::set_range),
+    /// [`truncate`](Self::truncate) and [`extend`](Self::extend)), sorted, each once;
+    /// segments past the end are left out.
+    pub fn take_touched(&mut self) -> Vec<u64> {
+        let n = self.segments();
+        let mut out: Vec<u64> = std::mem::take(&mut self.touched)
+            .into_iter()
+            .flat_map(|(lo, hi)| lo..hi.min(n))
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// Number of segments: `ceil(blocks / SEG_BLOCKS)`.
+    pub fn segments(&self) -> u64 {
+        self.blocks.div_ceil(SEG_BLOCKS)
+    }
+
+    /// Segment `k`: the blocks `[k · SEG_BLOCKS, min((k + 1) · SEG_BLOCKS, blocks))` as
+    /// counter intervals of their own (block 0 is the segment's first). Empty past the end.
+    pub fn segment(&self, k: u64) -> CounterIntervals {
+        let first = k.saturating_mul(SEG_BLOCKS);
+        let end = first.saturating_add(SEG_BLOCKS).min(self.blocks);
+        if first >= end {
+            return CounterIntervals::new();
+        }
+        let lo = self.interval_of(first);
+        let hi = self.starts.partition_point(|&s| s < end);
+        CounterIntervals {
+            starts: self.starts[lo..hi]
+                .iter()
+                .map(|&s| s.max(first) - first)
+                .collect(),
+            ctrs: self.ctrs[lo..hi].to_vec(),
+            blocks: end - first,
+            touched: Vec::new(),
+        }
+    }
+
+    /// The counters whose segments ([`segment`](Self::segment)) are `segs`, in order: every
+    /// one [`SEG_BLOCKS`] long but the last (1 to `SEG_BLOCKS`), each valid on its own.
+    pub fn from_segments(segs: &[CounterIntervals]) -> Result<Self, CounterError> {
+        let mut out = CounterIntervals::new();
+        for (k, seg) in segs.iter().enumerate() {
+            let last = k + 1 == segs.len();
+            if seg.blocks == 0 || seg.blocks > SEG_BLOCKS || (!last && seg.blocks != SEG_BLOCKS) {
+                return Err(malformed("segment of the wrong length"));
+            }
+            let base = k as u64 * SEG_BLOCKS;
+            for (&s, &c) in seg.starts.iter().zip(&seg.ctrs) {
+                // A run that goes on from the segment before is one interval.
+                if s == 0 && out.ctrs.last() == Some(&c) {
+                    continue;
+                }
+                out.starts.push(base + s);
+                out.ctrs.push(c);
+            }
+            out.blocks = base + seg.blocks;
+        }
+        Ok(out)
+    }
+
     /// Size in bytes of `IntStart_F` plus `CtrVal_F` (the paper's `size`).
     pub fn arrays_size(&self) -> usize {
         16 * self.starts.len()
@@ -267,6 +382,7 @@ impl CounterIntervals {
             starts,
             ctrs,
             blocks,
+            touched: Vec::new(),
         })
     }
 
@@ -429,10 +545,87 @@ pub enum TrustedCounters {
         /// `h(CtrVal_F)`.
         h_ctrs: Hash,
     },
+    /// The segmented form (docs/file-format.md §9.2): the counters' segments in `US_F`,
+    /// hashed one by one, in groups, and the groups' hashes into `h_top`
+    /// ([`SegHashes`]). A write changes the hashes of the segments it touched.
+    Segmented {
+        /// Number of intervals.
+        intervals: u32,
+        /// Number of blocks.
+        blocks: u64,
+        /// [`SegHashes::top`].
+        h_top: Hash,
+    },
+}
+
+/// The hashes of a file's counters in segments (docs/file-format.md §9.2), kept by the
+/// writer so that a change re-hashes the segments it touched, their groups and the top,
+/// not every segment. `h` is the caller's keyed hash of the parts (the first is the
+/// label: `cseg`, `cgrp` or `ctop`; domain separation by file is the caller's).
+#[derive(Clone, Debug, Default)]
+pub struct SegHashes {
+    seg: Vec<Hash>,
+    grp: Vec<Hash>,
+    /// Groups whose hash is to be computed again.
+    stale: Vec<usize>,
+}
+
+impl SegHashes {
+    /// Number of segments.
+    pub fn segments(&self) -> u64 {
+        self.seg.len() as u64
+    }
+
+    /// Sets segment `k`'s hash from its encoding (`k <= segments()`: the next is added).
+    pub fn set(&mut self, k: u64, enc: &[u8], h: &dyn Fn(&[&[u8]]) -> Hash) {
+        let k = usize::try_from(k).expect("segment number fits");
+        let v = h(&[b"cseg", &(k as u64).to_le_bytes(), enc]);
+        match k.cmp(&self.seg.len()) {
+            std::cmp::Ordering::Less => self.seg[k] = v,
+            std::cmp::Ordering::Equal => self.seg.push(v),
+            std::cmp::Ordering::Greater => panic!("segment {k} set before {}", self.seg.len()),
+        }
+        self.stale.push(k / SEG_GROUP);
+    }
+
+    /// Keeps the first `n` segments.
+    pub fn truncate(&mut self, n: u64) {
+        let n = usize::try_from(n).expect("segment count fits");
+        if n < self.seg.len() {
+            self.seg.truncate(n);
+            self.grp.truncate(n.div_ceil(SEG_GROUP));
+            if n > 0 {
+                self.stale.push((n - 1) / SEG_GROUP);
+            }
+        }
+    }
+
+    /// `h_top`: the hash of the groups' hashes, each the hash of its segments' (computed
+    /// again for the groups changed since the last call).
+    pub fn top(&mut self, h: &dyn Fn(&[&[u8]]) -> Hash) -> Hash {
+        let groups = self.seg.len().div_ceil(SEG_GROUP);
+        self.grp.resize(groups, [0; 32]);
+        let mut stale = std::mem::take(&mut self.stale);
+        stale.sort_unstable();
+        stale.dedup();
+        for g in stale.into_iter().filter(|&g| g < groups) {
+            let segs = &self.seg[g * SEG_GROUP..((g + 1) * SEG_GROUP).min(self.seg.len())];
+            let at = (g as u64).to_le_bytes();
+            let mut parts: Vec<&[u8]> = vec![b"cgrp", &at];
+            parts.extend(segs.iter().map(|x| x.as_slice()));
+            self.grp[g] = h(&parts);
+        }
+        let mut parts: Vec<&[u8]> = vec![b"ctop"];
+        parts.extend(self.grp.iter().map(|x| x.as_slice()));
+        h(&parts)
+    }
 }
 
 /// Size of the spilled fixed form: tag, count, blocks, two hashes.
 const SPILLED_SIZE: usize = 1 + HEADER + 64;
+
+/// Size of the segmented fixed form: tag, count, blocks, one hash.
+const SEGMENTED_SIZE: usize = 1 + HEADER + 32;
 
 /// Fixed size of [`TrustedCounters::encode_into`]'s form for a given `L_ctr`.
 pub const fn trusted_size(l_ctr: usize) -> usize {
@@ -453,6 +646,7 @@ impl TrustedCounters {
         let need = match self {
             TrustedCounters::Inline(c) => 1 + HEADER + c.arrays_size(),
             TrustedCounters::Spilled { .. } => SPILLED_SIZE,
+            TrustedCounters::Segmented { .. } => SEGMENTED_SIZE,
         };
         if out.len() < need {
             return Err(malformed("trusted counter slot too small"));
@@ -479,6 +673,16 @@ impl TrustedCounters {
                 out[5..13].copy_from_slice(&blocks.to_le_bytes());
                 out[13..45].copy_from_slice(h_starts);
                 out[45..77].copy_from_slice(h_ctrs);
+            }
+            TrustedCounters::Segmented {
+                intervals,
+                blocks,
+                h_top,
+            } => {
+                out[0] = 2;
+                out[1..5].copy_from_slice(&intervals.to_le_bytes());
+                out[5..13].copy_from_slice(&blocks.to_le_bytes());
+                out[13..45].copy_from_slice(h_top);
             }
         }
         Ok(())
@@ -520,6 +724,19 @@ impl TrustedCounters {
                     h_ctrs: bytes[45..77].try_into().expect("32 bytes"),
                 })
             }
+            2 => {
+                if bytes.len() < SEGMENTED_SIZE {
+                    return Err(malformed("truncated segmented counters"));
+                }
+                if count == 0 || blocks == 0 || u64::from(count) > blocks {
+                    return Err(malformed("inconsistent segmented counts"));
+                }
+                Ok(TrustedCounters::Segmented {
+                    intervals: count,
+                    blocks,
+                    h_top: bytes[13..45].try_into().expect("32 bytes"),
+                })
+            }
             _ => Err(malformed("unknown trusted counter tag")),
         }
     }
@@ -558,6 +775,8 @@ pub fn check_ctr(
 ) -> Result<CounterIntervals, CounterError> {
     match t {
         TrustedCounters::Inline(c) => Ok(c.clone()),
+        // Checked segment by segment by the caller, which reads them ([`SegHashes`]).
+        TrustedCounters::Segmented { .. } => Err(CounterError::Mismatch),
         TrustedCounters::Spilled {
             intervals,
             blocks,
@@ -732,7 +951,10 @@ mod tests {
         assert!(TrustedCounters::Inline(CounterIntervals::new())
             .encode_into(&mut [0u8; 5])
             .is_err());
-        assert!(TrustedCounters::decode(&[2; 100]).is_err());
+        assert!(
+            TrustedCounters::decode(&[3; 100]).is_err(),
+            "tag 3 is unknown"
+        );
     }
 
     /// The fixed form's sizes, byte for byte: tag (1), count (4), blocks (8), then 16 bytes
@@ -874,6 +1096,139 @@ mod tests {
         ]
     }
 
+    /// Ops on a scale where segments ([`SEG_BLOCKS`]) matter: runs anywhere in 3.5
+    /// segments, cuts and growths that cross segment boundaries.
+    fn big_op() -> impl Strategy<Value = Op> {
+        let span = SEG_BLOCKS * 7 / 2;
+        prop_oneof![
+            6 => (0..span, 1u64..3000, 0u64..5).prop_map(|(a, b, c)| Op::Set(a, b, c)),
+            1 => (0..span).prop_map(Op::Truncate),
+            1 => (0..span + SEG_BLOCKS).prop_map(Op::Extend),
+        ]
+    }
+
+    fn apply_op(c: &mut CounterIntervals, o: &Op) {
+        match *o {
+            Op::Set(f, n, v) => c.set_range(f, n, v),
+            Op::Truncate(b) => c.truncate(b),
+            Op::Extend(b) => c.extend(b),
+        }
+    }
+
+    fn seg_hash(parts: &[&[u8]]) -> Hash {
+        let mut h = blake3::Hasher::new_keyed(&[9; 32]);
+        for p in parts {
+            h.update(p);
+        }
+        *h.finalize().as_bytes()
+    }
+
+    /// Hand-computed: a file of 4,106 blocks, counter 1 everywhere but block 4,095 (2)
+    /// and blocks 4,100..4,106 (3). Segment 0 is blocks 0..4,096 and ends with the
+    /// interval of block 4,095; segment 1 is the last 10 blocks: counter 1 for its first
+    /// four, 3 after. Joined, they are the same four intervals.
+    #[test]
+    fn segments_of_a_small_case() {
+        let mut c = CounterIntervals::new();
+        c.set_range(0, 4106, 1);
+        c.set_range(4095, 1, 2);
+        c.set_range(4100, 6, 3);
+        assert_eq!(c.starts(), &[0, 4095, 4096, 4100]);
+        assert_eq!(c.segments(), 2);
+        let s0 = c.segment(0);
+        assert_eq!(
+            (s0.starts(), s0.ctrs(), s0.blocks()),
+            (&[0, 4095][..], &[1, 2][..], 4096)
+        );
+        let s1 = c.segment(1);
+        assert_eq!(
+            (s1.starts(), s1.ctrs(), s1.blocks()),
+            (&[0, 4][..], &[1, 3][..], 10)
+        );
+        assert_eq!(s1.encode(), {
+            let mut e = vec![2, 0, 0, 0, 10, 0, 0, 0, 0, 0, 0, 0];
+            for v in [0u64, 4, 1, 3] {
+                e.extend_from_slice(&v.to_le_bytes());
+            }
+            e
+        });
+        assert!(c.segment(2).blocks() == 0);
+        assert_eq!(
+            CounterIntervals::from_segments(&[s0.clone(), s1.clone()]).unwrap(),
+            c
+        );
+        // A segment of the wrong length anywhere is refused.
+        assert!(CounterIntervals::from_segments(&[s1.clone(), s1]).is_err());
+        assert!(CounterIntervals::from_segments(&[CounterIntervals::new()]).is_err());
+        // Room for the worst segment: every block an interval.
+        let mut w = CounterIntervals::new();
+        for b in 0..SEG_BLOCKS {
+            w.set_range(b, 1, 1 + b % 2);
+        }
+        assert_eq!(w.intervals() as u64, SEG_BLOCKS);
+        assert!(w.segment(0).encode().len() as u64 <= SEG_STRIDE);
+        assert_eq!(SEG_STRIDE % 4096, 0);
+    }
+
+    #[test]
+    fn segmented_trusted_form_round_trip() {
+        let t = TrustedCounters::Segmented {
+            intervals: 5000,
+            blocks: 9000,
+            h_top: [7; 32],
+        };
+        let mut out = vec![0xAA; trusted_size(112)];
+        t.encode_into(&mut out).unwrap();
+        assert_eq!(out[0], 2);
+        assert_eq!(&out[1..5], &5000u32.to_le_bytes());
+        assert_eq!(&out[5..13], &9000u64.to_le_bytes());
+        assert_eq!(&out[13..45], &[7; 32]);
+        assert!(out[45..].iter().all(|&b| b == 0));
+        assert_eq!(TrustedCounters::decode(&out).unwrap(), t);
+        assert!(TrustedCounters::decode(&out[..44]).is_err());
+        for (count, blocks) in [(0u32, 9000u64), (5000, 0), (5000, 4999)] {
+            out[1..5].copy_from_slice(&count.to_le_bytes());
+            out[5..13].copy_from_slice(&blocks.to_le_bytes());
+            assert!(TrustedCounters::decode(&out).is_err(), "{count} {blocks}");
+        }
+        assert!(check_ctr(&t, Some(&[]), &hash).is_err());
+    }
+
+    /// The group and top hashes kept up to date by `set` and `truncate` are the ones
+    /// computed afresh; any segment's hash changes the top.
+    #[test]
+    fn seg_hashes_follow_their_segments() {
+        let fresh = |encs: &[Vec<u8>]| {
+            let mut h = SegHashes::default();
+            for (k, e) in encs.iter().enumerate() {
+                h.set(k as u64, e, &seg_hash);
+            }
+            h.top(&seg_hash)
+        };
+        let mut encs: Vec<Vec<u8>> = (0..600u32).map(|k| k.to_le_bytes().to_vec()).collect();
+        let mut kept = SegHashes::default();
+        for (k, e) in encs.iter().enumerate() {
+            kept.set(k as u64, e, &seg_hash);
+        }
+        let top = kept.top(&seg_hash);
+        assert_eq!(top, fresh(&encs));
+        encs[300] = b"other".to_vec();
+        kept.set(300, &encs[300], &seg_hash);
+        let top2 = kept.top(&seg_hash);
+        assert_ne!(top2, top);
+        assert_eq!(top2, fresh(&encs));
+        encs.truncate(257);
+        kept.truncate(257);
+        assert_eq!(kept.top(&seg_hash), fresh(&encs));
+        encs.push(b"new".to_vec());
+        kept.set(257, b"new", &seg_hash);
+        assert_eq!(kept.top(&seg_hash), fresh(&encs));
+        // Two segments swapped, or one moved to another place, hash differently.
+        let mut swapped = encs.clone();
+        swapped.swap(1, 2);
+        assert_ne!(fresh(&swapped), fresh(&encs));
+    }
+
     proptest! {
         #[test]
         fn matches_per_block_model(ops in proptest::collection::vec(op(), 0..40)) {
@@ -957,6 +1312,38 @@ mod tests {
                 apply_edit(&mut obj, &e);
             }
             prop_assert_eq!(&obj, &new.encode());
+        }
+
+        /// Segments join back into the counters, and the segments a change did not touch
+        /// are the same as before it.
+        #[test]
+        fn segments_join_back_and_untouched_ones_stay(
+            before in proptest::collection::vec(big_op(), 0..12),
+            after in proptest::collection::vec(big_op(), 0..4),
+        ) {
+            let mut c = CounterIntervals::new();
+            for o in &before {
+                apply_op(&mut c, o);
+            }
+            let segs: Vec<_> = (0..c.segments()).map(|k| c.segment(k)).collect();
+            for s in &segs {
+                check_invariants(s);
+            }
+            if c.blocks() > 0 {
+                prop_assert_eq!(&CounterIntervals::from_segments(&segs).unwrap(), &c);
+            }
+            c.take_touched();
+            for o in &after {
+                apply_op(&mut c, o);
+            }
+            let touched = c.take_touched();
+            prop_assert!(touched.windows(2).all(|w| w[0] < w[1]));
+            for k in 0..c.segments().min(segs.len() as u64) {
+                if !touched.contains(&k) {
+                    prop_assert_eq!(&c.segment(k), &segs[k as usize], "segment {} changed untouched", k);
+                }
+            }
+            prop_assert!(c.take_touched().is_empty());
         }
 
         /// The common prefix and suffix, compared run by run, against a plain scan.

@@ -293,7 +293,7 @@ impl Inner {
                 of.xattrs_dirty = false;
             }
             flush_data(&env, &mut self.tx, of, &mut self.scratch)?;
-            finish_record(&self.keys, &mut self.tx, of)?;
+            finish_record(&self.keys, &mut self.tx, of, self.ctr_segments)?;
             of.record_dirty = false;
             of.stage_flush = false;
             let rec = of.inode.clone();
@@ -306,7 +306,12 @@ impl Inner {
         // 2. The inode table itself.
         let env = env!(self);
         flush_data(&env, &mut self.tx, &mut self.itable, &mut self.scratch)?;
-        finish_record(&self.keys, &mut self.tx, &mut self.itable)?;
+        finish_record(
+            &self.keys,
+            &mut self.tx,
+            &mut self.itable,
+            self.ctr_segments,
+        )?;
         if !self.tx.is_dirty() && self.itable.inode == self.anchor.itable {
             self.forget_changes();
             return Ok(None);

@@ -518,6 +518,7 @@ mod tests {
                 inline_mac: true,
                 inline_tree: true,
                 inline_data: true,
+                ctr_segments: true,
             },
             &Options::default(),
         )

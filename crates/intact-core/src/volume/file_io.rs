@@ -6,7 +6,10 @@
 use super::*;
 use crate::crypto::Hash;
 use crate::scheme::SealPlan;
-use crate::tree::{CounterEdit, CounterIntervals};
+use crate::tree::{
+    CounterEdit, CounterError, CounterIntervals, SegHashes, SEG_BLOCKS, SEG_MIN_INTERVALS,
+    SEG_STRIDE,
+};
 use crate::tx::LoggedOp;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -42,11 +45,9 @@ pub(super) struct OpenFile {
     pub(super) unsynced_since: Option<crate::wal::LogPos>,
     /// Where the log ends past its last logged change.
     pub(super) logged_at: crate::wal::LogPos,
-    /// The counter intervals the spilled-counters object (`.c`) holds as the transaction
-    /// sees it (authenticated when the file was loaded, or written by [`finish_record`]
-    /// since); `None` when the counters are inline. The next change is written as edits
-    /// of it ([`CounterIntervals::edits_from`]), not whole.
-    pub(super) ctrs_stored: Option<CounterIntervals>,
+    /// What the spilled-counters object (`.c`) holds as the transaction sees it
+    /// (authenticated when the file was loaded, or written by [`finish_record`] since).
+    pub(super) ctrs_stored: CtrStore,
     /// The file left the inode table's slots for blocks in this request
     /// ([`Inner::inline_to_blocks`]): its next push through the scheme is staged, so that
     /// the log item that frees the slots never has direct writes a crash could leave out
@@ -55,6 +56,21 @@ pub(super) struct OpenFile {
     /// An inline file's bytes changed since they were last written into its slots
     /// ([`Inner::settle_slots`] writes them, once per request, not per change).
     pub(super) slots_stale: bool,
+}
+
+/// What a file's spilled-counters object (`.c`) holds, as its writer knows it.
+#[derive(Debug, Default)]
+pub(super) enum CtrStore {
+    /// Nothing known: the counters are inline, or a write of them failed. The next
+    /// spilled form is written whole.
+    #[default]
+    Unknown,
+    /// The arrays whole (docs/file-format.md §9.1): the next change is written as edits of
+    /// them ([`CounterIntervals::edits_from`]).
+    Flat(CounterIntervals),
+    /// Segments (§9.2), with their hashes: the next change rewrites the segments it
+    /// touched, as edits of each.
+    Segments(SegHashes),
 }
 
 /// A file's scheme state, shared with the readers that run without the engine lock
@@ -149,19 +165,50 @@ impl OpenFile {
     ) -> Result<OpenFile> {
         let names = ObjectNames::of(&inode.id);
         let ctr_hash = |b: &[u8]| keys.ctrs.mac(&[b"ctrs", &inode.id, b]);
+        let tampered = |e: &dyn std::fmt::Display| {
+            Error::tampered(subject.clone(), None, format!("write counters: {e}"))
+        };
         // Read exactly the spilled arrays' trusted length: bytes past it may be the remains of
         // a transaction that never sealed, and the store's length is not to be trusted.
-        let spilled = match &inode.counters {
-            TrustedCounters::Spilled { intervals, .. } => {
-                let len = 12 + 16 * *intervals as usize;
-                let mut buf = vec![0u8; len];
-                tx.read_at(&names.ctrs, 0, &mut buf)?;
-                Some(buf)
+        let (ctrs, ctrs_stored) = match &inode.counters {
+            TrustedCounters::Segmented {
+                intervals,
+                blocks,
+                h_top,
+            } => {
+                let (ctrs, hashes) =
+                    read_segments(tx, &names.ctrs, *blocks, &seg_hasher(keys, &inode.id)).map_err(
+                        |e| match e {
+                            SegError::Store(e) => e,
+                            SegError::Bad(why) => tampered(&why),
+                        },
+                    )?;
+                let mut hashes = hashes;
+                if hashes.top(&seg_hasher(keys, &inode.id)) != *h_top
+                    || ctrs.intervals() as u64 != u64::from(*intervals)
+                {
+                    return Err(tampered(&CounterError::Mismatch));
+                }
+                (ctrs, CtrStore::Segments(hashes))
             }
-            TrustedCounters::Inline(_) => None,
+            t => {
+                let spilled = match t {
+                    TrustedCounters::Spilled { intervals, .. } => {
+                        let len = 12 + 16 * *intervals as usize;
+                        let mut buf = vec![0u8; len];
+                        tx.read_at(&names.ctrs, 0, &mut buf)?;
+                        Some(buf)
+                    }
+                    _ => None,
+                };
+                let ctrs = check_ctr(t, spilled.as_deref(), &ctr_hash).map_err(|e| tampered(&e))?;
+                let stored = match spilled {
+                    Some(_) => CtrStore::Flat(ctrs.clone()),
+                    None => CtrStore::Unknown,
+                };
+                (ctrs, stored)
+            }
         };
-        let ctrs = check_ctr(&inode.counters, spilled.as_deref(), &ctr_hash)
-            .map_err(|e| Error::tampered(subject.clone(), None, format!("write counters: {e}")))?;
         if let Some(d) = &inode.inline_data {
             let bytes_ok = d.bytes.is_empty() || d.bytes.len() as u64 == inode.size;
             if inode.kind != Kind::File
@@ -222,7 +269,6 @@ impl OpenFile {
                 "counter intervals do not cover the file's blocks",
             ));
         }
-        let ctrs_stored = spilled.is_some().then(|| ctrs.clone());
         let state = StateCell::new(FileState {
             subject,
             id: inode.id,
@@ -586,69 +632,68 @@ pub(super) fn flush_data(
 }
 
 /// auth_ctr (Fig. 6) and the TS_F fields of the record, after a flush.
-pub(super) fn finish_record(keys: &Keys, tx: &mut Tx, of: &mut OpenFile) -> Result<()> {
+pub(super) fn finish_record(
+    keys: &Keys,
+    tx: &mut Tx,
+    of: &mut OpenFile,
+    segments: bool,
+) -> Result<()> {
     let id = of.inode.id;
     let hash = |b: &[u8]| keys.ctrs.mac(&[b"ctrs", &id, b]);
-    let st = of.state.get();
-    let (tc, spill) = auth_ctr(&st.ctrs, L_CTR, &hash);
-    let name = &st.names.ctrs;
-    match spill {
-        // Edits of what the object holds: a random write moves most of the arrays, and
-        // the log records the moves, not the bytes (docs/design.md, "Counters in the log").
-        Some(bytes) => match of.ctrs_stored.take() {
-            // The new arrays are staged whole (they are at hand: nothing to read back) and
-            // the log gets the edits.
-            Some(old) if old != st.ctrs => {
-                let edits = st.ctrs.edits_from(&old);
-                #[cfg(debug_assertions)]
-                {
-                    // What the object holds now: the old arrays (and maybe stale bytes).
-                    let mut obj = vec![0u8; old.encode().len()];
-                    let n = tx.read_at(name, 0, &mut obj)?;
-                    assert_eq!(n, obj.len(), "{name} shorter than its arrays");
-                    for e in &edits {
-                        assert!(e.apply(&mut obj), "{e:?} reads past the end of {name}");
+    let mut st = of.state.get();
+    let touched = st.ctrs.take_touched();
+    let name = st.names.ctrs.clone();
+    let was_spilled = !matches!(of.inode.counters, TrustedCounters::Inline(_));
+    // Many intervals go to segments (docs/file-format.md §9.2), and stay there while the
+    // counters are spilled.
+    let segmented = segments
+        && st.ctrs.arrays_size() > L_CTR
+        && (st.ctrs.intervals() > SEG_MIN_INTERVALS
+            || matches!(of.inode.counters, TrustedCounters::Segmented { .. }));
+    let tc = if segmented {
+        write_segments(keys, &id, tx, &name, &st.ctrs, touched, &mut of.ctrs_stored)?
+    } else {
+        let (tc, spill) = auth_ctr(&st.ctrs, L_CTR, &hash);
+        match spill {
+            // Edits of what the object holds: a random write moves most of the arrays, and
+            // the log records the moves, not the bytes (docs/design.md, "Counters in the
+            // log").
+            Some(bytes) => match std::mem::take(&mut of.ctrs_stored) {
+                // The new arrays are staged whole (they are at hand: nothing to read back)
+                // and the log gets the edits.
+                CtrStore::Flat(old) if old != st.ctrs => {
+                    let edits = st.ctrs.edits_from(&old);
+                    #[cfg(debug_assertions)]
+                    {
+                        // What the object holds now: the old arrays (and maybe stale bytes).
+                        let mut obj = vec![0u8; old.encode().len()];
+                        let n = tx.read_at(&name, 0, &mut obj)?;
+                        assert_eq!(n, obj.len(), "{name} shorter than its arrays");
+                        for e in &edits {
+                            assert!(e.apply(&mut obj), "{e:?} reads past the end of {name}");
+                        }
+                        assert_eq!(obj, bytes, "the edits of {name}");
                     }
-                    assert_eq!(obj, bytes, "the edits of {name}");
+                    let ops = logged_edits(&name, 0, edits, true);
+                    tx.stage_logging(&name, 0, &bytes, Some(bytes.len() as u64), ops)?;
+                    of.ctrs_stored = CtrStore::Flat(st.ctrs.clone());
                 }
-                let name_s = || name.to_string();
-                let ops = edits
-                    .into_iter()
-                    .map(|e| match e {
-                        CounterEdit::Copy { src, dst, len } => LoggedOp::Copy {
-                            name: name_s(),
-                            src,
-                            dst,
-                            len,
-                        },
-                        CounterEdit::Write { off, bytes } => LoggedOp::Write {
-                            name: name_s(),
-                            off,
-                            data: bytes,
-                        },
-                        CounterEdit::SetLen(len) => LoggedOp::SetLen {
-                            name: name_s(),
-                            len,
-                        },
-                    })
-                    .collect();
-                tx.stage_whole_logging(name, &bytes, ops)?;
-                of.ctrs_stored = Some(st.ctrs.clone());
-            }
-            Some(same) => of.ctrs_stored = Some(same),
+                CtrStore::Flat(same) => of.ctrs_stored = CtrStore::Flat(same),
+                _ => {
+                    tx.write_at(&name, 0, &bytes)?;
+                    tx.set_len(&name, bytes.len() as u64)?;
+                    of.ctrs_stored = CtrStore::Flat(st.ctrs.clone());
+                }
+            },
             None => {
-                tx.write_at(name, 0, &bytes)?;
-                tx.set_len(name, bytes.len() as u64)?;
-                of.ctrs_stored = Some(st.ctrs.clone());
-            }
-        },
-        None => {
-            of.ctrs_stored = None;
-            if matches!(of.inode.counters, TrustedCounters::Spilled { .. }) {
-                tx.set_len(name, 0)?;
+                of.ctrs_stored = CtrStore::Unknown;
+                if was_spilled {
+                    tx.set_len(&name, 0)?;
+                }
             }
         }
-    }
+        tc
+    };
     of.inode.counters = tc;
     of.inode.tree = st.tree;
     of.inode.inline_node = st.inline;
@@ -656,6 +701,198 @@ pub(super) fn finish_record(keys: &Keys, tx: &mut Tx, of: &mut OpenFile) -> Resu
     of.inode.inline_tags = st.tags;
     of.inode.ctr_hw = st.ctr_hw;
     Ok(())
+}
+
+/// The edits of an encoding at `off` of `name`, as the log records them; a length set only
+/// with `whole` (a segment's encoding is not the whole object: its length is not the
+/// object's).
+fn logged_edits(name: &str, off: u64, edits: Vec<CounterEdit>, whole: bool) -> Vec<LoggedOp> {
+    let name_s = || name.to_string();
+    edits
+        .into_iter()
+        .filter_map(|e| match e {
+            CounterEdit::Copy { src, dst, len } => Some(LoggedOp::Copy {
+                name: name_s(),
+                src: off + src,
+                dst: off + dst,
+                len,
+            }),
+            CounterEdit::Write { off: at, bytes } => Some(LoggedOp::Write {
+                name: name_s(),
+                off: off + at,
+                data: bytes,
+            }),
+            CounterEdit::SetLen(len) => whole.then(|| LoggedOp::SetLen {
+                name: name_s(),
+                len,
+            }),
+        })
+        .collect()
+}
+
+/// The keyed hash of a segmented file's counters ([`SegHashes`]): the COUNTERS key over the
+/// label, the file id, then the rest.
+fn seg_hasher<'a>(keys: &'a Keys, id: &'a [u8; 16]) -> impl Fn(&[&[u8]]) -> Hash + 'a {
+    move |parts: &[&[u8]]| {
+        let mut all: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
+        all.push(parts[0]);
+        all.push(id);
+        all.extend_from_slice(&parts[1..]);
+        keys.ctrs.mac(&all)
+    }
+}
+
+/// Why a segmented file's counters could not be read.
+enum SegError {
+    /// The store failed.
+    Store(Error),
+    /// What it holds is not a valid segment (tampering, as the caller reports it).
+    Bad(String),
+}
+
+impl From<Error> for SegError {
+    fn from(e: Error) -> Self {
+        SegError::Store(e)
+    }
+}
+
+/// The encoding of the segment at `off` of `name` and its counters, read as the
+/// transaction sees them (§9.2: its header gives its length).
+fn read_slot(
+    tx: &mut Tx,
+    name: &str,
+    off: u64,
+) -> std::result::Result<(Vec<u8>, CounterIntervals), SegError> {
+    let mut head = [0u8; 12];
+    if tx.read_at(name, off, &mut head)? != head.len() {
+        return Err(SegError::Bad(format!("segment at {off} cut short")));
+    }
+    let count = u64::from(u32::from_le_bytes(head[..4].try_into().expect("4 bytes")));
+    if count > SEG_BLOCKS {
+        return Err(SegError::Bad(format!(
+            "segment at {off} of {count} intervals"
+        )));
+    }
+    let mut enc = vec![0u8; 12 + 16 * count as usize];
+    if tx.read_at(name, off, &mut enc)? != enc.len() {
+        return Err(SegError::Bad(format!("segment at {off} cut short")));
+    }
+    let seg = CounterIntervals::decode(&enc)
+        .map_err(|e| SegError::Bad(format!("segment at {off}: {e}")))?;
+    Ok((enc, seg))
+}
+
+/// The counters of a file of `blocks` blocks in segments (§9.2), with their hashes: every
+/// segment read, of the length its place gives, and joined. The caller compares the top
+/// hash with the record's.
+fn read_segments(
+    tx: &mut Tx,
+    name: &str,
+    blocks: u64,
+    h: &dyn Fn(&[&[u8]]) -> Hash,
+) -> std::result::Result<(CounterIntervals, SegHashes), SegError> {
+    let n = blocks.div_ceil(SEG_BLOCKS);
+    let mut hashes = SegHashes::default();
+    let mut segs = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
+    for k in 0..n {
+        let (enc, seg) = read_slot(tx, name, k * SEG_STRIDE)?;
+        let want = (blocks - k * SEG_BLOCKS).min(SEG_BLOCKS);
+        if seg.blocks() != want {
+            return Err(SegError::Bad(format!(
+                "segment {k} covers {} blocks, not {want}",
+                seg.blocks()
+            )));
+        }
+        hashes.set(k, &enc, h);
+        segs.push(seg);
+    }
+    let ctrs = CounterIntervals::from_segments(&segs).map_err(|e| SegError::Bad(e.to_string()))?;
+    Ok((ctrs, hashes))
+}
+
+/// Writes a file's counters in segments (docs/file-format.md §9.2): the segments
+/// `touched` since the last write and the new ones, each staged whole and logged as edits
+/// of what its place held; every segment when the object held another form (or a write of
+/// it failed). Then the hashes of the groups they are in, and the top.
+fn write_segments(
+    keys: &Keys,
+    id: &[u8; 16],
+    tx: &mut Tx,
+    name: &str,
+    ctrs: &CounterIntervals,
+    touched: Vec<u64>,
+    stored: &mut CtrStore,
+) -> Result<TrustedCounters> {
+    let h = seg_hasher(keys, id);
+    let n = ctrs.segments();
+    let (mut hashes, old_n, all) = match std::mem::take(stored) {
+        CtrStore::Segments(hs) => {
+            let o = hs.segments();
+            (hs, o, false)
+        }
+        _ => (SegHashes::default(), 0, true),
+    };
+    let list: Vec<u64> = if all {
+        (0..n).collect()
+    } else {
+        let mut l = touched;
+        l.extend(old_n..n);
+        l.sort_unstable();
+        l.dedup();
+        l
+    };
+    hashes.truncate(n);
+    for k in list {
+        let seg = ctrs.segment(k);
+        let enc = seg.encode();
+        let off = k * SEG_STRIDE;
+        if !all && k < old_n {
+            let old = match read_slot(tx, name, off) {
+                Ok((_, old)) => old,
+                Err(SegError::Store(e)) => return Err(e),
+                Err(SegError::Bad(why)) => {
+                    return Err(Error::Invalid(format!("{name}: {why} (as written)")))
+                }
+            };
+            let edits = seg.edits_from(&old);
+            #[cfg(debug_assertions)]
+            {
+                let mut obj = old.encode();
+                for e in &edits {
+                    assert!(e.apply(&mut obj), "{e:?} reads past segment {k} of {name}");
+                }
+                assert_eq!(obj, enc, "the edits of segment {k} of {name}");
+            }
+            tx.stage_logging(name, off, &enc, None, logged_edits(name, off, edits, false))?;
+        } else {
+            tx.write_at(name, off, &enc)?;
+        }
+        hashes.set(k, &enc, &h);
+    }
+    if all || n < old_n {
+        // The object ends with the last segment (what lay past it: an older form's bytes).
+        let last = ctrs.segment(n - 1).encode().len() as u64;
+        tx.set_len(name, (n - 1) * SEG_STRIDE + last)?;
+    }
+    let h_top = hashes.top(&h);
+    #[cfg(debug_assertions)]
+    {
+        let mut fresh = SegHashes::default();
+        for k in 0..n {
+            fresh.set(k, &ctrs.segment(k).encode(), &h);
+        }
+        assert_eq!(
+            fresh.top(&h),
+            h_top,
+            "a change of {name}'s counters was not touched"
+        );
+    }
+    *stored = CtrStore::Segments(hashes);
+    Ok(TrustedCounters::Segmented {
+        intervals: u32::try_from(ctrs.intervals()).expect("intervals fit in u32"),
+        blocks: ctrs.blocks(),
+        h_top,
+    })
 }
 
 /// Blocks that hold data (holes excluded): counter 0 marks a hole in the counter
@@ -995,7 +1232,7 @@ impl Inner {
         let of = self.files.get_mut(&ino).expect("written");
         self.tx.stage_all(true);
         let r = flush_data(&env, &mut self.tx, of, &mut self.scratch)
-            .and_then(|()| finish_record(&self.keys, &mut self.tx, of));
+            .and_then(|()| finish_record(&self.keys, &mut self.tx, of, self.ctr_segments));
         self.tx.stage_all(false);
         if let Err(e) = &r {
             self.broke(e);

@@ -297,7 +297,8 @@ impl Inner {
         let of = self.open_ino(ino)?;
         let (intervals, spilled) = match &of.inode.counters {
             TrustedCounters::Inline(c) => (c.intervals() as u64, false),
-            TrustedCounters::Spilled { intervals, .. } => (*intervals as u64, true),
+            TrustedCounters::Spilled { intervals, .. }
+            | TrustedCounters::Segmented { intervals, .. } => (*intervals as u64, true),
         };
         Ok(Stat {
             ino,

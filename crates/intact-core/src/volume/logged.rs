@@ -561,7 +561,7 @@ impl Inner {
             // with the slots' release (docs/design.md, "Small files in the inode table").
             self.tx.stage_all(of.stage_flush);
             let r = flush_data(&env, &mut self.tx, of, &mut self.scratch)
-                .and_then(|()| finish_record(&self.keys, &mut self.tx, of));
+                .and_then(|()| finish_record(&self.keys, &mut self.tx, of, self.ctr_segments));
             self.tx.stage_all(false);
             r?;
             of.stage_flush = false;

@@ -212,6 +212,10 @@ pub struct CreateOptions {
     /// table, with no object of their own ([`INLINE_DATA`]). `false` makes a volume as
     /// intact made them before, which older versions open.
     pub inline_data: bool,
+    /// Counters of many intervals are kept in segments, so that a random write rewrites
+    /// one segment, not every interval ([`CTR_SEGMENTS`]). `false` makes a volume as intact
+    /// made them before, which older versions open.
+    pub ctr_segments: bool,
 }
 
 impl Default for CreateOptions {
@@ -226,6 +230,7 @@ impl Default for CreateOptions {
             inline_mac: true,
             inline_tree: true,
             inline_data: true,
+            ctr_segments: true,
         }
     }
 }
@@ -475,6 +480,8 @@ struct Inner {
     inline_data: bool,
     /// The volume has the [`DIR_TREE`] feature.
     dir_tree: bool,
+    /// The volume has the [`CTR_SEGMENTS`] feature.
+    ctr_segments: bool,
     tx: Tx,
     itable: OpenFile,
     header: TableHeader,
@@ -667,6 +674,7 @@ impl Volume {
                 (copts.inline_mac, INLINE_MAC),
                 (copts.inline_tree && copts.inline_leaf, INLINE_TREE),
                 (copts.inline_data, INLINE_DATA),
+                (copts.ctr_segments, CTR_SEGMENTS),
             ]
             .iter()
             .filter(|(on, _)| *on)
@@ -839,6 +847,7 @@ impl Volume {
                 && config.features.iter().any(|f| f == INLINE_LEAF),
             inline_data: config.features.iter().any(|f| f == INLINE_DATA),
             dir_tree: config.features.iter().any(|f| f == DIR_TREE),
+            ctr_segments: config.features.iter().any(|f| f == CTR_SEGMENTS),
             config,
             keys,
             cache: Arc::new(NodeCache::new(opts.cache_bytes)),

@@ -40,6 +40,7 @@ pub fn create<T: TrustedStore + Clone + 'static>(
         inline_mac: true,
         inline_tree: true,
         inline_data: true,
+        ctr_segments: true,
     };
     create_with(store, trusted, &copts)
 }
