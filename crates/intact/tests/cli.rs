@@ -710,7 +710,8 @@ fn corrupted_config() {
             "dir-tree",
             "inline-mac-leaf",
             "inline-tree",
-            "inline-data"
+            "inline-data",
+            "ctr-segments"
         ])
     );
     c["features"] = serde_json::json!([
