@@ -196,6 +196,7 @@ impl CounterIntervals {
         if blocks >= self.blocks {
             return;
         }
+        // The segments of the blocks cut, and the one that now ends the file (shorter).
         self.touch(blocks.saturating_sub(1), self.blocks);
         let k = self.starts.partition_point(|&s| s < blocks);
         self.starts.truncate(k);
@@ -208,7 +209,9 @@ impl CounterIntervals {
         if blocks <= self.blocks {
             return;
         }
-        self.touch(self.blocks.saturating_sub(1), blocks);
+        // The new blocks' segments, from the one that held the last block if it was not
+        // full (a full segment does not change).
+        self.touch(self.blocks, blocks);
         if self.ctrs.last() != Some(&0) {
             self.starts.push(self.blocks);
             self.ctrs.push(0);
