@@ -154,3 +154,44 @@ fn crash_while_spilled_counters_grow() {
         fails.join("\n")
     );
 }
+
+/// Counters in segments (file-format.md §9.2): a file of three segments fragmented past
+/// `SEG_MIN_INTERVALS` intervals, then one write across the boundary of its second and
+/// third segments (a change of two segments, logged as edits of each, and more
+/// intervals). A crash at every write of that request and its seal leaves the file as it
+/// was or as the request left it: never an alarm.
+#[test]
+fn crash_while_segmented_counters_change() {
+    use intact_core::tree::{SEG_BLOCKS, SEG_MIN_INTERVALS};
+    let blocks = 3 * SEG_BLOCKS as usize;
+    let writes = SEG_MIN_INTERVALS / 2 + 50;
+    let setup = |v: &Volume| {
+        v.create_file("/c", None).unwrap();
+        v.truncate("/c", (blocks * BS) as u64).unwrap();
+        for i in 0..writes {
+            v.write_path("/c", (3 * i * BS) as u64, &pattern(i as u8, BS))
+                .unwrap();
+        }
+        v.sync().unwrap();
+        assert!(v.stat("/c").unwrap().counter_intervals > SEG_MIN_INTERVALS as u64);
+        v.create_file("/other", None).unwrap();
+        v.write_path("/other", 0, b"x").unwrap();
+    };
+    let mut old = vec![0u8; blocks * BS];
+    for i in 0..writes {
+        old[3 * i * BS..(3 * i + 1) * BS].copy_from_slice(&pattern(i as u8, BS));
+    }
+    let at = 2 * SEG_BLOCKS as usize - 2;
+    let step = |v: &Volume| {
+        let _ = v.write_path("/c", (at * BS) as u64, &pattern(200, 4 * BS));
+    };
+    let mut new = old.clone();
+    new[at * BS..(at + 4) * BS].copy_from_slice(&pattern(200, 4 * BS));
+    let fails = crash_step(&setup, &step, "/c", &old, &new);
+    assert!(
+        fails.is_empty(),
+        "{} failures:\n{}",
+        fails.len(),
+        fails.join("\n")
+    );
+}
