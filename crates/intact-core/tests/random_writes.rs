@@ -248,6 +248,27 @@ fn counters_of_many_intervals_live_in_segments() {
     put(1, &old1);
     refused("a segment rolled back");
     put(1, &good[1]);
-    let vol = open(store as Arc<dyn UntrustedStore>, &trusted).unwrap();
+    let vol = open(store.clone() as Arc<dyn UntrustedStore>, &trusted).unwrap();
     assert!(read_all(&vol, "/big").unwrap() == model, "restored");
+    // Four blocks of the third segment, then one write over the first two: 10 intervals
+    // over 3 segments, fewer than 4 a segment, so the counters go back to whole arrays
+    // (§9.1) in that request.
+    let s2 = 2 * SEG_BLOCKS as usize;
+    for k in 0..4 {
+        overwrite(&vol, &mut model, s2 + 100 * (k + 1), 1, 90_000 + k as u64);
+    }
+    overwrite(&vol, &mut model, 0, s2, 99_999);
+    let st = vol.stat("/big").unwrap();
+    assert_eq!(st.counter_intervals, 10, "{st:?}");
+    assert!(st.counters_spilled, "{st:?}");
+    vol.sync().unwrap();
+    assert_eq!(
+        store.len(&c).unwrap(),
+        Some(12 + 16 * 10),
+        "whole arrays again"
+    );
+    drop(vol);
+    let vol = open(store as Arc<dyn UntrustedStore>, &trusted).unwrap();
+    assert!(read_all(&vol, "/big").unwrap() == model, "after going back");
+    assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
 }

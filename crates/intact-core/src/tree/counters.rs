@@ -59,6 +59,29 @@ pub const SEG_STRIDE: u64 = 69_632;
 /// [`crate::format::CTR_SEGMENTS`]); the arrays of fewer, at most 64 KiB, stay whole.
 pub const SEG_MIN_INTERVALS: usize = 4096;
 
+/// A file goes to segments only with at least this many intervals a segment, on average:
+/// each segment takes a place of its own in `.c` (a 4 KiB page at least), so a large sparse
+/// file with few intervals keeps them whole (at most 16 · 4,096 intervals' worth of work a
+/// write for a file that spans 4,096 segments, 16 GiB at 4 KiB blocks).
+pub const SEG_ENTER_PER_SEGMENT: usize = 16;
+
+/// A file in segments goes back to whole arrays below this many intervals a segment, on
+/// average (4 times fewer than to enter: a file near the bound does not go back and forth).
+pub const SEG_KEEP_PER_SEGMENT: usize = 4;
+
+/// Whether spilled counters of `intervals` intervals over `segments` segments are kept in
+/// segments, given whether they are now: more than [`SEG_MIN_INTERVALS`] and
+/// [`SEG_ENTER_PER_SEGMENT`] a segment to go there, [`SEG_KEEP_PER_SEGMENT`] a segment to
+/// stay. A writer's choice: a reader takes either form.
+pub fn use_segments(intervals: usize, segments: u64, now: bool) -> bool {
+    let per = |k: usize| (intervals as u64) >= segments.saturating_mul(k as u64);
+    if now {
+        per(SEG_KEEP_PER_SEGMENT)
+    } else {
+        intervals > SEG_MIN_INTERVALS && per(SEG_ENTER_PER_SEGMENT)
+    }
+}
+
 /// Segment hashes per group (the groups' hashes are hashed into the trusted part).
 pub const SEG_GROUP: usize = 256;
 
@@ -1171,6 +1194,32 @@ mod tests {
         assert_eq!(w.intervals() as u64, SEG_BLOCKS);
         assert!(w.segment(0).encode().len() as u64 <= SEG_STRIDE);
         assert_eq!(SEG_STRIDE % 4096, 0);
+    }
+
+    /// Hand-computed cases of the choice of form: a dense file goes to segments past
+    /// 4,096 intervals; a sparse one (few intervals a segment) stays whole; once there, a
+    /// file stays until it has fewer than 4 intervals a segment.
+    #[test]
+    fn which_files_use_segments() {
+        assert!(!use_segments(4096, 8, false), "not past the bound");
+        assert!(use_segments(4097, 8, false), "128 MiB, 4,097 intervals");
+        assert!(use_segments(16_000, 1000, false), "16 a segment");
+        assert!(!use_segments(15_999, 1000, false), "under 16 a segment");
+        assert!(
+            !use_segments(5000, 65_536, false),
+            "1 TiB sparse, 5,000 intervals"
+        );
+        assert!(use_segments(15_999, 1000, true), "stays: 16 a segment");
+        assert!(
+            use_segments(4000, 1000, true),
+            "stays: 4 a segment, under the bound too"
+        );
+        assert!(
+            !use_segments(3999, 1000, true),
+            "goes back under 4 a segment"
+        );
+        assert!(!use_segments(5000, u64::MAX, false), "no overflow");
+        assert!(!use_segments(5000, u64::MAX, true), "no overflow");
     }
 
     #[test]

@@ -7,8 +7,7 @@ use super::*;
 use crate::crypto::Hash;
 use crate::scheme::SealPlan;
 use crate::tree::{
-    CounterEdit, CounterError, CounterIntervals, SegHashes, SEG_BLOCKS, SEG_MIN_INTERVALS,
-    SEG_STRIDE,
+    use_segments, CounterEdit, CounterError, CounterIntervals, SegHashes, SEG_BLOCKS, SEG_STRIDE,
 };
 use crate::tx::LoggedOp;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -644,12 +643,15 @@ pub(super) fn finish_record(
     let touched = st.ctrs.take_touched();
     let name = st.names.ctrs.clone();
     let was_spilled = !matches!(of.inode.counters, TrustedCounters::Inline(_));
-    // Many intervals go to segments (docs/file-format.md §9.2), and stay there while the
-    // counters are spilled.
+    // Many intervals, and enough of them a segment, go to segments (docs/file-format.md
+    // §9.2; `use_segments`).
     let segmented = segments
         && st.ctrs.arrays_size() > L_CTR
-        && (st.ctrs.intervals() > SEG_MIN_INTERVALS
-            || matches!(of.inode.counters, TrustedCounters::Segmented { .. }));
+        && use_segments(
+            st.ctrs.intervals(),
+            st.ctrs.segments(),
+            matches!(of.inode.counters, TrustedCounters::Segmented { .. }),
+        );
     let tc = if segmented {
         write_segments(keys, &id, tx, &name, &st.ctrs, touched, &mut of.ctrs_stored)?
     } else {
