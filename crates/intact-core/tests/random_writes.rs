@@ -36,6 +36,30 @@ fn overwrite(vol: &intact_core::Volume, model: &mut [u8], b: usize, blocks: usiz
     model[off..off + len].copy_from_slice(&data);
 }
 
+/// Bytes of log a random 1-block overwrite costs: `count` overwrites at blocks drawn by
+/// `rng` below `below` (tags from `tag`), and the log's share of what the store was sent.
+fn log_per_overwrite(
+    store: &CountingStore<MemStore>,
+    vol: &intact_core::Volume,
+    model: &mut [u8],
+    rng: &mut Lcg,
+    below: usize,
+    count: u64,
+    tag: u64,
+) -> u64 {
+    let before = store.stats();
+    for k in 0..count {
+        let b = rng.next() as usize % below;
+        overwrite(vol, model, b, 1, tag + k);
+    }
+    store
+        .stats()
+        .since(&before)
+        .get(ObjectClass::Control)
+        .write_bytes
+        / count
+}
+
 /// A volume on a counting store with `/big`, `BLOCKS` blocks written in one go (one
 /// counter interval), and its model.
 fn big_file() -> (
@@ -74,14 +98,7 @@ fn a_random_overwrite_logs_its_block_not_the_counter_arrays() {
         overwrite(&vol, &mut model, b, n, k);
     }
     let intervals = vol.stat("/big").unwrap();
-    let before = store.stats();
-    const MEASURED: u64 = 200;
-    for k in 0..MEASURED {
-        let b = rng.next() as usize % BLOCKS;
-        overwrite(&vol, &mut model, b, 1, 1000 + k);
-    }
-    let d = store.stats().since(&before);
-    let log_per_write = d.get(ObjectClass::Control).write_bytes / MEASURED;
+    let log_per_write = log_per_overwrite(&store, &vol, &mut model, &mut rng, BLOCKS, 200, 1000);
     eprintln!("{log_per_write} bytes of log a 4 KiB overwrite");
     assert!(
         log_per_write < 2 * BS as u64,
@@ -165,15 +182,9 @@ fn counters_of_many_intervals_live_in_segments() {
         "three segments at their places: {len}"
     );
     // A random overwrite logs about its block, not the segment (tens of KB here).
-    let before = store.stats();
-    let mut rng = Lcg(7);
-    const MEASURED: u64 = 100;
-    for k in 0..MEASURED {
-        let b = rng.next() as usize % (2 * SEG_BLOCKS as usize);
-        overwrite(&vol, &mut model, b, 1, 50_000 + k);
-    }
-    let d = store.stats().since(&before);
-    let log_per_write = d.get(ObjectClass::Control).write_bytes / MEASURED;
+    let below = 2 * SEG_BLOCKS as usize;
+    let log_per_write =
+        log_per_overwrite(&store, &vol, &mut model, &mut Lcg(7), below, 100, 50_000);
     assert!(
         log_per_write < 2 * BS as u64,
         "{log_per_write} bytes of log a 4 KiB overwrite"

@@ -88,6 +88,14 @@ pub const SEG_GROUP: usize = 256;
 /// Touched ranges kept apart before they are joined into one span.
 const TOUCHED_MAX: usize = 32;
 
+/// The segment numbers of [`CounterIntervals::take_touched`]'s ranges, sorted, each once.
+pub fn touched_list(ranges: &[(u64, u64)]) -> Vec<u64> {
+    let mut out: Vec<u64> = ranges.iter().flat_map(|&(lo, hi)| lo..hi).collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 /// One step of [`CounterIntervals::edits_from`], on the object that holds the encoding.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CounterEdit {
@@ -304,17 +312,17 @@ impl CounterIntervals {
     }
 
     /// The segments changed since the last call (by [`set_range`](Self::set_range),
-    /// [`truncate`](Self::truncate) and [`extend`](Self::extend)), sorted, each once;
-    /// segments past the end are left out.
-    pub fn take_touched(&mut self) -> Vec<u64> {
+    /// [`truncate`](Self::truncate) and [`extend`](Self::extend)), as at most a few dozen
+    /// half-open ranges of segment numbers (they may overlap), cut at the end. Taking them
+    /// costs nothing for a file whose counters are not in segments, however far it grew;
+    /// [`touched_list`] lists them.
+    pub fn take_touched(&mut self) -> Vec<(u64, u64)> {
         let n = self.segments();
-        let mut out: Vec<u64> = std::mem::take(&mut self.touched)
+        std::mem::take(&mut self.touched)
             .into_iter()
-            .flat_map(|(lo, hi)| lo..hi.min(n))
-            .collect();
-        out.sort_unstable();
-        out.dedup();
-        out
+            .map(|(lo, hi)| (lo.min(n), hi.min(n)))
+            .filter(|(lo, hi)| lo < hi)
+            .collect()
     }
 
     /// Number of segments: `ceil(blocks / SEG_BLOCKS)`.
@@ -597,6 +605,15 @@ pub struct SegHashes {
 }
 
 impl SegHashes {
+    /// The hashes of every segment of `c`, computed afresh.
+    pub fn of(c: &CounterIntervals, h: &dyn Fn(&[&[u8]]) -> Hash) -> SegHashes {
+        let mut out = SegHashes::default();
+        for k in 0..c.segments() {
+            out.set(k, &c.segment(k).encode(), h);
+        }
+        out
+    }
+
     /// Number of segments.
     pub fn segments(&self) -> u64 {
         self.seg.len() as u64
@@ -1388,7 +1405,10 @@ mod tests {
             for o in &after {
                 apply_op(&mut c, o);
             }
-            let touched = c.take_touched();
+            let ranges = c.take_touched();
+            prop_assert!(ranges.len() <= TOUCHED_MAX);
+            prop_assert!(ranges.iter().all(|&(lo, hi)| lo < hi && hi <= c.segments()));
+            let touched = touched_list(&ranges);
             prop_assert!(touched.windows(2).all(|w| w[0] < w[1]));
             for k in 0..c.segments().min(segs.len() as u64) {
                 if !touched.contains(&k) {

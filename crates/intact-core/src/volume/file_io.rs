@@ -7,7 +7,8 @@ use super::*;
 use crate::crypto::Hash;
 use crate::scheme::SealPlan;
 use crate::tree::{
-    use_segments, CounterEdit, CounterError, CounterIntervals, SegHashes, SEG_BLOCKS, SEG_STRIDE,
+    touched_list, use_segments, CounterEdit, CounterError, CounterIntervals, SegHashes, SEG_BLOCKS,
+    SEG_STRIDE,
 };
 use crate::tx::LoggedOp;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -175,17 +176,13 @@ impl OpenFile {
                 blocks,
                 h_top,
             } => {
-                let (ctrs, hashes) =
-                    read_segments(tx, &names.ctrs, *blocks, &seg_hasher(keys, &inode.id)).map_err(
-                        |e| match e {
-                            SegError::Store(e) => e,
-                            SegError::Bad(why) => tampered(&why),
-                        },
-                    )?;
-                let mut hashes = hashes;
-                if hashes.top(&seg_hasher(keys, &inode.id)) != *h_top
-                    || ctrs.intervals() as u64 != u64::from(*intervals)
-                {
+                let h = seg_hasher(keys, &inode.id);
+                let (ctrs, mut hashes) =
+                    read_segments(tx, &names.ctrs, *blocks, &h).map_err(|e| match e {
+                        SegError::Store(e) => e,
+                        SegError::Bad(why) => tampered(&why),
+                    })?;
+                if hashes.top(&h) != *h_top || ctrs.intervals() as u64 != u64::from(*intervals) {
                     return Err(tampered(&CounterError::Mismatch));
                 }
                 (ctrs, CtrStore::Segments(hashes))
@@ -822,7 +819,7 @@ fn write_segments(
     tx: &mut Tx,
     name: &str,
     ctrs: &CounterIntervals,
-    touched: Vec<u64>,
+    touched: Vec<(u64, u64)>,
     stored: &mut CtrStore,
 ) -> Result<TrustedCounters> {
     let h = seg_hasher(keys, id);
@@ -837,11 +834,9 @@ fn write_segments(
     let list: Vec<u64> = if all {
         (0..n).collect()
     } else {
-        let mut l = touched;
-        l.extend(old_n..n);
-        l.sort_unstable();
-        l.dedup();
-        l
+        let mut ranges = touched;
+        ranges.push((old_n, n));
+        touched_list(&ranges)
     };
     hashes.truncate(n);
     for k in list {
@@ -879,12 +874,8 @@ fn write_segments(
     let h_top = hashes.top(&h);
     #[cfg(debug_assertions)]
     {
-        let mut fresh = SegHashes::default();
-        for k in 0..n {
-            fresh.set(k, &ctrs.segment(k).encode(), &h);
-        }
         assert_eq!(
-            fresh.top(&h),
+            SegHashes::of(ctrs, &h).top(&h),
             h_top,
             "a change of {name}'s counters was not touched"
         );
