@@ -61,6 +61,7 @@ fn create(store: Arc<dyn UntrustedStore>, trusted: &MemTrusted, scheme: SchemeId
             inline_tree: true,
             inline_data: true,
             ctr_segments: true,
+            twin_blocks: true,
         },
         &opts(),
     )

@@ -885,6 +885,14 @@ pub const INLINE_DATA: &str = "inline-data";
 /// volume created since it exists.
 pub const CTR_SEGMENTS: &str = "ctr-segments";
 
+/// Feature flag: an `mt-eint` block whose write counter is odd lives in the file's twin
+/// object (`.t`), at the offset it would have in `.d`; one whose counter is even (or 0, a
+/// hole) in `.d`. An overwrite of a block no state since the last checkpoint wrote goes,
+/// under a counter of the other parity, directly into the slot the durable state does not
+/// use, so the version the durable state names stays whole (docs/design.md, "Twin
+/// blocks"). Set on every volume created since it exists.
+pub const TWIN_BLOCKS: &str = "twin-blocks";
+
 /// Known feature flags.
 pub const KNOWN_FEATURES: &[&str] = &[
     INLINE_LEAF,
@@ -893,6 +901,7 @@ pub const KNOWN_FEATURES: &[&str] = &[
     INLINE_TREE,
     INLINE_DATA,
     CTR_SEGMENTS,
+    TWIN_BLOCKS,
 ];
 
 impl Config {
@@ -970,10 +979,13 @@ pub struct ObjectNames {
     pub meta: String,
     /// Spilled counter intervals (US_F).
     pub ctrs: String,
+    /// Encrypted blocks whose counter is odd, at the same offsets as in `data`, on a volume
+    /// with twin blocks ([`TWIN_BLOCKS`]).
+    pub twin: String,
 }
 
 impl ObjectNames {
-    /// Object names of file `id`: `f/<first two hex>/<hex>.{d,m,c}`.
+    /// Object names of file `id`: `f/<first two hex>/<hex>.{d,m,c,t}`.
     pub fn of(id: &FileId) -> Self {
         let h = hex::encode(id);
         let base = format!("f/{}/{}", &h[..2], h);
@@ -981,7 +993,18 @@ impl ObjectNames {
             data: format!("{base}.d"),
             meta: format!("{base}.m"),
             ctrs: format!("{base}.c"),
+            twin: format!("{base}.t"),
         }
+    }
+
+    /// Every object of the file.
+    pub fn all(&self) -> [&String; 4] {
+        [&self.data, &self.meta, &self.ctrs, &self.twin]
+    }
+
+    /// The objects that hold its blocks (written directly, synced by fsync).
+    pub fn blocks(&self) -> [&String; 2] {
+        [&self.data, &self.twin]
     }
 }
 

@@ -57,6 +57,10 @@ pub struct Env<'a> {
     /// leaves in the record ([`FileState::tags`]; the volume's [`crate::format::INLINE_TREE`]
     /// feature).
     pub inline_tree: bool,
+    /// `mt-eint` blocks of odd counter live in the twin object, and an overwrite may go
+    /// directly into the slot the durable state does not use (the volume's
+    /// [`crate::format::TWIN_BLOCKS`] feature; [`MtEint::write_blocks`]).
+    pub twins: bool,
 }
 
 /// A file's state while open: identity, keys, and the trusted state TS_F in usable form.
@@ -893,6 +897,11 @@ impl MtEint {
 
     /// Stores a run sealed under `ctr` (`data` its ciphertext): the tree's leaves (updated
     /// over the file's blocks, appended past them), the data, the counters.
+    ///
+    /// `direct`, block by block (missing: false): the block goes directly into the slot the
+    /// durable state does not use ([`MtEint::twin_plan`]); otherwise the transaction
+    /// decides (appends go directly, the rest is staged). A block that changes slot counts
+    /// as written in both since the checkpoint ([`Tx::touch`]).
     #[allow(clippy::too_many_arguments)]
     fn store_sealed(
         &self,
@@ -903,6 +912,7 @@ impl MtEint {
         ctr: u64,
         data: &[u8],
         leaves: &[Hash],
+        direct: &[bool],
     ) -> Result<()> {
         let bs = env.bs;
         let (n, count) = check_write(f, bs, first, data.len())?;
@@ -928,24 +938,201 @@ impl MtEint {
             }
         }
         let (inline, mem) = (io.inline, io.mem.take());
-        tx.write_at(&f.names.data, first * bs as u64, data)?;
+        let odd = ctr & 1 == 1;
+        if env.twins {
+            let moved = |k: u64| (f.ctrs.get(first + k) & 1 == 1) != odd;
+            let mut k = 0;
+            while k < over as u64 {
+                if !moved(k) {
+                    k += 1;
+                    continue;
+                }
+                let mut e = k + 1;
+                while e < over as u64 && moved(e) {
+                    e += 1;
+                }
+                Self::touch_slots(env, f, tx, first + k, first + e);
+                k = e;
+            }
+        }
+        let slot = Self::slot(env, f, ctr);
+        let is_direct = |k: usize| direct.get(k).copied().unwrap_or(false);
+        let mut k = 0;
+        while k < count as usize {
+            let d = is_direct(k);
+            let mut e = k + 1;
+            while e < count as usize && is_direct(e) == d {
+                e += 1;
+            }
+            let (off, part) = ((first + k as u64) * bs as u64, &data[k * bs..e * bs]);
+            if d {
+                tx.write_twin(slot, off, part)?;
+            } else {
+                tx.write_at(slot, off, part)?;
+            }
+            k = e;
+        }
         f.tree = ts;
         f.ctrs.set_range(first, count, ctr);
         self.settle(env, f, tx, inline, mem)
     }
 
     /// The next write counter for a run: above every counter the run's blocks had, above
-    /// every deleted block's, and inside the session's reservation.
-    fn next_ctr(env: &Env, f: &FileState, first: u64, count: u64) -> Result<u64> {
+    /// every deleted block's, and inside the session's reservation; odd exactly when `odd`
+    /// on a volume with twin blocks (the counter's parity names the block's slot).
+    fn next_ctr(env: &Env, f: &FileState, first: u64, count: u64, odd: bool) -> Result<u64> {
+        let c = Self::next_ctr_any(env, f, first, count)?;
+        if env.twins && (c & 1 == 1) != odd {
+            return Self::check_ctr(env, c + 1);
+        }
+        Ok(c)
+    }
+
+    /// [`MtEint::next_ctr`] of any parity (the schemes that keep every block in `.d`).
+    fn next_ctr_any(env: &Env, f: &FileState, first: u64, count: u64) -> Result<u64> {
         let c = (f.ctrs.max_in(first, count) + 1)
             .max(env.ctr_floor)
             .max(f.ctr_hw + 1);
+        Self::check_ctr(env, c)
+    }
+
+    fn check_ctr(env: &Env, c: u64) -> Result<u64> {
         if c >= env.ctr_limit {
             return Err(Error::Invalid(
                 "write-counter reservation exhausted; close and reopen the volume".into(),
             ));
         }
         Ok(c)
+    }
+}
+
+/// Twin blocks (docs/design.md, "Twin blocks"; the volume's
+/// [`crate::format::TWIN_BLOCKS`] feature).
+impl MtEint {
+    /// The object that holds a block written under counter `ctr`: the twin when the
+    /// counter is odd (on a volume with twin blocks), the data object otherwise (and for
+    /// holes, counter 0, which are never read).
+    fn slot<'a>(env: &Env, f: &'a FileState, ctr: u64) -> &'a str {
+        if env.twins && ctr & 1 == 1 {
+            &f.names.twin
+        } else {
+            &f.names.data
+        }
+    }
+
+    /// Reads the stored blocks `[first, first + out.len() / bs)` (ciphertext), each from
+    /// the slot its counter names.
+    fn read_slots(env: &Env, f: &FileState, tx: &mut Tx, first: u64, out: &mut [u8]) -> Result<()> {
+        let bs = env.bs;
+        if !env.twins {
+            tx.read_at(&f.names.data, first * bs as u64, out)?;
+            return Ok(());
+        }
+        let count = out.len() / bs;
+        let odd = |k: usize| f.ctrs.get(first + k as u64) & 1 == 1;
+        let mut k = 0;
+        while k < count {
+            let o = odd(k);
+            let mut e = k + 1;
+            while e < count && odd(e) == o {
+                e += 1;
+            }
+            let name = if o { &f.names.twin } else { &f.names.data };
+            tx.read_at(
+                name,
+                (first + k as u64) * bs as u64,
+                &mut out[k * bs..e * bs],
+            )?;
+            k = e;
+        }
+        Ok(())
+    }
+
+    /// Where a write over the file's blocks `[first, first + count)` goes: `(odd, direct)`,
+    /// the parity of its one counter (so one slot for the whole run, and one counter
+    /// interval) and, block by block, whether it goes directly to the store.
+    ///
+    /// The run goes to the slot most of its blocks are *not* in. A block in the other slot
+    /// goes there directly when the transaction says that no state a crash could come back
+    /// to uses those bytes ([`Tx::twin_free`]): the version the durable state names stays
+    /// whole, so the write needs no journal and no second copy. Every other block is staged
+    /// (logged, journaled at the checkpoint and written in place, as before twin blocks). A
+    /// file whose tree is kept in its record (one to six blocks) stays one object: its run
+    /// goes to the slot most of its blocks are in, staged.
+    fn twin_plan(
+        env: &Env,
+        f: &FileState,
+        tx: &mut Tx,
+        first: u64,
+        count: u64,
+    ) -> Result<(bool, Vec<bool>)> {
+        let count = count as usize;
+        let mut direct = vec![false; count];
+        if !env.twins {
+            return Ok((false, direct));
+        }
+        let cur: Vec<bool> = (0..count)
+            .map(|k| f.ctrs.get(first + k as u64) & 1 == 1)
+            .collect();
+        let in_object = Self::in_object(f);
+        let odd = Self::twin_parity(in_object, &cur);
+        if !in_object {
+            return Ok((odd, direct));
+        }
+        let bs = env.bs as u64;
+        let (to, other) = if odd {
+            (&f.names.twin, &f.names.data)
+        } else {
+            (&f.names.data, &f.names.twin)
+        };
+        let mut k = 0;
+        while k < count {
+            if cur[k] == odd {
+                k += 1;
+                continue;
+            }
+            let mut e = k + 1;
+            while e < count && cur[e] != odd {
+                e += 1;
+            }
+            let at = |j: usize| (first + j as u64) * bs;
+            if tx.twin_free(to, other, at(k), at(e) - at(k))? {
+                direct[k..e].fill(true);
+            } else {
+                for (j, d) in direct.iter_mut().enumerate().take(e).skip(k) {
+                    *d = tx.twin_free(to, other, at(j), bs)?;
+                }
+            }
+            k = e;
+        }
+        Ok((odd, direct))
+    }
+
+    /// The slot a run over blocks whose slots are `cur` (odd: the twin) goes to: the one
+    /// most are not in for a file kept in objects, the one most are in otherwise.
+    fn twin_parity(in_object: bool, cur: &[bool]) -> bool {
+        let odds = cur.iter().filter(|&&c| c).count();
+        if in_object {
+            2 * odds < cur.len()
+        } else {
+            2 * odds > cur.len()
+        }
+    }
+
+    /// The file's tree is in `.m` (it has objects of its own besides `.d`).
+    fn in_object(f: &FileState) -> bool {
+        f.inline.is_none() && f.tags.is_none() && f.tree.leaves > 1
+    }
+
+    /// What a cut or a hole leaves behind: the blocks' bytes in both slots count as written
+    /// since the checkpoint ([`Tx::touch`]), since their counters changed without a write.
+    fn touch_slots(env: &Env, f: &FileState, tx: &mut Tx, first: u64, end: u64) {
+        if env.twins && end > first {
+            let bs = env.bs as u64;
+            for name in f.names.blocks() {
+                tx.touch(name, first * bs, end * bs);
+            }
+        }
     }
 }
 
@@ -966,7 +1153,7 @@ impl Scheme for MtEint {
         let mut io = Nodes::of(env, tx, f);
         let leaves = timed(Phase::Tree, || tree.stored_leaves(&mut io, first, count))
             .map_err(|e| Self::tree_err(f, e))?;
-        io.tx.read_at(&f.names.data, first * bs as u64, out)?;
+        Self::read_slots(env, f, io.tx, first, out)?;
         for k in 0..count as usize {
             let blk = &mut out[k * bs..(k + 1) * bs];
             if let Err(e) = self.open_block(env, f, first + k as u64, &leaves[k], blk) {
@@ -1010,10 +1197,28 @@ impl Scheme for MtEint {
         first: u64,
         data: &mut [u8],
     ) -> Result<()> {
-        let (_, count) = check_write(f, env.bs, first, data.len())?;
-        let ctr = Self::next_ctr(env, f, first, count)?;
-        let leaves = self.seal(env, &f.keys, &f.id, first, ctr, data);
-        self.store_sealed(env, f, tx, first, ctr, data, &leaves)
+        let (n, count) = check_write(f, env.bs, first, data.len())?;
+        // On a volume with twin blocks, the blocks over the file's and the ones appended
+        // are two runs: appends go to `.d` under an even counter.
+        let over = if env.twins {
+            n.saturating_sub(first).min(count)
+        } else {
+            0
+        };
+        let (head, tail) = data.split_at_mut(over as usize * env.bs);
+        if over > 0 {
+            let (odd, direct) = Self::twin_plan(env, f, tx, first, over)?;
+            let ctr = Self::next_ctr(env, f, first, over, odd)?;
+            let leaves = self.seal(env, &f.keys, &f.id, first, ctr, head);
+            self.store_sealed(env, f, tx, first, ctr, head, &leaves, &direct)?;
+        }
+        if !tail.is_empty() {
+            let at = first + over;
+            let ctr = Self::next_ctr(env, f, at, count - over, false)?;
+            let leaves = self.seal(env, &f.keys, &f.id, at, ctr, tail);
+            self.store_sealed(env, f, tx, at, ctr, tail, &leaves, &[])?;
+        }
+        Ok(())
     }
 
     fn seal_plan(
@@ -1024,11 +1229,26 @@ impl Scheme for MtEint {
         count: u64,
     ) -> Result<Option<SealPlan>> {
         check_limit(first.saturating_add(count))?;
+        // Twin blocks: a run past the end is appended under an even counter; one over the
+        // file's blocks, all in one slot, is planned for the other slot (checked again
+        // when it is stored); a run that is both goes through `write_blocks`.
+        let n = f.tree.leaves;
+        let odd = if !env.twins || first >= n {
+            false
+        } else {
+            if first.saturating_add(count) > n {
+                return Ok(None);
+            }
+            let cur: Vec<bool> = (first..first + count)
+                .map(|b| f.ctrs.get(b) & 1 == 1)
+                .collect();
+            Self::twin_parity(Self::in_object(f), &cur)
+        };
         Ok(Some(SealPlan {
             keys: Arc::clone(&f.keys),
             id: f.id,
             first,
-            ctr: Self::next_ctr(env, f, first, count)?,
+            ctr: Self::next_ctr(env, f, first, count, odd)?,
         }))
     }
 
@@ -1049,7 +1269,19 @@ impl Scheme for MtEint {
         if plan.id != f.id || !Self::fresh(env, f, plan.first, count, plan.ctr) {
             return Ok(false);
         }
-        self.store_sealed(env, f, tx, plan.first, plan.ctr, data, leaves)?;
+        // The slot the plan's counter names must be the one the run goes to now.
+        let direct = if env.twins && plan.first < f.tree.leaves {
+            let (odd, direct) = Self::twin_plan(env, f, tx, plan.first, count)?;
+            if plan.first + count > f.tree.leaves || odd != (plan.ctr & 1 == 1) {
+                return Ok(false);
+            }
+            direct
+        } else if env.twins && plan.ctr & 1 == 1 {
+            return Ok(false);
+        } else {
+            Vec::new()
+        };
+        self.store_sealed(env, f, tx, plan.first, plan.ctr, data, leaves, &direct)?;
         Ok(true)
     }
 
@@ -1072,6 +1304,15 @@ impl Scheme for MtEint {
             f.ctr_hw = f.ctr_hw.max(f.ctrs.max_in(blocks, n - blocks));
             f.ctrs.truncate(blocks);
             tx.set_len(&f.names.data, blocks * env.bs as u64)?;
+            if env.twins {
+                Self::touch_slots(env, f, tx, blocks, n);
+                if tx
+                    .len(&f.names.twin)?
+                    .is_some_and(|l| l > blocks * env.bs as u64)
+                {
+                    tx.set_len(&f.names.twin, blocks * env.bs as u64)?;
+                }
+            }
         } else {
             // Holes have the all-zero leaf (ZERO_LEAF == ZERO_HASH): O(log) however many.
             let mut io = Nodes::entering(env, tx, f);
@@ -1117,6 +1358,7 @@ impl Scheme for MtEint {
         let (inline, mem) = (io.inline, io.mem.take());
         f.tree = ts;
         f.ctrs.set_range(first, end - first, 0);
+        Self::touch_slots(env, f, tx, first, end);
         self.settle(env, f, tx, inline, mem)?;
         Ok(true)
     }
@@ -1150,6 +1392,8 @@ pub(crate) mod fixture {
         pub(crate) inline_mac: bool,
         /// [`Env::inline_tree`] (off unless a test sets it).
         pub(crate) inline_tree: bool,
+        /// [`Env::twins`] (off unless a test sets it).
+        pub(crate) twins: bool,
         /// [`Env::ctr_limit`]: the session's counters stay below it.
         pub(crate) ctr_limit: u64,
         pub(crate) tx: Tx,
@@ -1179,6 +1423,7 @@ pub(crate) mod fixture {
                 inline_leaf: false,
                 inline_mac: false,
                 inline_tree: false,
+                twins: false,
                 ctr_limit: u64::MAX >> 1,
                 tx: Tx::new(Arc::new(MemStore::new())),
             }
@@ -1203,6 +1448,7 @@ pub(crate) mod fixture {
                 inline_leaf: self.inline_leaf,
                 inline_mac: self.inline_mac,
                 inline_tree: self.inline_tree,
+                twins: self.twins,
             };
             (env, &mut self.tx)
         }
@@ -1356,8 +1602,10 @@ mod tests {
         /// changing what it returns.
         #[test]
         fn every_scheme_reads_as_a_model(ops in proptest::collection::vec(op(), 1..10)) {
-            for id in SchemeId::ALL {
+            let twins = [SchemeId::MtEintGcm, SchemeId::MtEintCbc].map(|id| (id, true));
+            for (id, twin) in SchemeId::ALL.map(|id| (id, false)).into_iter().chain(twins) {
                 let mut fx = Fixture::new(256);
+                fx.twins = twin;
                 let mut f = fx.file(id);
                 let (env, tx) = fx.parts();
                 let bs = env.bs;
@@ -1421,22 +1669,24 @@ mod tests {
                         f = reloaded;
                     }
                 }
-                // Tampering: every byte of the data object is covered.
-                let stored = tx.len(&f.names.data).unwrap().unwrap_or(0);
-                if stored == 0 || id == SchemeId::None {
-                    continue;
-                }
+                // Tampering: every byte of the data objects is covered.
                 let want = model.concat();
-                for pos in [0, stored / 2, stored - 1] {
-                    let mut b = [0u8; 1];
-                    tx.read_at(&f.names.data, pos, &mut b).unwrap();
-                    tx.write_at(&f.names.data, pos, &[b[0] ^ 0x20]).unwrap();
-                    let r = read_all(sch, &env, &f, tx);
-                    proptest::prop_assert!(
-                        matches!(&r, Err(e) if e.is_tampered()) || r.as_ref().ok() == Some(&want),
-                        "{:?}: byte {} flipped read as {:?}", id, pos, r.map(|v| v.len())
-                    );
-                    tx.write_at(&f.names.data, pos, &b).unwrap();
+                for name in f.names.blocks() {
+                    let stored = tx.len(name).unwrap().unwrap_or(0);
+                    if stored == 0 || id == SchemeId::None {
+                        continue;
+                    }
+                    for pos in [0, stored / 2, stored - 1] {
+                        let mut b = [0u8; 1];
+                        tx.read_at(name, pos, &mut b).unwrap();
+                        tx.write_at(name, pos, &[b[0] ^ 0x20]).unwrap();
+                        let r = read_all(sch, &env, &f, tx);
+                        proptest::prop_assert!(
+                            matches!(&r, Err(e) if e.is_tampered()) || r.as_ref().ok() == Some(&want),
+                            "{:?}: byte {} of {} flipped read as {:?}", id, pos, name, r.map(|v| v.len())
+                        );
+                        tx.write_at(name, pos, &b).unwrap();
+                    }
                 }
             }
         }
@@ -1673,6 +1923,104 @@ mod tests {
                 .unwrap();
             assert_eq!(f.ctrs.get(0), 3, "{id:?}");
         }
+    }
+
+    /// Twin blocks, by hand: appends get even counters and go to `.d`; an overwrite of a
+    /// block in `.d` gets an odd counter and goes directly to `.t` (the block's `.d` bytes
+    /// untouched); written again before a checkpoint, it stays in `.t` under an odd counter,
+    /// staged; a run over blocks of both slots is split at the slot boundary; a file of
+    /// one block stays in `.d`. A large run's plan takes the parity of the slot it will go
+    /// to, and a run partly past the end has none.
+    #[test]
+    fn overwrites_alternate_between_the_twin_slots() {
+        let bs = 64;
+        let mut fx = Fixture::new(bs);
+        fx.twins = true;
+        let mut f = fx.file(SchemeId::MtEintGcm);
+        let (env, tx) = fx.parts();
+        let sch = scheme(SchemeId::MtEintGcm);
+        sch.write_blocks(&env, &mut f, tx, 0, &mut [1u8; 8 * 64])
+            .unwrap();
+        assert_eq!(f.ctrs.get(0) % 2, 0, "appended under an even counter");
+        let store = tx.store().clone();
+        // Sealed: the file's bytes are committed.
+        let key = crate::crypto::MasterKey::from_bytes([9; 32])
+            .derive(crate::crypto::label::JOURNAL, &[]);
+        let c = tx.begin_commit(1, None).unwrap();
+        c.write_journal(store.as_ref(), &key).unwrap();
+        c.apply(store.as_ref()).unwrap();
+        tx.end_commit(&c);
+        // Each write a request of its own: its direct writes are logged after it.
+        tx.capture(true);
+        let d_before = store.read_all(&f.names.data).unwrap().unwrap();
+        assert_eq!(d_before.len(), 8 * bs);
+        assert!(store.len(&f.names.twin).unwrap().is_none());
+
+        sch.write_blocks(&env, &mut f, tx, 3, &mut [2u8; 64])
+            .unwrap();
+        tx.drain();
+        assert_eq!(f.ctrs.get(3) % 2, 1, "an overwrite goes to the twin");
+        assert_eq!(store.len(&f.names.twin).unwrap(), Some(4 * bs as u64));
+        assert_eq!(store.read_all(&f.names.data).unwrap().unwrap(), d_before);
+        assert_eq!(tx.len(&f.names.data).unwrap(), Some(8 * bs as u64));
+        let staged = tx.overlay_bytes();
+
+        let c3 = f.ctrs.get(3);
+        let t_now = store.read_all(&f.names.twin).unwrap().unwrap();
+        sch.write_blocks(&env, &mut f, tx, 3, &mut [3u8; 64])
+            .unwrap();
+        tx.drain();
+        assert!(f.ctrs.get(3) > c3 && f.ctrs.get(3).is_multiple_of(2), "back to `.d`");
+        assert!(
+            tx.overlay_bytes() >= staged + bs,
+            "staged, since `.t` was written"
+        );
+        assert_eq!(store.read_all(&f.names.twin).unwrap().unwrap(), t_now);
+        assert_eq!(store.read_all(&f.names.data).unwrap().unwrap(), d_before);
+
+        // Blocks 2..5, all in `.d` now: to the twin, directly but for block 3 (written
+        // since the checkpoint: staged there).
+        let mut run: Vec<u8> = (0..3 * bs).map(|i| i as u8).collect();
+        sch.write_blocks(&env, &mut f, tx, 2, &mut run.clone())
+            .unwrap();
+        tx.drain();
+        assert_eq!(
+            [2, 3, 4].map(|b| f.ctrs.get(b) % 2),
+            [1, 1, 1],
+            "every block of the run in the twin"
+        );
+        assert_eq!(
+            store.read_all(&f.names.twin).unwrap().unwrap()[3 * bs..4 * bs],
+            t_now[3 * bs..4 * bs],
+            "block 3 staged, not written over"
+        );
+        let mut model = vec![1u8; 8 * bs];
+        model[2 * bs..5 * bs].copy_from_slice(&run);
+        let mut out = vec![0u8; 8 * bs];
+        sch.read_blocks(&env, &f, tx, 0, &mut out).unwrap();
+        assert!(out == model);
+        run.fill(9);
+
+        // Planned runs: the other slot's parity over blocks of one slot, none when partly
+        // past the end.
+        let plan = sch.seal_plan(&env, &f, 5, 3).unwrap().unwrap();
+        assert_eq!(plan.ctr % 2, 1);
+        let plan = sch.seal_plan(&env, &f, 2, 3).unwrap().unwrap();
+        assert_eq!(plan.ctr % 2, 0);
+        assert!(sch.seal_plan(&env, &f, 6, 4).unwrap().is_none());
+        assert_eq!(sch.seal_plan(&env, &f, 8, 4).unwrap().unwrap().ctr % 2, 0);
+
+        // One block: stays in `.d`.
+        let mut g = fx.file(SchemeId::MtEintGcm);
+        g.id = [9; 16];
+        g.names = ObjectNames::of(&g.id);
+        let (env, tx) = fx.parts();
+        sch.write_blocks(&env, &mut g, tx, 0, &mut [1u8; 64])
+            .unwrap();
+        sch.write_blocks(&env, &mut g, tx, 0, &mut [2u8; 64])
+            .unwrap();
+        assert_eq!(g.ctrs.get(0) % 2, 0);
+        assert!(tx.len(&g.names.twin).unwrap().is_none());
     }
 
     /// A Merkle tree cut to one leaf on a volume with inline leaves keeps its only node in

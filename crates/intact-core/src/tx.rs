@@ -152,6 +152,13 @@ pub struct Tx {
     /// A view ([`Tx::view`]): an object it was not given, and that no commit in flight
     /// holds, is read from the store as it is, without asking its length first.
     view: bool,
+    /// Twin blocks: the bytes of data objects written by [`Tx::write_twin`] or touched
+    /// ([`Tx::touch`]) since this transaction began (or its last commit began), as disjoint
+    /// ranges per object ([`Tx::twin_free`]).
+    recent: HashMap<String, BTreeMap<u64, u64>>,
+    /// The same for the transaction the commit in flight took: until that commit is
+    /// applied, the durable state is the one before it.
+    recent_base: HashMap<String, BTreeMap<u64, u64>>,
 }
 
 /// Objects a transaction keeps knowing before [`Tx::forget_clean`] drops the clean ones.
@@ -431,6 +438,8 @@ impl Tx {
             captured: Vec::new(),
             forget_at: KNOW_OBJECTS,
             view: false,
+            recent: HashMap::new(),
+            recent_base: HashMap::new(),
         }
     }
 
@@ -646,6 +655,90 @@ impl Tx {
             }
         }
         Ok(())
+    }
+
+    /// Twin blocks ([`crate::format::TWIN_BLOCKS`]; docs/design.md, "Twin blocks"):
+    /// whether bytes `[off, off + len)` of data object `to` may be written directly
+    /// ([`Tx::write_twin`]) although they may lie below its committed length. The caller
+    /// knows that the blocks' current versions are in `other` at the same offsets, and the
+    /// rest is checked here: since the state a crash comes back to at the worst (the last
+    /// checkpoint whose anchor is stored), neither object was written by `write_twin` or
+    /// touched over those bytes (in this transaction or in the commit in flight), so the
+    /// blocks' counters are still that state's, their versions there are in `other`, and
+    /// no version a replay of the log may come back to is in `to` (appends, the only other
+    /// direct writes, go to the slot a block starts in). Nor may anything force staging:
+    /// a read-only or staging transaction, a cut, a pinned journal, a staged or logged
+    /// range over the bytes, or a commit in flight that sets the object's length.
+    pub fn twin_free(&mut self, to: &str, other: &str, off: u64, len: u64) -> Result<bool> {
+        if self.read_only || self.stage_all || len == 0 {
+            return Ok(false);
+        }
+        let end = off + len;
+        let hit = |m: Option<&BTreeMap<u64, u64>>| {
+            m.and_then(|r| r.range(..end).next_back())
+                .is_some_and(|(_, &e)| e > off)
+        };
+        for name in [to, other] {
+            if hit(self.recent.get(name)) || hit(self.recent_base.get(name)) {
+                return Ok(false);
+            }
+            let open_base = self
+                .base
+                .as_ref()
+                .and_then(|b| b.objs.get(name))
+                .is_some_and(|f| f.open_end);
+            let st = self.state(name)?;
+            let staged = st
+                .ranges
+                .range(..end)
+                .next_back()
+                .is_some_and(|(k, v)| k + v.len() as u64 > off);
+            if st.deleted || st.cut.is_some() || st.pinned || (st.on_base && !open_base) || staged {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Writes `data` at `off` of data object `name` directly, where [`Tx::twin_free`] said
+    /// it may: the write is logged as a direct write, and its bytes count as written since
+    /// the checkpoint. (Logged direct writes need no check there: the only ones not made
+    /// here are appends, which land in the slot the block's counter then names, and moving
+    /// the block to the other slot is a write here.)
+    pub fn write_twin(&mut self, name: &str, off: u64, data: &[u8]) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        if ObjectClass::of(name) != ObjectClass::Data || self.read_only {
+            return Err(Error::Invalid(format!("twin write to {name}")));
+        }
+        let end = off + data.len() as u64;
+        add_recent(self.recent.entry(name.to_string()).or_default(), off, end);
+        let store = self.store.clone();
+        crate::metrics::count_write(ObjectClass::Data, data.len());
+        let st = self.state(name)?;
+        st.direct = true;
+        st.direct_end = st.direct_end.max(end);
+        crate::metrics::timed(Phase::StoreWait, || store.write_at(name, off, data))?;
+        st.len = Some(st.len.unwrap_or(0).max(end));
+        self.direct_bytes = self.direct_bytes.saturating_add(data.len());
+        if self.capturing {
+            self.captured.push(LoggedOp::Direct {
+                name: name.to_string(),
+                off,
+                len: data.len() as u64,
+            });
+        }
+        Ok(())
+    }
+
+    /// Counts bytes `[off, end)` of data object `name` as written since the checkpoint
+    /// (their blocks' counters changed without a write: a cut, a hole), so that
+    /// [`Tx::twin_free`] no longer offers them.
+    pub fn touch(&mut self, name: &str, off: u64, end: u64) {
+        if end > off {
+            add_recent(self.recent.entry(name.to_string()).or_default(), off, end);
+        }
     }
 
     /// Sets the object's length (creating it if missing); shrinking hides the tail.
@@ -867,6 +960,8 @@ impl Tx {
                     if st.cut.is_some_and(|c| c < end) {
                         st.cut = None;
                     }
+                    // A twin write among them may lie below what the store held.
+                    add_recent(self.recent.entry(name.clone()).or_default(), *off, end);
                 }
             }
             if let Some(st) = self.objs.get_mut(op.name()) {
@@ -953,6 +1048,7 @@ impl Tx {
         self.objs.clear();
         self.overlay_bytes = 0;
         self.direct_bytes = 0;
+        self.recent_base = std::mem::take(&mut self.recent);
         let frozen = Arc::new(frozen);
         self.base = Some(frozen.clone());
         Ok(Commit {
@@ -977,6 +1073,7 @@ impl Tx {
             .is_some_and(|b| Arc::ptr_eq(b, &c.frozen))
         {
             self.base = None;
+            self.recent_base.clear();
         }
         for st in self.objs.values_mut() {
             st.on_base = false;
@@ -1005,6 +1102,8 @@ impl Tx {
         self.overlay_bytes = 0;
         self.base = None;
         self.captured.clear();
+        self.recent.clear();
+        self.recent_base.clear();
     }
 
     /// Loads a verified journal that was sealed but may not have been applied into the
@@ -1123,6 +1222,10 @@ fn apply_ops(store: &dyn UntrustedStore, ops: &[Op<'_>]) -> Result<()> {
 /// touches. Past [`LOGGED_RANGES`] ranges they become one (from the first start to the
 /// last end): more writes are staged then, never fewer.
 fn add_range(ranges: &mut BTreeMap<u64, u64>, start: u64, end: u64) {
+    add_range_up_to(ranges, start, end, LOGGED_RANGES);
+}
+
+fn add_range_up_to(ranges: &mut BTreeMap<u64, u64>, start: u64, end: u64, most: usize) {
     if start >= end {
         return;
     }
@@ -1138,7 +1241,7 @@ fn add_range(ranges: &mut BTreeMap<u64, u64>, start: u64, end: u64) {
         e = e.max(ranges.remove(&k).expect("listed"));
     }
     ranges.insert(s, e);
-    if ranges.len() > LOGGED_RANGES {
+    if ranges.len() > most {
         let first = *ranges.keys().next().expect("many");
         let last = *ranges.values().max().expect("many");
         ranges.clear();
@@ -1148,6 +1251,16 @@ fn add_range(ranges: &mut BTreeMap<u64, u64>, start: u64, end: u64) {
 
 /// Most disjoint logged ranges kept per object ([`add_range`]).
 const LOGGED_RANGES: usize = 256;
+
+/// [`add_range`] for the ranges [`Tx::twin_free`] reads, which a random writer makes one
+/// per block: they become one past [`RECENT_RANGES`] (about 4 MiB of them), and more
+/// writes are staged until the next checkpoint.
+fn add_recent(ranges: &mut BTreeMap<u64, u64>, start: u64, end: u64) {
+    add_range_up_to(ranges, start, end, RECENT_RANGES);
+}
+
+/// Most disjoint ranges [`add_recent`] keeps per object.
+const RECENT_RANGES: usize = 1 << 16;
 
 /// Inserts `data` at `off` into a set of non-overlapping ranges, merging with neighbours it
 /// touches. Returns the change in held bytes.
@@ -1735,6 +1848,107 @@ mod tests {
         }
         let last = 10 * LOGGED_RANGES as u64 + 8;
         assert_eq!(r.into_iter().collect::<Vec<_>>(), [(5, last)]);
+    }
+
+    /// Twin blocks: bytes of a slot are offered for a direct write ([`Tx::twin_free`])
+    /// until either slot was written there by [`Tx::write_twin`] or touched since the
+    /// durable checkpoint, which, while a commit is in flight, is the one before it; a
+    /// cut, a staged range, a read-only or staging transaction and a commit in flight that
+    /// changes the object refuse too. A twin write lands in the store below the committed
+    /// length and is logged as a direct write.
+    #[test]
+    fn twin_slots_are_offered_once_per_checkpoint() {
+        let store = Arc::new(MemStore::new());
+        store.write_at("f.d", 0, &[1u8; 64]).unwrap();
+        let mut tx = Tx::new(store.clone());
+        tx.capture(true);
+        assert!(tx.twin_free("f.t", "f.d", 16, 16).unwrap());
+        tx.write_twin("f.t", 16, &[2u8; 16]).unwrap();
+        assert_eq!(
+            tx.drain(),
+            [LoggedOp::Direct {
+                name: "f.t".into(),
+                off: 16,
+                len: 16
+            }]
+        );
+        assert_eq!(store.read_all("f.t").unwrap().unwrap()[16..], [2u8; 16]);
+        assert_eq!(tx.overlay_bytes(), 0);
+        // Back to `.d`, or again into `.t`, over any of those bytes: refused.
+        for (to, other) in [("f.d", "f.t"), ("f.t", "f.d")] {
+            assert!(!tx.twin_free(to, other, 24, 16).unwrap(), "{to}");
+            assert!(!tx.twin_free(to, other, 0, 17).unwrap(), "{to}");
+        }
+        // Next to them: offered.
+        assert!(tx.twin_free("f.t", "f.d", 0, 16).unwrap());
+        assert!(tx.twin_free("f.t", "f.d", 32, 16).unwrap());
+        // Touched.
+        tx.touch("f.d", 32, 40);
+        assert!(!tx.twin_free("f.t", "f.d", 32, 16).unwrap());
+        // A staged range over the bytes of either slot.
+        tx.write_at("f.d", 48, &[3u8; 4]).unwrap();
+        assert!(!tx.twin_free("f.t", "f.d", 48, 8).unwrap());
+        // The commit in flight: what its transaction wrote is still refused, and an
+        // object whose length it sets (here cut) is refused whole.
+        tx.set_len("f.d", 60).unwrap();
+        let c = tx.begin_commit(1, None).unwrap();
+        assert!(
+            !tx.twin_free("f.d", "f.t", 16, 16).unwrap(),
+            "still the durable state's"
+        );
+        assert!(
+            !tx.twin_free("f.t", "f.d", 0, 8).unwrap(),
+            "f.d is in the commit"
+        );
+        c.write_journal(store.as_ref(), &key()).unwrap();
+        c.apply(store.as_ref()).unwrap();
+        tx.end_commit(&c);
+        // Applied: the new checkpoint holds the twin write, the other slot is free.
+        assert!(tx.twin_free("f.d", "f.t", 16, 16).unwrap());
+        assert!(tx.twin_free("f.t", "f.d", 0, 8).unwrap());
+        // A cut of either object.
+        tx.set_len("f.t", 20).unwrap();
+        assert!(!tx.twin_free("f.d", "f.t", 0, 8).unwrap());
+        let mut ro = Tx::read_only(store.clone());
+        assert!(!ro.twin_free("f.t", "f.d", 0, 8).unwrap());
+        let mut staging = Tx::new(store.clone());
+        staging.stage_all(true);
+        assert!(!staging.twin_free("f.t", "f.d", 0, 8).unwrap());
+        assert!(Tx::new(store.clone()).write_twin("f.m", 0, b"x").is_err());
+        // After a failed commit nothing is remembered: the reload replays the log.
+        let mut again = Tx::new(store.clone());
+        again.write_twin("f.t", 0, &[4u8; 8]).unwrap();
+        again.abandon();
+        assert!(again.twin_free("f.d", "f.t", 0, 8).unwrap());
+        // A replayed direct write counts as written.
+        let mut fresh = Tx::new(store.clone());
+        fresh
+            .replay(&LoggedOp::Direct {
+                name: "f.t".into(),
+                off: 40,
+                len: 8,
+            })
+            .unwrap();
+        assert!(fresh.recent.get("f.t").is_some_and(|r| r.contains_key(&40)));
+    }
+
+    /// [`add_recent`] keeps a random writer's ranges one by one (far more than
+    /// [`LOGGED_RANGES`]) and joins them into one only past [`RECENT_RANGES`].
+    #[test]
+    fn recent_ranges_are_kept_one_per_block() {
+        let mut r = BTreeMap::new();
+        for k in 0..1000u64 {
+            add_recent(&mut r, 8192 * k, 8192 * k + 4096);
+        }
+        assert_eq!(r.len(), 1000);
+        let mut r = BTreeMap::new();
+        for k in 0..=RECENT_RANGES as u64 {
+            add_recent(&mut r, 3 * k, 3 * k + 1);
+        }
+        assert_eq!(
+            r.into_iter().collect::<Vec<_>>(),
+            [(0, 3 * RECENT_RANGES as u64 + 1)]
+        );
     }
 
     /// The kernel writes a file back out of order: a write into a gap below logged

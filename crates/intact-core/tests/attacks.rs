@@ -58,6 +58,7 @@ fn copts(scheme: SchemeId) -> CreateOptions {
         inline_tree: true,
         inline_data: true,
         ctr_segments: true,
+        twin_blocks: true,
     }
 }
 

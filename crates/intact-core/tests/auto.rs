@@ -128,6 +128,7 @@ fn a_volume_whose_default_is_auto() {
         inline_tree: true,
         inline_data: true,
         ctr_segments: true,
+        twin_blocks: true,
     };
     let t = trusted.clone();
     let vol = intact_core::Volume::create(

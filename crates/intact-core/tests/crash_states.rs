@@ -319,6 +319,7 @@ fn record_with<S>(
             inline_tree: true,
             inline_data: true,
             ctr_segments: true,
+            twin_blocks: true,
         },
         &opts(),
     )

@@ -931,6 +931,7 @@ fn rand_eint_vectors() {
         inline_leaf: false,
         inline_mac: false,
         inline_tree: false,
+        twins: false,
     };
     let store = Arc::new(MemStore::new());
     let mut tx = Tx::new(store.clone());
@@ -1004,6 +1005,7 @@ fn comp_eint_vectors() {
             inline_leaf: false,
             inline_mac: false,
             inline_tree: false,
+            twins: false,
         };
         let store = Arc::new(MemStore::new());
         let mut tx = Tx::new(store.clone());

@@ -63,6 +63,7 @@ fn new_volume(store: &Arc<MemStore>, trusted: &MemTrusted, scheme: SchemeId) -> 
             kdf: KdfParams::TEST,
             inline_data: false,
             ctr_segments: false,
+            twin_blocks: false,
             ..CreateOptions::default()
         },
     )
@@ -405,6 +406,7 @@ fn a_volume_without_inline_trees_keeps_small_trees_in_objects() {
             inline_tree: false,
             inline_data: false,
             ctr_segments: false,
+            twin_blocks: false,
             ..CreateOptions::default()
         },
         &Options::default(),
@@ -657,6 +659,7 @@ fn a_volume_without_inline_leaves_keeps_its_nodes_in_objects() {
             inline_tree: false,
             inline_data: false,
             ctr_segments: false,
+            twin_blocks: false,
         },
         &Options::default(),
     )
@@ -743,6 +746,7 @@ fn a_volume_without_inline_mac_tree_leaves_keeps_level_0_in_objects() {
             inline_mac: false,
             inline_data: false,
             ctr_segments: false,
+            twin_blocks: false,
             ..CreateOptions::default()
         },
         &Options::default(),

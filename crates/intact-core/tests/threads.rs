@@ -198,7 +198,7 @@ fn background_seal_at_the_dirty_limit_and_drop_right_after() {
     let slow = Arc::new(slow_sync());
     let store: Arc<dyn intact_core::store::UntrustedStore> = slow.clone();
     let trusted = MemTrusted::new();
-    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
+    let vol = create_staging(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
     const SIZE: usize = 48 << 20;
     vol.create_file("/f", None).unwrap();
     for (k, chunk) in pattern(1, SIZE).chunks(1 << 20).enumerate() {
@@ -318,7 +318,12 @@ fn past_twice_the_dirty_limits_only_the_heavy_writer_waits() {
     });
     let store: Arc<dyn intact_core::store::UntrustedStore> = gated.clone();
     let trusted = MemTrusted::new();
-    let vol = Arc::new(create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096));
+    let vol = Arc::new(create_staging(
+        store.clone(),
+        &trusted,
+        SchemeId::MtEintGcm,
+        4096,
+    ));
     // Overwrites are staged in memory: 32 MiB of them begin a seal, 96 MiB more (the next
     // transaction's, while that seal is held in flight) are three times the limit.
     const SIZE: usize = 144 << 20;
@@ -405,7 +410,12 @@ fn dirty_data_of_light_writers_is_bounded_at_four_times_the_limit() {
     });
     let store: Arc<dyn intact_core::store::UntrustedStore> = gated.clone();
     let trusted = MemTrusted::new();
-    let vol = Arc::new(create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096));
+    let vol = Arc::new(create_staging(
+        store.clone(),
+        &trusted,
+        SchemeId::MtEintGcm,
+        4096,
+    ));
     for i in 0..FILES {
         vol.create_file(&format!("/s{i}"), None).unwrap();
         vol.write_path(&format!("/s{i}"), 0, &pattern(0, 1 << 20))

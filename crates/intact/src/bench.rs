@@ -460,6 +460,7 @@ pub(crate) fn run_scheme(
         inline_data: false,
         // The counters as the paper keeps them (Fig. 6): the arrays whole, however many.
         ctr_segments: false,
+        twin_blocks: false,
     };
     let store: Arc<dyn UntrustedStore> = Arc::new(LocalDirStore::open(&cipher)?);
     let vol = Volume::create(

@@ -107,6 +107,7 @@ pub fn dir(a: &DirArgs, cache_bytes: usize, meta_cache_bytes: usize, json: bool)
             inline_tree: true,
             inline_data: true,
             ctr_segments: true,
+            twin_blocks: true,
         },
         &Options {
             cache_bytes,

@@ -198,6 +198,7 @@ pub fn replay(
             inline_data: false,
             // The counters as the paper keeps them (Fig. 6): the arrays whole.
             ctr_segments: false,
+            twin_blocks: false,
             ..CreateOptions::default()
         },
         &Options {

@@ -1034,6 +1034,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 inline_tree: true,
                 inline_data: true,
                 ctr_segments: true,
+                twin_blocks: true,
             };
             // The volume id is only known once the config exists, so the state directory
             // for the anchor is chosen by a two-step create.

@@ -360,6 +360,7 @@ fn the_attack_suite_on_objects_in_a_bucket() {
                 inline_tree: true,
                 inline_data: true,
                 ctr_segments: true,
+                twin_blocks: true,
             };
             let runs = attacks::run_all(
                 &mut || {

@@ -237,7 +237,7 @@ impl Scheme for CompEint {
     ) -> Result<()> {
         let bs = env.bs;
         let (_, count) = check_write(f, bs, first, data.len())?;
-        let ctr = MtEint::next_ctr(env, f, first, count)?;
+        let ctr = MtEint::next_ctr_any(env, f, first, count)?;
         let mut plan = Plan::new(rtree::verified(env, f, tx)?);
         let mut scratch = vec![0u8; bs];
         for (k, blk) in data.chunks_exact_mut(bs).enumerate() {

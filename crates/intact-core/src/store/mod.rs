@@ -30,7 +30,7 @@ pub use trusted::{LocalStateDir, MemTrusted, SeenRoot, TrustedLock, TrustedStore
 /// What an object holds, for the counting wrapper and for reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ObjectClass {
-    /// Encrypted file blocks (names ending in `.d`).
+    /// Encrypted file blocks (names ending in `.d`, and `.t` for the twin slots).
     Data,
     /// Integrity metadata, US_F: Merkle nodes (`.m`), spilled counter intervals (`.c`).
     Integrity,
@@ -43,7 +43,7 @@ pub enum ObjectClass {
 impl ObjectClass {
     /// Classifies an object by its name.
     pub fn of(name: &str) -> ObjectClass {
-        if name.ends_with(".d") {
+        if name.ends_with(".d") || name.ends_with(".t") {
             ObjectClass::Data
         } else if name.ends_with(".m") || name.ends_with(".c") {
             ObjectClass::Integrity
@@ -432,6 +432,7 @@ mod tests {
     fn objects_are_classed_by_name() {
         for (name, class) in [
             ("f/ab/abcd.d", ObjectClass::Data),
+            ("f/ab/abcd.t", ObjectClass::Data),
             ("f/ab/abcd.m", ObjectClass::Integrity),
             ("f/ab/abcd.c", ObjectClass::Integrity),
             ("journal.0", ObjectClass::Journal),

@@ -420,18 +420,18 @@ impl Volume {
             // data objects written directly since the last seal first, as fsync does for
             // one file, so that a crash after this tick loses none of them.
             let log_end = g.wal.as_ref().map(|w| w.end).unwrap_or_default();
-            let pending: Vec<(u64, String)> = g
+            let pending: Vec<(u64, [String; 2])> = g
                 .files
                 .iter_mut()
                 .filter_map(|(&ino, of)| {
                     of.unsynced_since
                         .take()
-                        .map(|_| (ino, of.state.names.data.clone()))
+                        .map(|_| (ino, of.state.names.blocks().map(String::clone)))
                 })
                 .collect();
             if !pending.is_empty() {
                 let store = g.store.clone();
-                let names: Vec<String> = pending.iter().map(|(_, n)| n.clone()).collect();
+                let names: Vec<String> = pending.iter().flat_map(|(_, n)| n.clone()).collect();
                 drop(g);
                 let r = crate::metrics::timed(Phase::StoreWait, || store.sync(&names));
                 g = self.shared.lock();
@@ -504,12 +504,13 @@ impl Volume {
         let data = of
             .unsynced_since
             .take()
-            .map(|_| of.state.names.data.clone());
-        if let Some(name) = data {
-            // Its appends, before the log record that says they are durable.
+            .map(|_| of.state.names.blocks().map(String::clone));
+        if let Some(names) = data {
+            // Its appends and twin writes, before the log record that says they are
+            // durable.
             let store = g.store.clone();
             drop(g);
-            let r = crate::metrics::timed(Phase::StoreWait, || store.sync(&[name]));
+            let r = crate::metrics::timed(Phase::StoreWait, || store.sync(&names));
             g = self.shared.lock();
             if let Err(e) = r {
                 // Written-back pages may be gone: back to the last seal.

@@ -519,6 +519,7 @@ mod tests {
                 inline_tree: true,
                 inline_data: true,
                 ctr_segments: true,
+                twin_blocks: true,
             },
             &Options::default(),
         )

@@ -921,6 +921,7 @@ pub(super) struct OwnedEnv {
     inline_leaf: bool,
     inline_mac: bool,
     inline_tree: bool,
+    twins: bool,
 }
 
 impl OwnedEnv {
@@ -936,6 +937,7 @@ impl OwnedEnv {
             inline_leaf: inner.inline_leaf,
             inline_mac: inner.inline_mac,
             inline_tree: inner.inline_tree,
+            twins: inner.twin_blocks,
         }
     }
 
@@ -952,6 +954,7 @@ impl OwnedEnv {
             inline_leaf: self.inline_leaf,
             inline_mac: self.inline_mac,
             inline_tree: self.inline_tree,
+            twins: self.twins,
         }
     }
 }
@@ -1062,7 +1065,7 @@ impl Inner {
         }
         let of = &self.files[&ino];
         let n = &of.state.names;
-        let Some(view) = self.tx.view(&[&n.data, &n.meta, &n.ctrs], VIEW_MAX)? else {
+        let Some(view) = self.tx.view(&n.all().map(String::as_str), VIEW_MAX)? else {
             return Ok(None);
         };
         Ok(Some(Reader {

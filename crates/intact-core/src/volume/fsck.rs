@@ -346,7 +346,7 @@ impl Inner {
         if !scheme(id).read_ready(&of.state.peek()) {
             return Ok(None);
         }
-        let Some(view) = self.tx.view(&[&n.data, &n.meta, &n.ctrs], VIEW_MAX)? else {
+        let Some(view) = self.tx.view(&n.all().map(String::as_str), VIEW_MAX)? else {
             return Ok(None);
         };
         Ok(Some(Check {
@@ -512,7 +512,8 @@ impl Inner {
         let (inode, names) = (of.inode.clone(), of.state.names.clone());
         let blocks = of.state.blocks();
         let mut len = |n: &str| -> Result<u64> { Ok(self.tx.len(n)?.unwrap_or(0)) };
-        let (d, m, c) = (len(&names.data)?, len(&names.meta)?, len(&names.ctrs)?);
+        let d = len(&names.data)? + len(&names.twin)?;
+        let (m, c) = (len(&names.meta)?, len(&names.ctrs)?);
         Ok(FileIntegrity::new(
             path,
             &inode,
@@ -824,7 +825,9 @@ mod tests {
         drop(vol);
         let vol =
             Volume::open(store.clone(), Box::new(trusted), b"pw", &Options::default()).unwrap();
+        // Twice: the first goes to the twin slots directly, the second is staged.
         vol.write_path("/staged", 0, &[3u8; 80 * 4096]).unwrap();
+        vol.write_path("/staged", 0, &[4u8; 80 * 4096]).unwrap();
         let mut want = Vec::new();
         for i in (0..70).step_by(5) {
             let path = format!("/d/f{i:02}");

@@ -358,11 +358,7 @@ impl Inner {
         if let Some(d) = &of.inode.inline_data {
             self.free_slots(&d.slots)?;
         }
-        for name in [
-            &of.state.names.data,
-            &of.state.names.meta,
-            &of.state.names.ctrs,
-        ] {
+        for name in of.state.names.all() {
             self.tx.delete(name)?;
         }
         self.cache.remove_file(&of.inode.id);

@@ -74,39 +74,46 @@ fn put_bytes(b: &mut Vec<u8>, d: &[u8]) {
     b.extend_from_slice(d);
 }
 
-fn put_ops(b: &mut Vec<u8>, ops: &[LoggedOp]) {
+/// Code bit of an operation whose object is the previous operation's in the same list: its
+/// name is left out (volumes with twin blocks; docs/file-format.md §6a). A file's item
+/// names its `.m` at every node of a path, so this is most of a small overwrite's record.
+const SAME_NAME: u8 = 0x80;
+
+/// Encodes operations; `compact`: names repeated from the previous operation are left out
+/// ([`SAME_NAME`]).
+fn put_ops(b: &mut Vec<u8>, ops: &[LoggedOp], compact: bool) {
     b.extend_from_slice(&(ops.len() as u32).to_le_bytes());
+    let mut prev: Option<&str> = None;
     for op in ops {
-        match op {
-            LoggedOp::Write { name, off, data } => {
-                b.push(1);
+        let name = op.name();
+        let same = compact && prev == Some(name);
+        prev = Some(name);
+        let code = |b: &mut Vec<u8>, code: u8| {
+            if same {
+                b.push(code | SAME_NAME);
+            } else {
+                b.push(code);
                 put_str(b, name);
+            }
+        };
+        match op {
+            LoggedOp::Write { off, data, .. } => {
+                code(b, 1);
                 b.extend_from_slice(&off.to_le_bytes());
                 put_bytes(b, data);
             }
-            LoggedOp::SetLen { name, len } => {
-                b.push(2);
-                put_str(b, name);
+            LoggedOp::SetLen { len, .. } => {
+                code(b, 2);
                 b.extend_from_slice(&len.to_le_bytes());
             }
-            LoggedOp::Delete { name } => {
-                b.push(3);
-                put_str(b, name);
-            }
-            LoggedOp::Direct { name, off, len } => {
-                b.push(4);
-                put_str(b, name);
+            LoggedOp::Delete { .. } => code(b, 3),
+            LoggedOp::Direct { off, len, .. } => {
+                code(b, 4);
                 b.extend_from_slice(&off.to_le_bytes());
                 b.extend_from_slice(&len.to_le_bytes());
             }
-            LoggedOp::Copy {
-                name,
-                src,
-                dst,
-                len,
-            } => {
-                b.push(5);
-                put_str(b, name);
+            LoggedOp::Copy { src, dst, len, .. } => {
+                code(b, 5);
                 for v in [src, dst, len] {
                     b.extend_from_slice(&v.to_le_bytes());
                 }
@@ -128,11 +135,16 @@ fn get_name(r: &mut crate::tx::Reader<'_>) -> Option<String> {
 
 fn get_ops(r: &mut crate::tx::Reader<'_>) -> Option<Vec<LoggedOp>> {
     let n = r.u32()? as usize;
-    let mut ops = Vec::with_capacity(n.min(1 << 12));
+    let mut ops: Vec<LoggedOp> = Vec::with_capacity(n.min(1 << 12));
     for _ in 0..n {
-        ops.push(match r.take(1)?[0] {
+        let code = r.take(1)?[0];
+        let name = if code & SAME_NAME != 0 {
+            ops.last()?.name().to_string()
+        } else {
+            get_name(r)?
+        };
+        ops.push(match code & !SAME_NAME {
             1 => {
-                let name = get_name(r)?;
                 let off = r.u64()?;
                 let len = r.u32()? as usize;
                 LoggedOp::Write {
@@ -142,17 +154,17 @@ fn get_ops(r: &mut crate::tx::Reader<'_>) -> Option<Vec<LoggedOp>> {
                 }
             }
             2 => LoggedOp::SetLen {
-                name: get_name(r)?,
+                name,
                 len: r.u64()?,
             },
-            3 => LoggedOp::Delete { name: get_name(r)? },
+            3 => LoggedOp::Delete { name },
             4 => LoggedOp::Direct {
-                name: get_name(r)?,
+                name,
                 off: r.u64()?,
                 len: r.u64()?,
             },
             5 => LoggedOp::Copy {
-                name: get_name(r)?,
+                name,
                 src: r.u64()?,
                 dst: r.u64()?,
                 len: r.u64()?,
@@ -167,8 +179,9 @@ fn get_rec(r: &mut crate::tx::Reader<'_>) -> Option<Box<Inode>> {
     Inode::decode(r.take(RECORD_SIZE)?).map(Box::new)
 }
 
-/// Encodes a group (docs/file-format.md, "The log").
-pub(super) fn encode_group(items: &[Item]) -> Vec<u8> {
+/// Encodes a group (docs/file-format.md, "The log"); `compact`: operations leave out a name
+/// repeated from the previous one (volumes with twin blocks).
+pub(super) fn encode_group(items: &[Item], compact: bool) -> Vec<u8> {
     let mut b = Vec::new();
     b.extend_from_slice(&(items.len() as u32).to_le_bytes());
     for it in items {
@@ -187,7 +200,7 @@ pub(super) fn encode_group(items: &[Item]) -> Vec<u8> {
                 });
                 b.extend_from_slice(&ino.to_le_bytes());
                 b.extend_from_slice(&rec.encode());
-                put_ops(&mut b, ops);
+                put_ops(&mut b, ops, compact);
                 if let Some(d) = inline {
                     put_bytes(&mut b, &d.bytes);
                 }
@@ -224,7 +237,7 @@ pub(super) fn encode_group(items: &[Item]) -> Vec<u8> {
             }
             Item::Ops(ops) => {
                 b.push(I_OPS);
-                put_ops(&mut b, ops);
+                put_ops(&mut b, ops, compact);
             }
             Item::Void { from, to } => {
                 b.push(I_VOID);
@@ -593,11 +606,7 @@ impl Inner {
             let Some(of) = self.files.get_mut(&ino) else {
                 continue;
             };
-            let names = [
-                &of.state.names.data,
-                &of.state.names.meta,
-                &of.state.names.ctrs,
-            ];
+            let names = of.state.names.all();
             let mine =
                 |n: &str| names.iter().any(|m| m.as_str() == n) || extra.iter().any(|m| m == n);
             let (own, rest): (Vec<LoggedOp>, Vec<LoggedOp>) =
@@ -647,7 +656,7 @@ impl Inner {
         let store = self.store.clone();
         let w = self.wal.as_mut().expect("logging");
         let writer = w.writer.as_mut().expect("started above");
-        let payload = Payload::Group(encode_group(items));
+        let payload = Payload::Group(encode_group(items, self.twin_blocks));
         let r = writer.append(store.as_ref(), &w.keys, &payload);
         match r {
             Ok(end) => {
@@ -700,7 +709,7 @@ impl Inner {
         let store = self.store.clone();
         let w = self.wal.as_mut().expect("logging");
         let writer = w.writer.as_mut().expect("a segment is open");
-        let payload = Payload::Group(encode_group(&[Item::Void { from, to }]));
+        let payload = Payload::Group(encode_group(&[Item::Void { from, to }], false));
         let end = match writer.append(store.as_ref(), &w.keys, &payload) {
             Ok(end) => end,
             Err(e) => {
@@ -1093,7 +1102,7 @@ impl Inner {
                 if self.store.len(name)?.is_none_or(|l| l < off + len) {
                     return Ok(false);
                 }
-                if *name != of.state.names.data {
+                if !of.state.names.blocks().contains(&name) {
                     continue;
                 }
                 let first = off / bs;
@@ -1329,13 +1338,15 @@ mod tests {
                 len: 8,
             },
         ];
-        let group = encode_group(&[Item::Ops(ops.clone())]);
-        match decode_group(&group).as_deref() {
-            Some([Item::Ops(back)]) => assert_eq!(back, &ops),
-            other => panic!("decoded {other:?}"),
+        for compact in [false, true] {
+            let group = encode_group(&[Item::Ops(ops.clone())], compact);
+            match decode_group(&group).as_deref() {
+                Some([Item::Ops(back)]) => assert_eq!(back, &ops),
+                other => panic!("decoded {other:?}"),
+            }
         }
         let mut b = Vec::new();
-        put_ops(&mut b, &ops[4..]);
+        put_ops(&mut b, &ops[4..], true);
         let mut want = vec![1, 0, 0, 0, 5, 3, 0];
         want.extend_from_slice(b"a.c");
         for v in [36u64, 68, 8] {
@@ -1343,6 +1354,50 @@ mod tests {
         }
         assert_eq!(b, want);
         assert_eq!(b.len() - 4, 1 + 2 + 3 + 24, "code, name and three u64");
+    }
+
+    /// On a volume with twin blocks, an operation on the previous one's object leaves its
+    /// name out (code bit 0x80, frozen bytes), and a list that starts with one does not
+    /// parse.
+    #[test]
+    fn an_operation_on_the_previous_object_leaves_its_name_out() {
+        let ops = vec![
+            LoggedOp::SetLen {
+                name: "a.c".into(),
+                len: 76,
+            },
+            LoggedOp::Write {
+                name: "a.c".into(),
+                off: 3,
+                data: b"xy".to_vec(),
+            },
+            LoggedOp::Delete { name: "b.d".into() },
+        ];
+        let mut b = Vec::new();
+        put_ops(&mut b, &ops, true);
+        let mut want = vec![3, 0, 0, 0, 2, 3, 0];
+        want.extend_from_slice(b"a.c");
+        want.extend_from_slice(&76u64.to_le_bytes());
+        want.push(0x81);
+        want.extend_from_slice(&3u64.to_le_bytes());
+        want.extend_from_slice(&2u32.to_le_bytes());
+        want.extend_from_slice(b"xy");
+        want.extend_from_slice(&[3, 3, 0]);
+        want.extend_from_slice(b"b.d");
+        assert_eq!(b, want);
+        let mut r = crate::tx::Reader { b: &b, pos: 0 };
+        assert_eq!(get_ops(&mut r), Some(ops.clone()));
+        let mut plain = Vec::new();
+        put_ops(&mut plain, &ops, false);
+        assert_eq!(plain.len(), b.len() + 5, "the name written again");
+        let first_same = [1, 0, 0, 0, 0x83];
+        assert_eq!(
+            get_ops(&mut crate::tx::Reader {
+                b: &first_same,
+                pos: 0
+            }),
+            None
+        );
     }
 
     /// A data item of an inline file carries its bytes (tag 9, frozen: after the data
@@ -1370,7 +1425,7 @@ mod tests {
             rec: Box::new(rec.clone()),
             ops: Vec::new(),
         };
-        let group = encode_group(std::slice::from_ref(&item));
+        let group = encode_group(std::slice::from_ref(&item), true);
         assert_eq!(group[4], 9, "tag");
         let mut want = Vec::new();
         want.extend_from_slice(&1u32.to_le_bytes());
@@ -1392,11 +1447,14 @@ mod tests {
         let mut plain = rec.clone();
         plain.inline_data = None;
         plain.size = 0;
-        let mut bad = encode_group(&[Item::Data {
-            ino: 9,
-            rec: Box::new(plain),
-            ops: Vec::new(),
-        }]);
+        let mut bad = encode_group(
+            &[Item::Data {
+                ino: 9,
+                rec: Box::new(plain),
+                ops: Vec::new(),
+            }],
+            true,
+        );
         bad[4] = 9;
         bad.extend_from_slice(&0u32.to_le_bytes());
         assert_eq!(decode_group(&bad), None);

@@ -37,6 +37,7 @@ macro_rules! env {
             inline_leaf: $s.inline_leaf,
             inline_mac: $s.inline_mac,
             inline_tree: $s.inline_tree,
+            twins: $s.twin_blocks,
         }
     };
 }
@@ -216,6 +217,11 @@ pub struct CreateOptions {
     /// one segment, not every interval ([`CTR_SEGMENTS`]). `false` makes a volume as intact
     /// made them before, which older versions open.
     pub ctr_segments: bool,
+    /// `mt-eint` blocks of odd counter live in a twin object, so that an overwrite goes
+    /// straight to the store once, not through the log, the journal and in place
+    /// ([`TWIN_BLOCKS`]). `false` makes a volume as intact made them before, which older
+    /// versions open.
+    pub twin_blocks: bool,
 }
 
 impl Default for CreateOptions {
@@ -231,6 +237,7 @@ impl Default for CreateOptions {
             inline_tree: true,
             inline_data: true,
             ctr_segments: true,
+            twin_blocks: true,
         }
     }
 }
@@ -254,7 +261,7 @@ pub struct Stat {
     pub scheme: String,
     /// Whether the `auto` policy chooses (and may change) the scheme.
     pub auto: bool,
-    /// The file's random id (hex): its objects are `f/<2 hex>/<id>.{d,m,c}`.
+    /// The file's random id (hex): its objects are `f/<2 hex>/<id>.{d,m,c,t}`.
     pub file_id: String,
     /// Blocks held by the scheme.
     pub blocks: u64,
@@ -482,6 +489,8 @@ struct Inner {
     dir_tree: bool,
     /// The volume has the [`CTR_SEGMENTS`] feature.
     ctr_segments: bool,
+    /// The volume has the [`TWIN_BLOCKS`] feature.
+    twin_blocks: bool,
     tx: Tx,
     itable: OpenFile,
     header: TableHeader,
@@ -675,6 +684,7 @@ impl Volume {
                 (copts.inline_tree && copts.inline_leaf, INLINE_TREE),
                 (copts.inline_data, INLINE_DATA),
                 (copts.ctr_segments, CTR_SEGMENTS),
+                (copts.twin_blocks, TWIN_BLOCKS),
             ]
             .iter()
             .filter(|(on, _)| *on)
@@ -848,6 +858,7 @@ impl Volume {
             inline_data: config.features.iter().any(|f| f == INLINE_DATA),
             dir_tree: config.features.iter().any(|f| f == DIR_TREE),
             ctr_segments: config.features.iter().any(|f| f == CTR_SEGMENTS),
+            twin_blocks: config.features.iter().any(|f| f == TWIN_BLOCKS),
             config,
             keys,
             cache: Arc::new(NodeCache::new(opts.cache_bytes)),

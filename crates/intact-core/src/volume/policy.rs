@@ -74,25 +74,13 @@ impl Inner {
                     self.free_slots(&d.slots)?;
                     new.stage_flush = true;
                 }
-                for name in [
-                    &old.state.names.data,
-                    &old.state.names.meta,
-                    &old.state.names.ctrs,
-                ] {
+                for name in old.state.names.all() {
                     self.tx.delete(name)?;
                 }
                 self.cache.remove_file(&old.inode.id);
                 self.files.insert(ino, new);
                 // The old objects' deletion goes with the new content in the log.
-                self.note_data_with(
-                    ino,
-                    [
-                        old.state.names.data,
-                        old.state.names.meta,
-                        old.state.names.ctrs,
-                    ]
-                    .into(),
-                );
+                self.note_data_with(ino, old.state.names.all().map(String::clone).into());
                 Ok(())
             }
             Err(e) => {

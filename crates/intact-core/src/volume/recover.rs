@@ -524,7 +524,7 @@ impl Inner {
             .values()
             .flat_map(|of| {
                 let n = &of.state.names;
-                [n.data.as_str(), n.meta.as_str(), n.ctrs.as_str()]
+                n.all().map(String::as_str)
             })
             .collect();
         for name in std::mem::take(&mut self.unsealed.doomed) {

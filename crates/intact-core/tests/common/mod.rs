@@ -41,6 +41,25 @@ pub fn create<T: TrustedStore + Clone + 'static>(
         inline_tree: true,
         inline_data: true,
         ctr_segments: true,
+        twin_blocks: true,
+    };
+    create_with(store, trusted, &copts)
+}
+
+/// [`create`] without twin blocks: every overwrite of a sealed block is staged in memory,
+/// as the tests of the engine's limits on staged bytes need.
+pub fn create_staging<T: TrustedStore + Clone + 'static>(
+    store: Arc<dyn UntrustedStore>,
+    trusted: &T,
+    scheme: SchemeId,
+    bs: u32,
+) -> Volume {
+    let copts = CreateOptions {
+        block_size: bs,
+        scheme,
+        kdf: KdfParams::TEST,
+        twin_blocks: false,
+        ..CreateOptions::default()
     };
     create_with(store, trusted, &copts)
 }

@@ -1,0 +1,120 @@
+//! Twin blocks (docs/design.md, "Twin blocks"; `format::TWIN_BLOCKS`): an overwrite of a
+//! block that nothing since the last checkpoint wrote goes once, directly, into the slot the
+//! durable state does not use, instead of into the log, the journal and in place.
+
+mod common;
+
+use common::*;
+use intact_core::format::SchemeId;
+use intact_core::store::{CountingStore, MemStore, MemTrusted, ObjectClass, UntrustedStore};
+use std::sync::Arc;
+
+const BS: usize = 4096;
+
+/// A small deterministic generator (no dependency for a test's sequence).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+}
+
+fn block(tag: u64) -> Vec<u8> {
+    (0..BS)
+        .map(|i| (tag as usize).wrapping_mul(131).wrapping_add(i * 7) as u8)
+        .collect()
+}
+
+/// A volume on a counting store with `/big` of `blocks` blocks, sealed, and its model.
+fn big_file(
+    blocks: usize,
+) -> (
+    Arc<CountingStore<MemStore>>,
+    MemTrusted,
+    intact_core::Volume,
+    Vec<u8>,
+) {
+    let store = Arc::new(CountingStore::new(MemStore::new()));
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, BS as u32);
+    vol.create_file("/big", None).unwrap();
+    let model = vec![7u8; blocks * BS];
+    vol.write_path("/big", 0, &model).unwrap();
+    vol.sync().unwrap();
+    (store, trusted, vol, model)
+}
+
+fn overwrite(vol: &intact_core::Volume, model: &mut [u8], b: usize, tag: u64) {
+    let data = block(tag);
+    vol.write_path("/big", (b * BS) as u64, &data).unwrap();
+    model[b * BS..(b + 1) * BS].copy_from_slice(&data);
+}
+
+/// Issue 11's "no double write": random 4 KiB overwrites of distinct blocks of a sealed
+/// 8 MiB file go once to the data objects, and the checkpoint that follows writes none of
+/// them again (before twin blocks: the block in the log, in the journal and in place).
+/// All told, with the log's records (tree path, counters, the inode record) and the
+/// checkpoint's tree nodes, the store gets 1.31 times the data (was about 3.6); the
+/// issue's target is 1.1 (docs/performance.md, "Twin blocks"). The file reads back after
+/// a crash of the process and after the checkpoint.
+#[test]
+fn an_overwrite_is_written_once() {
+    const BLOCKS: usize = 2048;
+    let (store, trusted, vol, mut model) = big_file(BLOCKS);
+    let mut order: Vec<usize> = (0..BLOCKS).collect();
+    let mut rng = Lcg(5);
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.next() as usize % (i + 1));
+    }
+    let writes = 1500;
+    let before = store.stats();
+    for (k, &b) in order[..writes].iter().enumerate() {
+        overwrite(&vol, &mut model, b, k as u64);
+    }
+    let unsealed = store.stats().since(&before);
+    vol.sync().unwrap();
+    let all = store.stats().since(&before);
+    let data = (writes * BS) as u64;
+    let ratio = all.total().write_bytes as f64 / data as f64;
+    eprintln!(
+        "{writes} overwrites: data objects {} B, log {} B, integrity {} B, journal {} B; {ratio:.3}x the data",
+        all.get(ObjectClass::Data).write_bytes,
+        all.get(ObjectClass::Control).write_bytes,
+        all.get(ObjectClass::Integrity).write_bytes,
+        all.get(ObjectClass::Journal).write_bytes,
+    );
+    assert_eq!(
+        unsealed.get(ObjectClass::Data).write_bytes,
+        data,
+        "every overwrite went to a data object at once"
+    );
+    // The checkpoint writes the inode table's pages (a data object too), none of the
+    // blocks again.
+    let again = all.get(ObjectClass::Data).write_bytes - data;
+    assert!(
+        again <= 4 * BS as u64,
+        "the checkpoint wrote {again} bytes of data objects"
+    );
+    assert!(ratio < 1.35, "{ratio:.3}x the data");
+    let n = names(&vol, "/big");
+    assert!(store.len(&n.twin).unwrap().is_some(), "the twin object");
+    assert!(read_all(&vol, "/big").unwrap() == model);
+    // The process dies after more overwrites, some of blocks written since the seal
+    // (staged, and logged), and reopens from the log.
+    for (k, &b) in order[writes - 100..writes + 100].iter().enumerate() {
+        overwrite(&vol, &mut model, b, 10_000 + k as u64);
+    }
+    vol.set_seal_on_drop(false);
+    drop(vol);
+    let vol = open(store.clone() as Arc<dyn UntrustedStore>, &trusted).unwrap();
+    assert!(read_all(&vol, "/big").unwrap() == model, "after the replay");
+    assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
+    drop(vol);
+    let vol = open(store as Arc<dyn UntrustedStore>, &trusted).unwrap();
+    assert!(read_all(&vol, "/big").unwrap() == model, "after a reopen");
+}
