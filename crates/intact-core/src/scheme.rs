@@ -1970,7 +1970,10 @@ mod tests {
         sch.write_blocks(&env, &mut f, tx, 3, &mut [3u8; 64])
             .unwrap();
         tx.drain();
-        assert!(f.ctrs.get(3) > c3 && f.ctrs.get(3).is_multiple_of(2), "back to `.d`");
+        assert!(
+            f.ctrs.get(3) > c3 && f.ctrs.get(3).is_multiple_of(2),
+            "back to `.d`"
+        );
         assert!(
             tx.overlay_bytes() >= staged + bs,
             "staged, since `.t` was written"

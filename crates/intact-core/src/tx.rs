@@ -667,7 +667,7 @@ impl Tx {
     /// blocks' counters are still that state's, their versions there are in `other`, and
     /// no version a replay of the log may come back to is in `to` (appends, the only other
     /// direct writes, go to the slot a block starts in). Nor may anything force staging:
-    /// a read-only or staging transaction, a cut, a pinned journal, a staged or logged
+    /// a read-only or staging transaction, a cut, a pinned journal, a staged
     /// range over the bytes, or a commit in flight that sets the object's length.
     pub fn twin_free(&mut self, to: &str, other: &str, off: u64, len: u64) -> Result<bool> {
         if self.read_only || self.stage_all || len == 0 {

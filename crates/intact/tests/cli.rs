@@ -711,7 +711,8 @@ fn corrupted_config() {
             "inline-mac-leaf",
             "inline-tree",
             "inline-data",
-            "ctr-segments"
+            "ctr-segments",
+            "twin-blocks"
         ])
     );
     c["features"] = serde_json::json!([

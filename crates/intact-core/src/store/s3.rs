@@ -467,7 +467,7 @@ impl ReadCache {
 fn file_stem(name: &str) -> Option<&str> {
     let (stem, ext) = name.rsplit_once('.')?;
     let id = stem.rsplit('/').next()?;
-    let ok = matches!(ext, "d" | "m" | "c")
+    let ok = matches!(ext, "d" | "m" | "c" | "t")
         && stem.starts_with("f/")
         && id.len() == 32
         && id.bytes().all(|b| b.is_ascii_hexdigit());
@@ -783,7 +783,7 @@ impl S3Store {
     /// Keeps what one listing of a file's objects (`stem` ‖ `d`, `m`, `c`: `found`, their
     /// lengths) says: those listed are known, the siblings of `name` it lacks are absent.
     fn note_stem(&self, st: &mut State, stem: &str, name: &str, found: &HashMap<String, u64>) {
-        for ext in ["d", "m", "c"] {
+        for ext in ["d", "m", "c", "t"] {
             let n = format!("{stem}{ext}");
             if n != name && (st.objs.contains_key(&n) || st.absent.contains(&n)) {
                 continue;

@@ -36,7 +36,7 @@ impl Inner {
     /// sends no listing.
     pub(super) fn objects_absent(&self, id: &FileId) {
         let n = ObjectNames::of(id);
-        for o in [&n.data, &n.meta, &n.ctrs] {
+        for o in n.all() {
             self.store.absent(o);
         }
     }

@@ -1193,6 +1193,15 @@ impl Inner {
                 for op in &ops {
                     self.tx.replay(op)?;
                 }
+                if self.twin_blocks {
+                    // Twin blocks: the item may have moved blocks between slots in ways
+                    // its operations do not show (a hole), so none of the file's blocks
+                    // goes directly to a slot until the next checkpoint (docs/design.md,
+                    // "Twin blocks"; the open checkpoints after a replay at once).
+                    for name in ObjectNames::of(&rec.id).blocks() {
+                        self.tx.touch(name, 0, u64::MAX);
+                    }
+                }
                 if inode.id != rec.id {
                     self.cache.remove_file(&inode.id);
                 }

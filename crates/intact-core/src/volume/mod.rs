@@ -818,6 +818,10 @@ impl Volume {
                 tx.stage_journal(&jb)?;
             } else {
                 replay_journal(store.as_ref(), &jb)?;
+                // Applied and synced: the anchor stored below says so, so that neither a
+                // later open nor a going back replays it again over what this session
+                // writes directly (a twin write into a slot the journal also wrote).
+                anchor.applied = true;
             }
         }
         let ctr_floor = anchor.ctr_next;
