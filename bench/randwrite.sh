@@ -8,7 +8,9 @@
 #   bench/randwrite.sh [MIB:WRITES ...]   (default 128:8192 2048:30000 2048:65536)
 #
 # Prints per system and case the MB/s of fio's writes as the range over RUNS runs, and
-# intact's ratio to gocryptfs (the lowest over the highest, and the reverse).
+# intact's ratio to gocryptfs (the lowest over the highest, and the reverse); then the
+# bytes each daemon wrote to its backing files (its /proc/PID/io wchar, from before fio
+# to after fio and, for intact, an `intact sync` that checkpoints) per byte fio wrote.
 #
 # Environment:
 #   BENCH_DIR      backing directories (default /dev/shm/intact-randwrite: tmpfs, so that
@@ -46,8 +48,10 @@ cleanup() {
 trap cleanup EXIT
 bin_of() { case $1 in intact-old) echo "$INTACT_OLD_BIN" ;; *) echo "$INTACT_BIN" ;; esac; }
 
-one_run() { # SYS MIB WRITES -> MB/s
-    local s=$1 mib=$2 writes=$3 d=$BENCH_DIR/$1 i t0 t1
+wchar() { awk '/^wchar/ {print $2}' "/proc/$1/io"; }
+
+one_run() { # SYS MIB WRITES -> MB/s:WRITTEN-PER-BYTE
+    local s=$1 mib=$2 writes=$3 d=$BENCH_DIR/$1 i t0 t1 pid w0 w1
     rm -rf "$d"; mkdir -p "$d/cipher" "$d/mnt"
     case $s in
         gocryptfs) gocryptfs -init -q -extpass "echo $PW" "$d/cipher" 2>/dev/null
@@ -64,6 +68,8 @@ one_run() { # SYS MIB WRITES -> MB/s
     dd if=/dev/urandom of="$d/mnt/r.dat" bs=1M count="$mib" conv=fsync status=none
     sync
     echo 3 >/proc/sys/vm/drop_caches
+    pid=$(pgrep -f -- "$d/cipher" | head -1)
+    w0=$(wchar "$pid")
     t0=$(date +%s.%N)
     fio --name=rw --filename="$d/mnt/r.dat" --size="${mib}m" --bs=4k --rw=randwrite \
         --ioengine=psync --direct=1 --io_size=$((writes * 4096)) --verify=crc32c \
@@ -71,25 +77,34 @@ one_run() { # SYS MIB WRITES -> MB/s
         --output-format=json --output="$d/fio.json" >"$d/fio.err" 2>&1 ||
         { tail -n 20 "$d/fio.err" >&2; die "$s: fio failed"; }
     t1=$(date +%s.%N)
+    if [[ $s == intact* ]]; then
+        "$(bin_of "$s")" sync "$d/mnt" >/dev/null
+    fi
+    w1=$(wchar "$pid")
     fusermount3 -u "$d/mnt"
     for ((i = 0; i < 600; i++)); do pgrep -f -- "$d/cipher" >/dev/null || break; sleep 0.1; done
     MOUNTED=${MOUNTED//" $d/mnt"/}
     if [[ $s == intact* ]] && grep -qiE "integrity failure|ERROR" "$d/mount.log"; then
         die "$s: errors in its mount log"
     fi
-    python3 -c 'import sys; print("%.1f" % (int(sys.argv[1]) * 4096 / 1e6 / (float(sys.argv[3]) - float(sys.argv[2]))))' \
-        "$writes" "$t0" "$t1"
+    python3 -c 'import sys; w=int(sys.argv[1]) * 4096; print("%.1f:%.2f" % (w / 1e6 / (float(sys.argv[3]) - float(sys.argv[2])), (int(sys.argv[5]) - int(sys.argv[4])) / w))' \
+        "$writes" "$t0" "$t1" "$w0" "$w1"
 }
 
 mkdir -p "$BENCH_DIR"
 printf 'fio O_DIRECT random 4 KiB writes, MB/s over %s runs (backing: %s)\n' "$RUNS" "$BENCH_DIR"
 printf '| file MiB | writes |'; for s in $SYSTEMS; do printf ' %s |' "$s"; done; printf ' intact / gocryptfs |\n'
 printf '|---:|---:|'; for s in $SYSTEMS; do printf -- '---:|'; done; printf -- '---:|\n'
+declare -A W=()
 for c in $CASES; do
     mib=${c%%:*} writes=${c##*:}
     declare -A R=()
     for ((r = 0; r < RUNS; r++)); do
-        for s in $SYSTEMS; do R[$s]+="$(one_run "$s" "$mib" "$writes") "; done
+        for s in $SYSTEMS; do
+            out=$(one_run "$s" "$mib" "$writes")
+            R[$s]+="${out%%:*} "
+            W[$c $s]+="${out##*:} "
+        done
     done
     printf '| %s | %s |' "$mib" "$writes"
     for s in $SYSTEMS; do
@@ -100,4 +115,15 @@ for c in $CASES; do
     printf ' %s |\n' "$(python3 -c 'import sys; a,b,c,d=map(float,sys.argv[1:]); print("%.2f – %.2f" % (a/d, c/b))' \
         "$(lo intact)" "$(lo gocryptfs)" "$(hi intact)" "$(hi gocryptfs)")"
     unset R
+done
+echo
+printf 'bytes the daemon wrote to its backing files per byte fio wrote (range over %s runs)\n' "$RUNS"
+printf '| file MiB | writes |'; for s in $SYSTEMS; do printf ' %s |' "$s"; done; printf '\n'
+printf '|---:|---:|'; for s in $SYSTEMS; do printf -- '---:|'; done; printf '\n'
+for c in $CASES; do
+    printf '| %s | %s |' "${c%%:*}" "${c##*:}"
+    for s in $SYSTEMS; do
+        printf ' %s |' "$(printf '%s\n' ${W[$c $s]} | sort -g | sed -n '1p;$p' | uniq | paste -sd- | sed 's/-/ – /')"
+    done
+    printf '\n'
 done
