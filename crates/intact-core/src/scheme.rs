@@ -2026,6 +2026,50 @@ mod tests {
         assert!(tx.len(&g.names.twin).unwrap().is_none());
     }
 
+    /// A hole punched in a block whose durable version is in `.t` (its counter now 0, which
+    /// names `.d`) counts as written: the next write of the block is staged, not written
+    /// over the durable version in `.t`. And the slot a run goes to: the one most of its
+    /// blocks are not in for a file kept in objects, the one most are in otherwise.
+    #[test]
+    fn a_hole_keeps_the_durable_slot_until_the_checkpoint() {
+        assert!(MtEint::twin_parity(true, &[false, false, true]));
+        assert!(!MtEint::twin_parity(true, &[true, true, false]));
+        assert!(MtEint::twin_parity(false, &[true, true, false]));
+        assert!(!MtEint::twin_parity(false, &[false, false, true]));
+        let bs = 64;
+        let mut fx = Fixture::new(bs);
+        fx.twins = true;
+        let mut f = fx.file(SchemeId::MtEintGcm);
+        let (env, tx) = fx.parts();
+        let sch = scheme(SchemeId::MtEintGcm);
+        let store = tx.store().clone();
+        let key = crate::crypto::MasterKey::from_bytes([9; 32])
+            .derive(crate::crypto::label::JOURNAL, &[]);
+        let seal = |tx: &mut Tx| {
+            let c = tx.begin_commit(1, None).unwrap();
+            c.write_journal(store.as_ref(), &key).unwrap();
+            c.apply(store.as_ref()).unwrap();
+            tx.end_commit(&c);
+        };
+        sch.write_blocks(&env, &mut f, tx, 0, &mut [1u8; 8 * 64])
+            .unwrap();
+        seal(tx);
+        sch.write_blocks(&env, &mut f, tx, 2, &mut [2u8; 64])
+            .unwrap();
+        assert_eq!(f.ctrs.get(2) % 2, 1);
+        seal(tx);
+        let twin = tx.store().read_all(&f.names.twin).unwrap().unwrap();
+        assert!(sch.punch(&env, &mut f, tx, 2, 1).unwrap());
+        assert_eq!(f.ctrs.get(2), 0);
+        sch.write_blocks(&env, &mut f, tx, 2, &mut [3u8; 64])
+            .unwrap();
+        assert_eq!(f.ctrs.get(2) % 2, 1, "to the twin, staged");
+        assert_eq!(tx.store().read_all(&f.names.twin).unwrap().unwrap(), twin);
+        let mut out = vec![0u8; 3 * bs];
+        sch.read_blocks(&env, &f, tx, 1, &mut out).unwrap();
+        assert!(out[..bs] == [1u8; 64] && out[bs..2 * bs] == [3u8; 64]);
+    }
+
     /// A Merkle tree cut to one leaf on a volume with inline leaves keeps its only node in
     /// the record, and nothing in its node object (no stale nodes left in the store).
     #[test]

@@ -1885,9 +1885,12 @@ mod tests {
         // Touched.
         tx.touch("f.d", 32, 40);
         assert!(!tx.twin_free("f.t", "f.d", 32, 16).unwrap());
-        // A staged range over the bytes of either slot.
+        // A staged range over the bytes of either slot, to its last byte.
         tx.write_at("f.d", 48, &[3u8; 4]).unwrap();
         assert!(!tx.twin_free("f.t", "f.d", 48, 8).unwrap());
+        tx.write_at("f.d", 1, &[3u8; 4]).unwrap();
+        assert!(!tx.twin_free("f.t", "f.d", 4, 1).unwrap());
+        assert!(tx.twin_free("f.t", "f.d", 5, 1).unwrap());
         // The commit in flight: what its transaction wrote is still refused, and an
         // object whose length it sets (here cut) is refused whole.
         tx.set_len("f.d", 60).unwrap();
