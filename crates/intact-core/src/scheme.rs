@@ -1404,6 +1404,17 @@ pub(crate) mod fixture {
         MasterKey::from_bytes([7; 32])
     }
 
+    /// Commits what `tx` staged and wrote directly, journal and all, as a seal does: the
+    /// store then holds it as committed state.
+    pub(crate) fn commit(tx: &mut Tx) {
+        let key = master().derive(crate::crypto::label::JOURNAL, &[]);
+        let store = tx.store().clone();
+        let c = tx.begin_commit(1, None).unwrap();
+        c.write_journal(store.as_ref(), &key).unwrap();
+        c.apply(store.as_ref()).unwrap();
+        tx.end_commit(&c);
+    }
+
     impl Fixture {
         pub(crate) fn new(bs: usize) -> Self {
             Self::with_cache(bs, 1 << 20)
@@ -1944,12 +1955,7 @@ mod tests {
         assert_eq!(f.ctrs.get(0) % 2, 0, "appended under an even counter");
         let store = tx.store().clone();
         // Sealed: the file's bytes are committed.
-        let key = crate::crypto::MasterKey::from_bytes([9; 32])
-            .derive(crate::crypto::label::JOURNAL, &[]);
-        let c = tx.begin_commit(1, None).unwrap();
-        c.write_journal(store.as_ref(), &key).unwrap();
-        c.apply(store.as_ref()).unwrap();
-        tx.end_commit(&c);
+        fixture::commit(tx);
         // Each write a request of its own: its direct writes are logged after it.
         tx.capture(true);
         let d_before = store.read_all(&f.names.data).unwrap().unwrap();
@@ -2042,15 +2048,7 @@ mod tests {
         let mut f = fx.file(SchemeId::MtEintGcm);
         let (env, tx) = fx.parts();
         let sch = scheme(SchemeId::MtEintGcm);
-        let store = tx.store().clone();
-        let key = crate::crypto::MasterKey::from_bytes([9; 32])
-            .derive(crate::crypto::label::JOURNAL, &[]);
-        let seal = |tx: &mut Tx| {
-            let c = tx.begin_commit(1, None).unwrap();
-            c.write_journal(store.as_ref(), &key).unwrap();
-            c.apply(store.as_ref()).unwrap();
-            tx.end_commit(&c);
-        };
+        let seal = fixture::commit;
         sch.write_blocks(&env, &mut f, tx, 0, &mut [1u8; 8 * 64])
             .unwrap();
         seal(tx);

@@ -568,6 +568,15 @@ impl Tx {
         Ok(inside)
     }
 
+    /// The commit in flight changes `name` and leaves its end open
+    /// ([`FrozenObj::open_end`]). A lookup only while a commit is in flight.
+    fn open_in_base(&self, name: &str) -> bool {
+        self.base
+            .as_ref()
+            .and_then(|b| b.objs.get(name))
+            .is_some_and(|f| f.open_end)
+    }
+
     /// Writes `data` at `off` (direct or staged; see the module docs).
     pub fn write_at(&mut self, name: &str, off: u64, data: &[u8]) -> Result<()> {
         if data.is_empty() {
@@ -578,13 +587,8 @@ impl Tx {
         let read_only = self.read_only;
         let stage_all = self.stage_all;
         // The commit in flight sets the object's length at its end (cutting what lies
-        // past it), unless its end is open: then a write past that length is direct. (A
-        // lookup only while a commit is in flight.)
-        let open_base = self
-            .base
-            .as_ref()
-            .and_then(|b| b.objs.get(name))
-            .is_some_and(|f| f.open_end);
+        // past it), unless its end is open: then a write past that length is direct.
+        let open_base = self.open_in_base(name);
         let st = self.state(name)?;
         if st.deleted {
             return Err(Error::Invalid(format!("write to deleted object {name}")));
@@ -682,11 +686,7 @@ impl Tx {
             if hit(self.recent.get(name)) || hit(self.recent_base.get(name)) {
                 return Ok(false);
             }
-            let open_base = self
-                .base
-                .as_ref()
-                .and_then(|b| b.objs.get(name))
-                .is_some_and(|f| f.open_end);
+            let open_base = self.open_in_base(name);
             let st = self.state(name)?;
             let staged = st
                 .ranges

@@ -12,19 +12,6 @@ use std::sync::Arc;
 const BS: usize = 4096;
 const BLOCKS: usize = 1024;
 
-/// A small deterministic generator (no dependency for a test's sequence).
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
-}
-
 /// One overwrite of `blocks` blocks at block `b`, in the model and in the volume.
 fn overwrite(vol: &intact_core::Volume, model: &mut [u8], b: usize, blocks: usize, tag: u64) {
     let off = b * BS;

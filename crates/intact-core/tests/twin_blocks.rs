@@ -11,19 +11,6 @@ use std::sync::Arc;
 
 const BS: usize = 4096;
 
-/// A small deterministic generator (no dependency for a test's sequence).
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
-}
-
 fn block(tag: u64) -> Vec<u8> {
     (0..BS)
         .map(|i| (tag as usize).wrapping_mul(131).wrapping_add(i * 7) as u8)

@@ -11,6 +11,19 @@ pub mod workload;
 
 pub const PW: &[u8] = b"correct horse";
 
+/// A small deterministic generator (no dependency for a test's sequence).
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+}
+
 /// The engine's record budget for the tests: `INTACT_TEST_RECORDS` when set (scripts/test.sh
 /// runs the attack, crash and model suites a second time with a budget of 1, so that every
 /// record is dropped and read back, authenticated, between requests), else the default.
