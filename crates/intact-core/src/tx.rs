@@ -579,6 +579,12 @@ impl Tx {
 
     /// Writes `data` at `off` (direct or staged; see the module docs).
     pub fn write_at(&mut self, name: &str, off: u64, data: &[u8]) -> Result<()> {
+        self.write(name, off, data, false)
+    }
+
+    /// [`Tx::write_at`]; `twin`: direct whatever the object's lengths and ranges say
+    /// ([`Tx::write_twin`]).
+    fn write(&mut self, name: &str, off: u64, data: &[u8], twin: bool) -> Result<()> {
         if data.is_empty() {
             return Ok(());
         }
@@ -612,7 +618,9 @@ impl Tx {
             .max(logged_end)
             .max(staged_end);
         let metadata = ObjectClass::of(name) != ObjectClass::Data;
-        let (staged, direct) = if read_only
+        let (staged, direct) = if twin {
+            (&data[..0], data)
+        } else if read_only
             || stage_all
             || metadata
             || st.cut.is_some()
@@ -714,22 +722,7 @@ impl Tx {
         }
         let end = off + data.len() as u64;
         add_recent(self.recent.entry(name.to_string()).or_default(), off, end);
-        let store = self.store.clone();
-        crate::metrics::count_write(ObjectClass::Data, data.len());
-        let st = self.state(name)?;
-        st.direct = true;
-        st.direct_end = st.direct_end.max(end);
-        crate::metrics::timed(Phase::StoreWait, || store.write_at(name, off, data))?;
-        st.len = Some(st.len.unwrap_or(0).max(end));
-        self.direct_bytes = self.direct_bytes.saturating_add(data.len());
-        if self.capturing {
-            self.captured.push(LoggedOp::Direct {
-                name: name.to_string(),
-                off,
-                len: data.len() as u64,
-            });
-        }
-        Ok(())
+        self.write(name, off, data, true)
     }
 
     /// Counts bytes `[off, end)` of data object `name` as written since the checkpoint
