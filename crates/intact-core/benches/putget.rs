@@ -62,6 +62,7 @@ fn create(store: Arc<dyn UntrustedStore>, trusted: &MemTrusted, scheme: SchemeId
             inline_data: true,
             ctr_segments: true,
             twin_blocks: true,
+            leaf_log: true,
         },
         &opts(),
     )

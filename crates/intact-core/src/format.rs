@@ -893,6 +893,13 @@ pub const CTR_SEGMENTS: &str = "ctr-segments";
 /// blocks"). Set on every volume created since it exists.
 pub const TWIN_BLOCKS: &str = "twin-blocks";
 
+/// Feature flag: an `mt-eint` file's data item in the log leaves out the Merkle nodes its
+/// leaves determine (every complete node above a leaf the item writes); replay recomputes
+/// them from the leaves up and checks the tree against the item's root (docs/design.md,
+/// "Leaves in the log"; docs/file-format.md §6a). An overwrite's record then carries one
+/// node, not its whole path. Set on every volume created since it exists.
+pub const LEAF_LOG: &str = "leaf-log";
+
 /// Known feature flags.
 pub const KNOWN_FEATURES: &[&str] = &[
     INLINE_LEAF,
@@ -902,6 +909,7 @@ pub const KNOWN_FEATURES: &[&str] = &[
     INLINE_DATA,
     CTR_SEGMENTS,
     TWIN_BLOCKS,
+    LEAF_LOG,
 ];
 
 impl Config {

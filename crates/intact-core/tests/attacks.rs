@@ -59,6 +59,7 @@ fn copts(scheme: SchemeId) -> CreateOptions {
         inline_data: true,
         ctr_segments: true,
         twin_blocks: true,
+        leaf_log: true,
     }
 }
 

@@ -129,6 +129,7 @@ fn a_volume_whose_default_is_auto() {
         inline_data: true,
         ctr_segments: true,
         twin_blocks: true,
+        leaf_log: true,
     };
     let t = trusted.clone();
     let vol = intact_core::Volume::create(

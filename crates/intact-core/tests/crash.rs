@@ -246,6 +246,7 @@ fn crash_during_create_never_looks_like_tampering() {
                 inline_data: true,
                 ctr_segments: true,
                 twin_blocks: true,
+                leaf_log: true,
             },
             &intact_core::Options {
                 records: records(),

@@ -320,6 +320,7 @@ fn record_with<S>(
             inline_data: true,
             ctr_segments: true,
             twin_blocks: true,
+            leaf_log: true,
         },
         &opts(),
     )

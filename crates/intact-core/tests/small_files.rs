@@ -64,6 +64,7 @@ fn new_volume(store: &Arc<MemStore>, trusted: &MemTrusted, scheme: SchemeId) -> 
             inline_data: false,
             ctr_segments: false,
             twin_blocks: false,
+            leaf_log: false,
             ..CreateOptions::default()
         },
     )
@@ -407,6 +408,7 @@ fn a_volume_without_inline_trees_keeps_small_trees_in_objects() {
             inline_data: false,
             ctr_segments: false,
             twin_blocks: false,
+            leaf_log: false,
             ..CreateOptions::default()
         },
         &Options::default(),
@@ -660,6 +662,7 @@ fn a_volume_without_inline_leaves_keeps_its_nodes_in_objects() {
             inline_data: false,
             ctr_segments: false,
             twin_blocks: false,
+            leaf_log: false,
         },
         &Options::default(),
     )
@@ -747,6 +750,7 @@ fn a_volume_without_inline_mac_tree_leaves_keeps_level_0_in_objects() {
             inline_data: false,
             ctr_segments: false,
             twin_blocks: false,
+            leaf_log: false,
             ..CreateOptions::default()
         },
         &Options::default(),

@@ -461,6 +461,7 @@ pub(crate) fn run_scheme(
         // The counters as the paper keeps them (Fig. 6): the arrays whole, however many.
         ctr_segments: false,
         twin_blocks: false,
+        leaf_log: false,
     };
     let store: Arc<dyn UntrustedStore> = Arc::new(LocalDirStore::open(&cipher)?);
     let vol = Volume::create(

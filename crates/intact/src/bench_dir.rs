@@ -108,6 +108,7 @@ pub fn dir(a: &DirArgs, cache_bytes: usize, meta_cache_bytes: usize, json: bool)
             inline_data: true,
             ctr_segments: true,
             twin_blocks: true,
+            leaf_log: true,
         },
         &Options {
             cache_bytes,

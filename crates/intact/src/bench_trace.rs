@@ -199,6 +199,7 @@ pub fn replay(
             // The counters as the paper keeps them (Fig. 6): the arrays whole.
             ctr_segments: false,
             twin_blocks: false,
+            leaf_log: false,
             ..CreateOptions::default()
         },
         &Options {

@@ -1035,6 +1035,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 inline_data: true,
                 ctr_segments: true,
                 twin_blocks: true,
+                leaf_log: true,
             };
             // The volume id is only known once the config exists, so the state directory
             // for the anchor is chosen by a two-step create.

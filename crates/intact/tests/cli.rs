@@ -712,7 +712,8 @@ fn corrupted_config() {
             "inline-tree",
             "inline-data",
             "ctr-segments",
-            "twin-blocks"
+            "twin-blocks",
+            "leaf-log"
         ])
     );
     c["features"] = serde_json::json!([

@@ -361,6 +361,7 @@ fn the_attack_suite_on_objects_in_a_bucket() {
                 inline_data: true,
                 ctr_segments: true,
                 twin_blocks: true,
+                leaf_log: true,
             };
             let runs = attacks::run_all(
                 &mut || {

@@ -89,6 +89,32 @@ pub fn peaks(n: u64) -> impl Iterator<Item = (u64, u32)> {
     })
 }
 
+/// The complete internal nodes of an `n`-leaf tree above the leaves `written` (leaf
+/// numbers; those at or past `n` count for nothing), as flat indices, bottom-up: level by
+/// level, left to right. These are the nodes whose values the leaves determine given the
+/// rest of the tree, in an order in which each one's children come before it (a leaf-log
+/// volume's data items leave them out and replay recomputes them; docs/design.md, "Leaves
+/// in the log"). A node stops at its peak (§3.1: spine nodes are not stored).
+pub fn ancestors(n: u64, written: impl IntoIterator<Item = u64>) -> Vec<u64> {
+    let mut set = std::collections::BTreeSet::new();
+    for i in written {
+        if i >= n {
+            continue;
+        }
+        let mut h = 1u32;
+        while h < 63 {
+            let index = i >> h;
+            // `index << h <= i < n <= MAX_LEAVES`: no overflow below 2^63.
+            if (index << h) + (1u64 << h) > n || !set.insert((h, index)) {
+                // Past its peak, or already there with everything above it.
+                break;
+            }
+            h += 1;
+        }
+    }
+    set.into_iter().map(|(h, i)| flat_index(h, i)).collect()
+}
+
 /// Flat index of the peak `(s, h)`.
 #[inline]
 const fn peak_flat(s: u64, h: u32) -> u64 {
@@ -1012,6 +1038,41 @@ mod tests {
             level += 1;
         }
         out
+    }
+
+    /// Hand-computed: 5 leaves are the peaks `[0, 4)` (nodes 1, 5 at level 1 and 3 at level
+    /// 2) and `[4, 5)` (leaf 4 alone, flat 8).
+    #[test]
+    fn ancestors_stop_at_the_peak_and_come_bottom_up() {
+        assert_eq!(ancestors(5, [1]), vec![1, 3]);
+        assert_eq!(ancestors(5, [2, 1]), vec![1, 5, 3]);
+        assert_eq!(ancestors(5, [3, 3, 2]), vec![5, 3]);
+        assert_eq!(ancestors(5, [4]), Vec::<u64>::new());
+        assert_eq!(ancestors(5, [5, 9]), Vec::<u64>::new());
+        assert_eq!(ancestors(1, [0]), Vec::<u64>::new());
+        assert_eq!(ancestors(2, [0]), vec![1]);
+        assert_eq!(ancestors(6, [4]), vec![9]);
+        // Every stored node of a tree from all its leaves: the complete internal ones.
+        for n in 1..40u64 {
+            let all = ancestors(n, 0..n);
+            let want: Vec<u64> = (0..stored_node_count(n))
+                .filter(|&f| f % 2 == 1 && is_complete_node(f, n))
+                .collect();
+            let mut got = all.clone();
+            got.sort_unstable();
+            assert_eq!(got, want, "n = {n}");
+            for (k, &f) in all.iter().enumerate() {
+                let (level, start) = flat_span(f);
+                let half = 1u64 << (level - 1);
+                for child in [start, start + half] {
+                    let c = flat_index(level - 1, child >> (level - 1));
+                    assert!(
+                        c.is_multiple_of(2) || all[..k].contains(&c),
+                        "n = {n}: {c} before {f}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

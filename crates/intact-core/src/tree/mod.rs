@@ -13,6 +13,6 @@ pub use counters::{
     SEG_KEEP_PER_SEGMENT, SEG_MIN_INTERVALS, SEG_STRIDE,
 };
 pub use merkle::{
-    flat_index, flat_span, is_complete_node, peaks, stored_node_count, FileId, Hash, MerkleTree,
-    NodeHasher, NodeIo, TreeError, TreeState, VecNodeIo, MAX_LEAVES, ZERO_HASH,
+    ancestors, flat_index, flat_span, is_complete_node, peaks, stored_node_count, FileId, Hash,
+    MerkleTree, NodeHasher, NodeIo, TreeError, TreeState, VecNodeIo, MAX_LEAVES, ZERO_HASH,
 };

@@ -520,6 +520,7 @@ mod tests {
                 inline_data: true,
                 ctr_segments: true,
                 twin_blocks: true,
+                leaf_log: true,
             },
             &Options::default(),
         )

@@ -12,6 +12,7 @@
 //! fsync covered ([`Item::Synced`]) must be there: a failure is an integrity alarm.
 
 use super::*;
+use crate::tree::{ancestors, flat_index, flat_span, peaks, Hash};
 use crate::tx::LoggedOp;
 use crate::wal::{self, Chain, LogKeys, LogPos, Payload, Writer};
 use std::collections::BTreeSet;
@@ -63,6 +64,12 @@ const I_VOID: u8 = 8;
 /// A data item of a file whose data is in the inode table's slots: as [`I_DATA`], then the
 /// file's bytes (u32 length, equal to the record's size, and the bytes).
 const I_DATA_INLINE: u8 = 9;
+/// A data item in the compact form of leaf-log volumes ([`LEAF_LOG`]; docs/file-format.md
+/// §6a): as [`I_DATA`], but the record is its data fields ([`put_data_rec`]) and an
+/// operation on one of the file's own objects names it by a code ([`OWN_NAME`]).
+const I_DATA_LEAF: u8 = 10;
+/// [`I_DATA_INLINE`] in the compact form of [`I_DATA_LEAF`].
+const I_DATA_LEAF_INLINE: u8 = 11;
 
 fn put_str(b: &mut Vec<u8>, s: &str) {
     b.extend_from_slice(&(s.len() as u16).to_le_bytes());
@@ -74,6 +81,49 @@ fn put_bytes(b: &mut Vec<u8>, d: &[u8]) {
     b.extend_from_slice(d);
 }
 
+/// Code bit of an operation, in a compact data item ([`I_DATA_LEAF`]), on one of the item's
+/// file's objects: a byte follows, its index in [`ObjectNames::all`] (0 `.d`, 1 `.m`, 2
+/// `.c`, 3 `.t`), in place of the name.
+const OWN_NAME: u8 = 0x40;
+
+/// The bytes of a record that a data item's replay takes ([`merge_data`]), and the form a
+/// compact data item keeps them in: the record's encoding (docs/file-format.md §4) with the
+/// fields only attributes use set to zero (bytes 3..24: mode, uid, gid, nlink, xattr;
+/// 48..56: atime; 120..128: link), then, of its 32 words of 8 bytes, a u32 whose bit `w`
+/// says word `w` is not zero, and those words in order.
+fn put_data_rec(b: &mut Vec<u8>, rec: &Inode) {
+    let mut full = rec.encode();
+    for r in [3..24, 48..56, 120..128] {
+        full[r].fill(0);
+    }
+    let words: Vec<&[u8]> = full.chunks(8).collect();
+    let mut map = 0u32;
+    for (w, word) in words.iter().enumerate() {
+        if word.iter().any(|&x| x != 0) {
+            map |= 1 << w;
+        }
+    }
+    b.extend_from_slice(&map.to_le_bytes());
+    for (w, word) in words.iter().enumerate() {
+        if map & (1 << w) != 0 {
+            b.extend_from_slice(word);
+        }
+    }
+}
+
+/// Reads what [`put_data_rec`] wrote.
+fn get_data_rec(r: &mut crate::tx::Reader<'_>) -> Option<Box<Inode>> {
+    const _: () = assert!(RECORD_SIZE == 32 * 8);
+    let map = r.u32()?;
+    let mut full = [0u8; RECORD_SIZE];
+    for (w, word) in full.chunks_mut(8).enumerate() {
+        if map & (1 << w) != 0 {
+            word.copy_from_slice(r.take(8)?);
+        }
+    }
+    Inode::decode(&full).map(Box::new)
+}
+
 /// Code bit of an operation whose object is the previous operation's in the same list: its
 /// name is left out (volumes with twin blocks; docs/file-format.md §6a). A file's item
 /// names its `.m` at every node of a path, so this is most of a small overwrite's record.
@@ -81,16 +131,22 @@ const SAME_NAME: u8 = 0x80;
 
 /// Encodes operations; `compact`: names repeated from the previous operation are left out
 /// ([`SAME_NAME`]).
-fn put_ops(b: &mut Vec<u8>, ops: &[LoggedOp], compact: bool) {
+/// `own`: the objects of the file whose compact data item holds the operations, named by
+/// their index in [`ObjectNames::all`] ([`OWN_NAME`]).
+fn put_ops(b: &mut Vec<u8>, ops: &[LoggedOp], compact: bool, own: Option<&ObjectNames>) {
     b.extend_from_slice(&(ops.len() as u32).to_le_bytes());
     let mut prev: Option<&str> = None;
     for op in ops {
         let name = op.name();
         let same = compact && prev == Some(name);
         prev = Some(name);
+        let mine = own.and_then(|o| o.all().iter().position(|n| n.as_str() == name));
         let code = |b: &mut Vec<u8>, code: u8| {
             if same {
                 b.push(code | SAME_NAME);
+            } else if let Some(k) = mine {
+                b.push(code | OWN_NAME);
+                b.push(k as u8);
             } else {
                 b.push(code);
                 put_str(b, name);
@@ -133,17 +189,19 @@ fn get_name(r: &mut crate::tx::Reader<'_>) -> Option<String> {
     Some(s)
 }
 
-fn get_ops(r: &mut crate::tx::Reader<'_>) -> Option<Vec<LoggedOp>> {
+fn get_ops(r: &mut crate::tx::Reader<'_>, own: Option<&ObjectNames>) -> Option<Vec<LoggedOp>> {
     let n = r.u32()? as usize;
     let mut ops: Vec<LoggedOp> = Vec::with_capacity(n.min(1 << 12));
     for _ in 0..n {
         let code = r.take(1)?[0];
         let name = if code & SAME_NAME != 0 {
             ops.last()?.name().to_string()
+        } else if code & OWN_NAME != 0 {
+            own?.all().get(r.take(1)?[0] as usize)?.to_string()
         } else {
             get_name(r)?
         };
-        ops.push(match code & !SAME_NAME {
+        ops.push(match code & !(SAME_NAME | OWN_NAME) {
             1 => {
                 let off = r.u64()?;
                 let len = r.u32()? as usize;
@@ -180,8 +238,9 @@ fn get_rec(r: &mut crate::tx::Reader<'_>) -> Option<Box<Inode>> {
 }
 
 /// Encodes a group (docs/file-format.md, "The log"); `compact`: operations leave out a name
-/// repeated from the previous one (volumes with twin blocks).
-pub(super) fn encode_group(items: &[Item], compact: bool) -> Vec<u8> {
+/// repeated from the previous one (volumes with twin blocks); `leaf`: data items take the
+/// compact form of [`I_DATA_LEAF`] (leaf-log volumes).
+pub(super) fn encode_group(items: &[Item], compact: bool, leaf: bool) -> Vec<u8> {
     let mut b = Vec::new();
     b.extend_from_slice(&(items.len() as u32).to_le_bytes());
     for it in items {
@@ -193,14 +252,20 @@ pub(super) fn encode_group(items: &[Item], compact: bool) -> Vec<u8> {
             }
             Item::Data { ino, rec, ops } => {
                 let inline = rec.inline_data.as_ref();
-                b.push(if inline.is_some() {
-                    I_DATA_INLINE
-                } else {
-                    I_DATA
+                b.push(match (leaf, inline.is_some()) {
+                    (false, false) => I_DATA,
+                    (false, true) => I_DATA_INLINE,
+                    (true, false) => I_DATA_LEAF,
+                    (true, true) => I_DATA_LEAF_INLINE,
                 });
                 b.extend_from_slice(&ino.to_le_bytes());
-                b.extend_from_slice(&rec.encode());
-                put_ops(&mut b, ops, compact);
+                if leaf {
+                    put_data_rec(&mut b, rec);
+                    put_ops(&mut b, ops, compact, Some(&ObjectNames::of(&rec.id)));
+                } else {
+                    b.extend_from_slice(&rec.encode());
+                    put_ops(&mut b, ops, compact, None);
+                }
                 if let Some(d) = inline {
                     put_bytes(&mut b, &d.bytes);
                 }
@@ -237,7 +302,7 @@ pub(super) fn encode_group(items: &[Item], compact: bool) -> Vec<u8> {
             }
             Item::Ops(ops) => {
                 b.push(I_OPS);
-                put_ops(&mut b, ops, compact);
+                put_ops(&mut b, ops, compact, None);
             }
             Item::Void { from, to } => {
                 b.push(I_VOID);
@@ -267,7 +332,8 @@ pub(super) fn decode_group(b: &[u8]) -> Option<Vec<Item>> {
     let n = r.u32()? as usize;
     let mut items = Vec::with_capacity(n.min(1 << 12));
     for _ in 0..n {
-        items.push(match r.take(1)?[0] {
+        let code = r.take(1)?[0];
+        items.push(match code {
             I_REC => Item::Rec {
                 ino: r.u64()?,
                 rec: get_rec(&mut r)?,
@@ -275,10 +341,25 @@ pub(super) fn decode_group(b: &[u8]) -> Option<Vec<Item>> {
             I_DATA => Item::Data {
                 ino: r.u64()?,
                 rec: get_rec(&mut r)?,
-                ops: get_ops(&mut r)?,
+                ops: get_ops(&mut r, None)?,
             },
-            I_DATA_INLINE => {
-                let (ino, mut rec, ops) = (r.u64()?, get_rec(&mut r)?, get_ops(&mut r)?);
+            I_DATA_LEAF => {
+                let (ino, rec) = (r.u64()?, get_data_rec(&mut r)?);
+                let ops = get_ops(&mut r, Some(&ObjectNames::of(&rec.id)))?;
+                if rec.inline_data.is_some() {
+                    return None;
+                }
+                Item::Data { ino, rec, ops }
+            }
+            I_DATA_INLINE | I_DATA_LEAF_INLINE => {
+                let ino = r.u64()?;
+                let (mut rec, ops) = if code == I_DATA_LEAF_INLINE {
+                    let rec = get_data_rec(&mut r)?;
+                    let ops = get_ops(&mut r, Some(&ObjectNames::of(&rec.id)))?;
+                    (rec, ops)
+                } else {
+                    (get_rec(&mut r)?, get_ops(&mut r, None)?)
+                };
                 let len = r.u32()? as usize;
                 let d = rec.inline_data.as_mut()?;
                 if len as u64 != rec.size {
@@ -314,7 +395,7 @@ pub(super) fn decode_group(b: &[u8]) -> Option<Vec<Item>> {
                 };
                 Item::Xattr { x, name, value }
             }
-            I_OPS => Item::Ops(get_ops(&mut r)?),
+            I_OPS => Item::Ops(get_ops(&mut r, None)?),
             I_VOID => {
                 let mut pos = || -> Option<LogPos> {
                     Some(LogPos {
@@ -461,6 +542,102 @@ fn describe(it: &Item) -> String {
         Item::Synced { upto, inos } => format!("synced {inos:?} before {upto:?}"),
         Item::Void { from, to } => format!("void {from:?} .. {to:?}"),
     }
+}
+
+/// Leaf-log volumes ([`LEAF_LOG`]; docs/design.md, "Leaves in the log"): for a data item
+/// of an `mt-eint` file whose tree is in its `.m` object (as the item's record leaves it),
+/// that object's name and the nodes the item's leaves determine ([`ancestors`] of every
+/// leaf a write of whole nodes to `.m` in `ops` covers), bottom-up. `None` for any other
+/// item. The item's writer leaves out of the log every write of whole nodes all of which
+/// are in the list; replay ([`derive_nodes`]) computes them again. Both sides compute the
+/// list from what the log keeps (the record, and the writes of leaves, which are never
+/// left out), so they agree.
+fn derived_nodes(rec: &Inode, ops: &[LoggedOp]) -> Option<(String, Vec<u64>)> {
+    let n = rec.tree.leaves;
+    if !matches!(rec.scheme, SchemeId::MtEintGcm | SchemeId::MtEintCbc)
+        || rec.inline_tags.is_some()
+        || rec.inline_data.is_some()
+        || n < 2
+    {
+        return None;
+    }
+    let meta = ObjectNames::of(&rec.id).meta;
+    let mut leaves = Vec::new();
+    for op in ops {
+        if let LoggedOp::Write { name, off, data } = op {
+            if *name == meta && off % 32 == 0 && data.len() % 32 == 0 {
+                let first = off / 32;
+                let end = first + data.len() as u64 / 32;
+                leaves.extend((first.next_multiple_of(2)..end).step_by(2).map(|f| f / 2));
+            }
+        }
+    }
+    Some((meta, ancestors(n, leaves)))
+}
+
+/// The operations of a data item as a leaf-log volume logs them: without the writes of
+/// whole nodes that [`derived_nodes`] lists.
+fn without_derived(rec: &Inode, ops: Vec<LoggedOp>) -> Vec<LoggedOp> {
+    let Some((meta, nodes)) = derived_nodes(rec, &ops) else {
+        return ops;
+    };
+    if nodes.is_empty() {
+        return ops;
+    }
+    let nodes: std::collections::HashSet<u64> = nodes.into_iter().collect();
+    ops.into_iter()
+        .filter(|op| match op {
+            LoggedOp::Write { name, off, data }
+                if *name == meta && off % 32 == 0 && data.len() % 32 == 0 && !data.is_empty() =>
+            {
+                let first = off / 32;
+                !(first..first + data.len() as u64 / 32).all(|f| nodes.contains(&f))
+            }
+            _ => true,
+        })
+        .collect()
+}
+
+/// Replay of a leaf-log data item whose operations `tx` has staged: writes the nodes its
+/// writer left out ([`derived_nodes`]), each computed from its children as `tx` reads them
+/// (children first), where it differs from what `tx` holds; then checks the tree's peaks
+/// against the item's root. `Ok(false)`: they do not give it (the objects under `tx` are not
+/// the tree the item's writer had).
+fn derive_nodes(hasher: &NodeHasher, tx: &mut Tx, rec: &Inode, ops: &[LoggedOp]) -> Result<bool> {
+    let Some((meta, nodes)) = derived_nodes(rec, ops) else {
+        return Ok(true);
+    };
+    if nodes.is_empty() {
+        return Ok(true);
+    }
+    let read = |tx: &mut Tx, flat: u64| -> Result<Hash> {
+        if let (0, Some(node)) = (flat, rec.inline_node) {
+            return Ok(node);
+        }
+        let mut h = [0u8; 32];
+        tx.read_at(&meta, flat * 32, &mut h)?;
+        Ok(h)
+    };
+    for flat in nodes {
+        let (level, start) = flat_span(flat);
+        let below = level - 1;
+        let left = read(tx, flat_index(below, start >> below))?;
+        let right = read(tx, flat_index(below, (start >> below) + 1))?;
+        let v = hasher.node(&rec.id, flat, &left, &right);
+        if read(tx, flat)? != v {
+            tx.replay(&LoggedOp::Write {
+                name: meta.clone(),
+                off: flat * 32,
+                data: v.to_vec(),
+            })?;
+        }
+    }
+    let n = rec.tree.leaves;
+    let mut tops = Vec::new();
+    for (s, h) in peaks(n) {
+        tops.push((s, read(tx, flat_index(h, s >> h))?));
+    }
+    Ok(hasher.root_from_peaks(&rec.id, n, &tops) == rec.tree.root)
 }
 
 fn log_damage(what: impl Into<String>) -> Error {
@@ -615,6 +792,11 @@ impl Inner {
             if own.iter().any(|op| matches!(op, LoggedOp::Direct { .. })) {
                 of.unsynced_since.get_or_insert(before);
             }
+            let own = if self.leaf_log {
+                without_derived(&of.inode, own)
+            } else {
+                own
+            };
             items.push(Item::Data {
                 ino,
                 rec: Box::new(of.inode.clone()),
@@ -656,7 +838,7 @@ impl Inner {
         let store = self.store.clone();
         let w = self.wal.as_mut().expect("logging");
         let writer = w.writer.as_mut().expect("started above");
-        let payload = Payload::Group(encode_group(items, self.twin_blocks));
+        let payload = Payload::Group(encode_group(items, self.twin_blocks, self.leaf_log));
         let r = writer.append(store.as_ref(), &w.keys, &payload);
         match r {
             Ok(end) => {
@@ -709,7 +891,7 @@ impl Inner {
         let store = self.store.clone();
         let w = self.wal.as_mut().expect("logging");
         let writer = w.writer.as_mut().expect("a segment is open");
-        let payload = Payload::Group(encode_group(&[Item::Void { from, to }], false));
+        let payload = Payload::Group(encode_group(&[Item::Void { from, to }], false, false));
         let end = match writer.append(store.as_ref(), &w.keys, &payload) {
             Ok(end) => end,
             Err(e) => {
@@ -1072,6 +1254,10 @@ impl Inner {
                     return Ok(false);
                 }
             }
+            // A tree that does not match is caught by the read below.
+            if self.leaf_log && derive_nodes(&self.keys.hasher, &mut tx, rec, ops).is_err() {
+                return Ok(false);
+            }
             last = Some(rec);
         }
         let rec = last.expect("n > 0");
@@ -1192,6 +1378,18 @@ impl Inner {
                 };
                 for op in &ops {
                     self.tx.replay(op)?;
+                }
+                if self.leaf_log && !derive_nodes(&self.keys.hasher, &mut self.tx, &rec, &ops)? {
+                    // A node of `.m` the recomputation read is not the one the item's writer
+                    // had: damage or tampering of that file's tree. The root the log holds
+                    // stays the trusted one, so every read under the node fails its check
+                    // and names the file and block; the rest of the volume opens.
+                    tracing::error!(
+                        ino,
+                        "integrity failure: the Merkle nodes recomputed from the leaves the \
+                         log holds do not give the root it holds (the file's tree in the store \
+                         is damaged or was tampered with; reads under it will fail)"
+                    );
                 }
                 if self.twin_blocks {
                     // Twin blocks: the item may have moved blocks between slots in ways
@@ -1348,14 +1546,14 @@ mod tests {
             },
         ];
         for compact in [false, true] {
-            let group = encode_group(&[Item::Ops(ops.clone())], compact);
+            let group = encode_group(&[Item::Ops(ops.clone())], compact, false);
             match decode_group(&group).as_deref() {
                 Some([Item::Ops(back)]) => assert_eq!(back, &ops),
                 other => panic!("decoded {other:?}"),
             }
         }
         let mut b = Vec::new();
-        put_ops(&mut b, &ops[4..], true);
+        put_ops(&mut b, &ops[4..], true, None);
         let mut want = vec![1, 0, 0, 0, 5, 3, 0];
         want.extend_from_slice(b"a.c");
         for v in [36u64, 68, 8] {
@@ -1383,7 +1581,7 @@ mod tests {
             LoggedOp::Delete { name: "b.d".into() },
         ];
         let mut b = Vec::new();
-        put_ops(&mut b, &ops, true);
+        put_ops(&mut b, &ops, true, None);
         let mut want = vec![3, 0, 0, 0, 2, 3, 0];
         want.extend_from_slice(b"a.c");
         want.extend_from_slice(&76u64.to_le_bytes());
@@ -1395,17 +1593,143 @@ mod tests {
         want.extend_from_slice(b"b.d");
         assert_eq!(b, want);
         let mut r = crate::tx::Reader { b: &b, pos: 0 };
-        assert_eq!(get_ops(&mut r), Some(ops.clone()));
+        assert_eq!(get_ops(&mut r, None), Some(ops.clone()));
         let mut plain = Vec::new();
-        put_ops(&mut plain, &ops, false);
+        put_ops(&mut plain, &ops, false, None);
         assert_eq!(plain.len(), b.len() + 5, "the name written again");
         let first_same = [1, 0, 0, 0, 0x83];
         assert_eq!(
-            get_ops(&mut crate::tx::Reader {
-                b: &first_same,
-                pos: 0
-            }),
+            get_ops(
+                &mut crate::tx::Reader {
+                    b: &first_same,
+                    pos: 0
+                },
+                None
+            ),
             None
+        );
+    }
+
+    /// A leaf-log volume's data item (tag 10, frozen bytes): the record's data fields, as
+    /// words with a map of those that are not zero, and the file's own objects named by a
+    /// code; it decodes to the data fields (attributes read as zero), the operations whole.
+    /// An own-object code past the four objects, or one in an item that is not compact,
+    /// does not parse.
+    #[test]
+    fn a_compact_data_item_keeps_the_data_fields_and_names_own_objects_by_code() {
+        let id = [0xab; 16];
+        let mut rec = Inode::new(
+            Kind::File,
+            SchemeId::MtEintGcm,
+            id,
+            crate::tree::TreeState {
+                leaves: 3,
+                root: [5; 32],
+            },
+            0o644,
+        );
+        rec.uid = 1000;
+        rec.gid = 1000;
+        rec.nlink = 2;
+        rec.size = 10_000;
+        rec.mtime_ns = 77;
+        rec.ctime_ns = 78;
+        rec.atime_ns = 79;
+        rec.link = 4;
+        let names = ObjectNames::of(&id);
+        let ops = vec![
+            LoggedOp::Write {
+                name: names.meta.clone(),
+                off: 64,
+                data: vec![9; 32],
+            },
+            LoggedOp::Direct {
+                name: names.twin.clone(),
+                off: 8192,
+                len: 4096,
+            },
+            LoggedOp::SetLen {
+                name: "f/00/other.c".into(),
+                len: 12,
+            },
+        ];
+        let item = Item::Data {
+            ino: 9,
+            rec: Box::new(rec.clone()),
+            ops: ops.clone(),
+        };
+        let group = encode_group(std::slice::from_ref(&item), true, true);
+        let full = rec.encode();
+        let mut want = Vec::new();
+        want.extend_from_slice(&1u32.to_le_bytes());
+        want.push(10);
+        want.extend_from_slice(&9u64.to_le_bytes());
+        // Words 0 (kind, scheme), 3 (size), 4 (mtime), 5 (ctime), 7-8 (id), 9 (leaves),
+        // 10-13 (root); atime, link, the owner and the counters (none: all zero) are not.
+        let words = [0usize, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13];
+        let map: u32 = words.iter().map(|w| 1u32 << w).sum();
+        want.extend_from_slice(&map.to_le_bytes());
+        for w in words {
+            let mut word = full[8 * w..8 * w + 8].to_vec();
+            if w == 0 {
+                word[3..].fill(0);
+            }
+            want.extend_from_slice(&word);
+        }
+        want.extend_from_slice(&3u32.to_le_bytes());
+        want.extend_from_slice(&[1 | 0x40, 1]);
+        want.extend_from_slice(&64u64.to_le_bytes());
+        want.extend_from_slice(&32u32.to_le_bytes());
+        want.extend_from_slice(&[9; 32]);
+        want.extend_from_slice(&[4 | 0x40, 3]);
+        want.extend_from_slice(&8192u64.to_le_bytes());
+        want.extend_from_slice(&4096u64.to_le_bytes());
+        want.extend_from_slice(&[2, 12, 0]);
+        want.extend_from_slice(b"f/00/other.c");
+        want.extend_from_slice(&12u64.to_le_bytes());
+        assert_eq!(group, want);
+        let decoded = decode_group(&group);
+        let Some(
+            [Item::Data {
+                ino: 9,
+                rec: back,
+                ops: back_ops,
+            }],
+        ) = decoded.as_deref()
+        else {
+            panic!("decodes");
+        };
+        assert_eq!(back_ops, &ops);
+        let mut data_only = rec.clone();
+        (
+            data_only.mode,
+            data_only.uid,
+            data_only.gid,
+            data_only.nlink,
+        ) = (0, 0, 0, 0);
+        (data_only.atime_ns, data_only.link) = (0, 0);
+        assert_eq!(**back, data_only);
+        let mut cur = rec.clone();
+        merge_data(&mut cur, back);
+        assert_eq!(cur, rec, "the data fields are whole");
+        // An own-object code past `.t`.
+        let mut bad = group.clone();
+        let at = want.len() - (2 + 8 + 8) - (1 + 2 + 12 + 8) + 1;
+        assert_eq!(bad[at], 3);
+        bad[at] = 4;
+        assert_eq!(decode_group(&bad), None);
+        // The same code in an item that is not compact.
+        let plain = encode_group(std::slice::from_ref(&item), true, false);
+        let mut bad = plain.clone();
+        let at = 4 + 1 + 8 + RECORD_SIZE + 4;
+        assert_eq!(bad[at], 1);
+        bad.splice(at..at + 3 + names.meta.len(), [1 | 0x40, 1]);
+        assert_eq!(decode_group(&bad), None);
+        assert!(
+            group.len() + 200 < plain.len(),
+            "{} against {}",
+            group.len(),
+            plain.len()
         );
     }
 
@@ -1434,7 +1758,7 @@ mod tests {
             rec: Box::new(rec.clone()),
             ops: Vec::new(),
         };
-        let group = encode_group(std::slice::from_ref(&item), true);
+        let group = encode_group(std::slice::from_ref(&item), true, false);
         assert_eq!(group[4], 9, "tag");
         let mut want = Vec::new();
         want.extend_from_slice(&1u32.to_le_bytes());
@@ -1463,6 +1787,7 @@ mod tests {
                 ops: Vec::new(),
             }],
             true,
+            false,
         );
         bad[4] = 9;
         bad.extend_from_slice(&0u32.to_le_bytes());

@@ -222,6 +222,10 @@ pub struct CreateOptions {
     /// ([`TWIN_BLOCKS`]). `false` makes a volume as intact made them before, which older
     /// versions open.
     pub twin_blocks: bool,
+    /// The log leaves out the Merkle nodes an `mt-eint` file's leaves determine, and replay
+    /// recomputes them ([`LEAF_LOG`]). `false` makes a volume as intact made them before,
+    /// which older versions open.
+    pub leaf_log: bool,
 }
 
 impl Default for CreateOptions {
@@ -238,6 +242,7 @@ impl Default for CreateOptions {
             inline_data: true,
             ctr_segments: true,
             twin_blocks: true,
+            leaf_log: true,
         }
     }
 }
@@ -491,6 +496,8 @@ struct Inner {
     ctr_segments: bool,
     /// The volume has the [`TWIN_BLOCKS`] feature.
     twin_blocks: bool,
+    /// The volume has the [`LEAF_LOG`] feature.
+    leaf_log: bool,
     tx: Tx,
     itable: OpenFile,
     header: TableHeader,
@@ -685,6 +692,7 @@ impl Volume {
                 (copts.inline_data, INLINE_DATA),
                 (copts.ctr_segments, CTR_SEGMENTS),
                 (copts.twin_blocks, TWIN_BLOCKS),
+                (copts.leaf_log, LEAF_LOG),
             ]
             .iter()
             .filter(|(on, _)| *on)
@@ -863,6 +871,7 @@ impl Volume {
             dir_tree: config.features.iter().any(|f| f == DIR_TREE),
             ctr_segments: config.features.iter().any(|f| f == CTR_SEGMENTS),
             twin_blocks: config.features.iter().any(|f| f == TWIN_BLOCKS),
+            leaf_log: config.features.iter().any(|f| f == LEAF_LOG),
             config,
             keys,
             cache: Arc::new(NodeCache::new(opts.cache_bytes)),

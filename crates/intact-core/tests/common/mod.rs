@@ -55,6 +55,7 @@ pub fn create<T: TrustedStore + Clone + 'static>(
         inline_data: true,
         ctr_segments: true,
         twin_blocks: true,
+        leaf_log: true,
     };
     create_with(store, trusted, &copts)
 }
