@@ -554,9 +554,10 @@ fn describe(it: &Item) -> String {
 /// left out), so they agree.
 fn derived_nodes(rec: &Inode, ops: &[LoggedOp]) -> Option<(String, Vec<u64>)> {
     let n = rec.tree.leaves;
+    // A tree of fewer than two leaves has no internal node, and a file whose data is in
+    // the table's slots has none (n = 0).
     if !matches!(rec.scheme, SchemeId::MtEintGcm | SchemeId::MtEintCbc)
         || rec.inline_tags.is_some()
-        || rec.inline_data.is_some()
         || n < 2
     {
         return None;
@@ -1384,6 +1385,7 @@ impl Inner {
                     // had: damage or tampering of that file's tree. The root the log holds
                     // stays the trusted one, so every read under the node fails its check
                     // and names the file and block; the rest of the volume opens.
+                    self.replay_failures += 1;
                     tracing::error!(
                         ino,
                         "integrity failure: the Merkle nodes recomputed from the leaves the \
@@ -1731,6 +1733,68 @@ mod tests {
             group.len(),
             plain.len()
         );
+    }
+
+    /// Which writes a leaf-log data item leaves out, hand-computed for 5 leaves (peaks
+    /// `[0, 4)` and `[4, 5)`): the whole-node writes to `.m` all of whose nodes are above a
+    /// leaf the item writes; nothing for a tree kept in the record, one of fewer than two
+    /// leaves, or another scheme.
+    #[test]
+    fn a_data_item_leaves_out_the_nodes_above_its_leaves() {
+        let id = [3; 16];
+        let tree = crate::tree::TreeState {
+            leaves: 5,
+            root: [0; 32],
+        };
+        let rec = Inode::new(Kind::File, SchemeId::MtEintGcm, id, tree, 0o600);
+        let names = ObjectNames::of(&id);
+        let meta = names.meta.clone();
+        let w = |name: &str, off: u64, len: usize| LoggedOp::Write {
+            name: name.to_string(),
+            off,
+            data: vec![1; len],
+        };
+        // Leaf 1 (flat 2), its parent (flat 1), the peak (flat 3), leaf 4 (flat 8, a peak
+        // alone), a write that is not of whole nodes, and one to `.d`.
+        let ops = vec![
+            w(&meta, 64, 32),
+            w(&meta, 32, 32),
+            w(&meta, 96, 32),
+            w(&meta, 256, 32),
+            w(&meta, 70, 32),
+            w(&names.data, 32, 32),
+        ];
+        assert_eq!(derived_nodes(&rec, &ops), Some((meta.clone(), vec![1, 3])));
+        let kept = [0, 3, 4, 5].map(|k| ops[k].clone()).to_vec();
+        assert_eq!(without_derived(&rec, ops.clone()), kept);
+        // Nodes 4 to 6 in one write (leaves 2 and 3, and flat 5 between them): flats 5
+        // and 3 are derived, but the write holds leaves and stays.
+        let span = vec![w(&meta, 128, 96)];
+        assert_eq!(derived_nodes(&rec, &span), Some((meta.clone(), vec![5, 3])));
+        assert_eq!(without_derived(&rec, span.clone()), span);
+        // Flat 3 alone, with no leaf under it written: stays.
+        let lone = vec![w(&meta, 96, 32), w(&meta, 256, 32)];
+        assert_eq!(derived_nodes(&rec, &lone), Some((meta.clone(), vec![])));
+        assert_eq!(without_derived(&rec, lone.clone()), lone);
+        // Another file's `.m`.
+        let other = vec![w(&ObjectNames::of(&[4; 16]).meta, 64, 32)];
+        assert_eq!(derived_nodes(&rec, &other), Some((meta.clone(), vec![])));
+        let mut aead = rec.clone();
+        aead.scheme = SchemeId::Aead;
+        let mut tags = rec.clone();
+        tags.inline_tags = Some(InlineTags {
+            n: 5,
+            tags: [[0; INLINE_TAG_LEN]; MAX_INLINE_TAGS],
+        });
+        let mut one = rec.clone();
+        one.tree.leaves = 1;
+        let mut cbc = rec.clone();
+        cbc.scheme = SchemeId::MtEintCbc;
+        assert!(derived_nodes(&cbc, &ops).is_some());
+        for r in [aead, tags, one] {
+            assert_eq!(derived_nodes(&r, &ops), None, "{r:?}");
+            assert_eq!(without_derived(&r, ops.clone()), ops);
+        }
     }
 
     /// A data item of an inline file carries its bytes (tag 9, frozen: after the data

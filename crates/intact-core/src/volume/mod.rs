@@ -498,6 +498,10 @@ struct Inner {
     twin_blocks: bool,
     /// The volume has the [`LEAF_LOG`] feature.
     leaf_log: bool,
+    /// Data items whose replay found that the Merkle nodes it recomputed do not give the
+    /// root the log holds (a damaged or tampered node of the file's tree; `logged.rs`):
+    /// counted with the integrity failures the volume reports.
+    replay_failures: u64,
     tx: Tx,
     itable: OpenFile,
     header: TableHeader,
@@ -872,6 +876,7 @@ impl Volume {
             ctr_segments: config.features.iter().any(|f| f == CTR_SEGMENTS),
             twin_blocks: config.features.iter().any(|f| f == TWIN_BLOCKS),
             leaf_log: config.features.iter().any(|f| f == LEAF_LOG),
+            replay_failures: 0,
             config,
             keys,
             cache: Arc::new(NodeCache::new(opts.cache_bytes)),
@@ -1023,6 +1028,7 @@ impl Volume {
     }
 
     fn wrap(inner: Inner) -> Volume {
+        let failures = inner.replay_failures;
         Volume {
             metrics: inner.metrics.clone(),
             full: inner.unsealed.full_flag(),
@@ -1030,7 +1036,7 @@ impl Volume {
                 inner: Mutex::new(inner),
                 commit_done: Condvar::new(),
             }),
-            integrity_failures: AtomicU64::new(0),
+            integrity_failures: AtomicU64::new(failures),
             seal_on_drop: std::sync::atomic::AtomicBool::new(true),
             gate: gate::Gate::default(),
             follow: None,
