@@ -1791,6 +1791,14 @@ mod tests {
         let mut cbc = rec.clone();
         cbc.scheme = SchemeId::MtEintCbc;
         assert!(derived_nodes(&cbc, &ops).is_some());
+        // Two leaves in `.m` (a CBC tree: GCM keeps so small a tree in the record): the
+        // node over them is derived.
+        let mut two = cbc.clone();
+        two.tree.leaves = 2;
+        assert_eq!(
+            derived_nodes(&two, &[w(&meta, 0, 32)]),
+            Some((meta.clone(), vec![1]))
+        );
         for r in [aead, tags, one] {
             assert_eq!(derived_nodes(&r, &ops), None, "{r:?}");
             assert_eq!(without_derived(&r, ops.clone()), ops);
