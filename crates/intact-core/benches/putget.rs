@@ -63,6 +63,7 @@ fn create(store: Arc<dyn UntrustedStore>, trusted: &MemTrusted, scheme: SchemeId
             ctr_segments: true,
             twin_blocks: true,
             leaf_log: true,
+            log_delta: true,
         },
         &opts(),
     )

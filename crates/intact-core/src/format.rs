@@ -900,6 +900,13 @@ pub const TWIN_BLOCKS: &str = "twin-blocks";
 /// node, not its whole path. Set on every volume created since it exists.
 pub const LEAF_LOG: &str = "leaf-log";
 
+/// Feature flag: a file's data item in the log takes the form of log item tag 12: its
+/// record as the 8-byte words that changed since the file's previous data item in the log
+/// (after a checkpoint, the first one holds all of them), its operations in variable-length
+/// integers, a written range without its trailing zeros (docs/design.md, "Changes in the
+/// log"; docs/file-format.md §6a). Set on every volume created since it exists.
+pub const LOG_DELTA: &str = "log-delta";
+
 /// Known feature flags.
 pub const KNOWN_FEATURES: &[&str] = &[
     INLINE_LEAF,
@@ -910,6 +917,7 @@ pub const KNOWN_FEATURES: &[&str] = &[
     CTR_SEGMENTS,
     TWIN_BLOCKS,
     LEAF_LOG,
+    LOG_DELTA,
 ];
 
 impl Config {

@@ -60,6 +60,7 @@ fn copts(scheme: SchemeId) -> CreateOptions {
         ctr_segments: true,
         twin_blocks: true,
         leaf_log: true,
+        log_delta: true,
     }
 }
 

@@ -130,6 +130,7 @@ fn a_volume_whose_default_is_auto() {
         ctr_segments: true,
         twin_blocks: true,
         leaf_log: true,
+        log_delta: true,
     };
     let t = trusted.clone();
     let vol = intact_core::Volume::create(

@@ -247,6 +247,7 @@ fn crash_during_create_never_looks_like_tampering() {
                 ctr_segments: true,
                 twin_blocks: true,
                 leaf_log: true,
+                log_delta: true,
             },
             &intact_core::Options {
                 records: records(),

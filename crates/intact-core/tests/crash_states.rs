@@ -321,6 +321,7 @@ fn record_with<S>(
             ctr_segments: true,
             twin_blocks: true,
             leaf_log: true,
+            log_delta: true,
         },
         &opts(),
     )

@@ -23,6 +23,7 @@ fn volume(
     store: Arc<dyn UntrustedStore>,
     trusted: &MemTrusted,
     leaf_log: bool,
+    log_delta: bool,
 ) -> intact_core::Volume {
     create_with(
         store,
@@ -32,6 +33,7 @@ fn volume(
             scheme: SchemeId::MtEintGcm,
             kdf: KdfParams::TEST,
             leaf_log,
+            log_delta,
             ..CreateOptions::default()
         },
     )
@@ -54,7 +56,7 @@ fn write(vol: &intact_core::Volume, model: &mut Vec<u8>, path: &str, off: usize,
 fn replay_rebuilds_the_tree_from_the_leaves() {
     let store = Arc::new(MemStore::new());
     let trusted = MemTrusted::new();
-    let vol = volume(store.clone(), &trusted, true);
+    let vol = volume(store.clone(), &trusted, true, true);
     vol.create_file("/f", None).unwrap();
     let mut model = Vec::new();
     for b in 0..37 {
@@ -97,10 +99,10 @@ fn replay_rebuilds_the_tree_from_the_leaves() {
 /// about 420 with it (docs/performance.md, "Leaves in the log").
 #[test]
 fn an_overwrite_logs_one_node_not_its_path() {
-    let per_write = |leaf_log: bool| {
+    let per_write = |leaf_log: bool, log_delta: bool| {
         let store = Arc::new(CountingStore::new(MemStore::new()));
         let trusted = MemTrusted::new();
-        let vol = volume(store.clone(), &trusted, leaf_log);
+        let vol = volume(store.clone(), &trusted, leaf_log, log_delta);
         vol.create_file("/big", None).unwrap();
         vol.write_path("/big", 0, &vec![1u8; 1024 * BS]).unwrap();
         vol.sync().unwrap();
@@ -121,10 +123,18 @@ fn an_overwrite_logs_one_node_not_its_path() {
             .write_bytes;
         log as f64 / 200.0
     };
-    let (plain, leaf) = (per_write(false), per_write(true));
-    eprintln!("log bytes per overwrite: {plain:.0} without leaf-log, {leaf:.0} with");
+    let (plain, leaf, delta) = (
+        per_write(false, false),
+        per_write(true, false),
+        per_write(true, true),
+    );
+    eprintln!(
+        "log bytes per overwrite: {plain:.0} without leaf-log, {leaf:.0} with, {delta:.0} with \
+         log-delta too"
+    );
     assert!(plain > 950.0, "{plain}");
     assert!(leaf < 450.0, "{leaf}");
+    assert!(delta < 260.0, "{delta}");
 }
 
 /// A node the recomputation reads (the sibling of an overwritten leaf) damaged in the
@@ -138,7 +148,7 @@ fn a_damaged_sibling_is_caught_and_locks_out_only_its_file() {
     for fsynced in [true, false] {
         let store = Arc::new(MemStore::new());
         let trusted = MemTrusted::new();
-        let vol = volume(store.clone(), &trusted, true);
+        let vol = volume(store.clone(), &trusted, true, true);
         vol.create_file("/f", None).unwrap();
         vol.create_file("/g", None).unwrap();
         vol.write_path("/f", 0, &vec![3u8; 64 * BS]).unwrap();

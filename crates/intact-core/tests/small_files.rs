@@ -65,6 +65,7 @@ fn new_volume(store: &Arc<MemStore>, trusted: &MemTrusted, scheme: SchemeId) -> 
             ctr_segments: false,
             twin_blocks: false,
             leaf_log: false,
+            log_delta: false,
             ..CreateOptions::default()
         },
     )
@@ -409,6 +410,7 @@ fn a_volume_without_inline_trees_keeps_small_trees_in_objects() {
             ctr_segments: false,
             twin_blocks: false,
             leaf_log: false,
+            log_delta: false,
             ..CreateOptions::default()
         },
         &Options::default(),
@@ -663,6 +665,7 @@ fn a_volume_without_inline_leaves_keeps_its_nodes_in_objects() {
             ctr_segments: false,
             twin_blocks: false,
             leaf_log: false,
+            log_delta: false,
         },
         &Options::default(),
     )
@@ -751,6 +754,7 @@ fn a_volume_without_inline_mac_tree_leaves_keeps_level_0_in_objects() {
             ctr_segments: false,
             twin_blocks: false,
             leaf_log: false,
+            log_delta: false,
             ..CreateOptions::default()
         },
         &Options::default(),

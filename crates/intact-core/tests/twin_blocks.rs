@@ -45,12 +45,13 @@ fn overwrite(vol: &intact_core::Volume, model: &mut [u8], b: usize, tag: u64) {
 /// Issue 11's "no double write": random 4 KiB overwrites of distinct blocks of a sealed
 /// 8 MiB file go once to the data objects, and the checkpoint that follows writes none of
 /// them again (before twin blocks: the block in the log, in the journal and in place).
-/// All told, with the log's records (one leaf, the counter edits, the record's data fields:
-/// docs/design.md, "Leaves in the log") and the checkpoint's tree nodes, the store gets
-/// 1.14 times the data (was about 3.6 before twin blocks, 1.31 with the whole path and
-/// record in each log record); the issue's target is 1.1 (docs/performance.md, "Twin
-/// blocks", "Leaves in the log"). The file reads back after a crash of the process and
-/// after the checkpoint.
+/// All told, with the log's records (one leaf, the counter edits, the record's words that
+/// changed: docs/design.md, "Leaves in the log", "Changes in the log") and the checkpoint's
+/// tree nodes, the store gets 1.098 times the data, under the issue's target of 1.1 (was
+/// about 3.6 before twin blocks, 1.31 with the whole path and record in each log record,
+/// 1.14 with the whole record's data fields and fixed-size numbers; docs/performance.md,
+/// "Twin blocks", "Leaves in the log"). The file reads back after a crash of the process
+/// and after the checkpoint.
 #[test]
 fn an_overwrite_is_written_once() {
     const BLOCKS: usize = 2048;
@@ -89,7 +90,7 @@ fn an_overwrite_is_written_once() {
         again <= 4 * BS as u64,
         "the checkpoint wrote {again} bytes of data objects"
     );
-    assert!(ratio < 1.16, "{ratio:.3}x the data");
+    assert!(ratio < 1.1, "{ratio:.3}x the data");
     let n = names(&vol, "/big");
     assert!(store.len(&n.twin).unwrap().is_some(), "the twin object");
     assert!(read_all(&vol, "/big").unwrap() == model);

@@ -462,6 +462,7 @@ pub(crate) fn run_scheme(
         ctr_segments: false,
         twin_blocks: false,
         leaf_log: false,
+        log_delta: false,
     };
     let store: Arc<dyn UntrustedStore> = Arc::new(LocalDirStore::open(&cipher)?);
     let vol = Volume::create(

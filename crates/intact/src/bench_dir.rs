@@ -109,6 +109,7 @@ pub fn dir(a: &DirArgs, cache_bytes: usize, meta_cache_bytes: usize, json: bool)
             ctr_segments: true,
             twin_blocks: true,
             leaf_log: true,
+            log_delta: true,
         },
         &Options {
             cache_bytes,

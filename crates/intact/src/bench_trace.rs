@@ -200,6 +200,7 @@ pub fn replay(
             ctr_segments: false,
             twin_blocks: false,
             leaf_log: false,
+            log_delta: false,
             ..CreateOptions::default()
         },
         &Options {

@@ -1036,6 +1036,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 ctr_segments: true,
                 twin_blocks: true,
                 leaf_log: true,
+                log_delta: true,
             };
             // The volume id is only known once the config exists, so the state directory
             // for the anchor is chosen by a two-step create.

@@ -713,7 +713,8 @@ fn corrupted_config() {
             "inline-data",
             "ctr-segments",
             "twin-blocks",
-            "leaf-log"
+            "leaf-log",
+            "log-delta"
         ])
     );
     c["features"] = serde_json::json!([

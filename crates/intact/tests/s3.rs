@@ -362,6 +362,7 @@ fn the_attack_suite_on_objects_in_a_bucket() {
                 ctr_segments: true,
                 twin_blocks: true,
                 leaf_log: true,
+                log_delta: true,
             };
             let runs = attacks::run_all(
                 &mut || {

@@ -438,7 +438,8 @@ impl CounterIntervals {
     /// The edits that turn the encoding of `old` ([`encode`](Self::encode)), as an object
     /// holds it, into the encoding of `self`, in that order: moves of the runs of intervals
     /// the two share (as `memmove`, reading the object as the earlier edits left it),
-    /// writes of the header and of the intervals that differ, and the final length.
+    /// writes of the header and of the intervals that differ (each part that changed), and the
+    /// final length.
     ///
     /// A random write of one block splits an interval in three: the arrays grow by two
     /// entries at one place, and every later entry, and the whole counter array, moves
@@ -471,13 +472,17 @@ impl CounterIntervals {
             .filter(|&(src, dst, len)| len > 0 && src != dst)
             .map(|(src, dst, len)| CounterEdit::Copy { src, dst, len })
             .collect();
-        let mut header = Vec::with_capacity(HEADER);
-        header.extend_from_slice(&(m as u32).to_le_bytes());
-        header.extend_from_slice(&self.blocks.to_le_bytes());
-        edits.push(CounterEdit::Write {
-            off: 0,
-            bytes: header,
-        });
+        // The header, unless the object holds it already (the same count and blocks: most
+        // overwrites change a counter in place).
+        if m != n || self.blocks != old.blocks {
+            let mut header = Vec::with_capacity(HEADER);
+            header.extend_from_slice(&(m as u32).to_le_bytes());
+            header.extend_from_slice(&self.blocks.to_le_bytes());
+            edits.push(CounterEdit::Write {
+                off: 0,
+                bytes: header,
+            });
+        }
         let mid = p..m - q;
         if !mid.is_empty() {
             let bytes = |v: &[u64]| {
@@ -485,10 +490,13 @@ impl CounterIntervals {
                 put_u64s(&mut out, v);
                 out
             };
-            edits.push(CounterEdit::Write {
-                off: at_s(p),
-                bytes: bytes(&self.starts[mid.clone()]),
-            });
+            // The starts, unless they stay where they were (a counter changed in place).
+            if m != n || old.starts[mid.clone()] != self.starts[mid.clone()] {
+                edits.push(CounterEdit::Write {
+                    off: at_s(p),
+                    bytes: bytes(&self.starts[mid.clone()]),
+                });
+            }
             edits.push(CounterEdit::Write {
                 off: at_c(m, p),
                 bytes: bytes(&self.ctrs[mid]),
@@ -1120,8 +1128,21 @@ mod tests {
             apply_edit(&mut obj, x);
         }
         assert_eq!(obj, new.encode());
-        // Nothing changed: the header and the length only.
-        assert_eq!(new.edits_from(&new).len(), 2);
+        // Nothing changed: the length only (the object holds the header already).
+        assert_eq!(new.edits_from(&new), vec![CounterEdit::SetLen(76)]);
+        // A counter changed in place: that counter and the length, not the header.
+        let mut bumped = new.clone();
+        bumped.set_range(1, 1, 12);
+        assert_eq!(
+            bumped.edits_from(&new),
+            vec![
+                CounterEdit::Write {
+                    off: 52,
+                    bytes: 12u64.to_le_bytes().to_vec()
+                },
+                CounterEdit::SetLen(76),
+            ]
+        );
     }
 
     #[derive(Clone, Debug)]

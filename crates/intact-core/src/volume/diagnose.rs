@@ -521,6 +521,7 @@ mod tests {
                 ctr_segments: true,
                 twin_blocks: true,
                 leaf_log: true,
+                log_delta: true,
             },
             &Options::default(),
         )

@@ -70,6 +70,23 @@ const I_DATA_INLINE: u8 = 9;
 const I_DATA_LEAF: u8 = 10;
 /// [`I_DATA_INLINE`] in the compact form of [`I_DATA_LEAF`].
 const I_DATA_LEAF_INLINE: u8 = 11;
+/// A data item of a [`LOG_DELTA`] volume (docs/file-format.md §6a): a flags byte
+/// ([`V_INLINE`], [`V_CHANGE`], [`V_CTIME`]), the inode number (varint), the record's data fields as the
+/// words that differ from a base ([`put_words`]), the operations in varints
+/// ([`put_vops`]), and with [`V_INLINE`] the file's bytes (varint length, the bytes).
+const I_DATA_V: u8 = 12;
+/// Flag of [`I_DATA_V`]: the file's data is in the inode table's slots; its bytes follow.
+const V_INLINE: u8 = 1;
+/// Flag of [`I_DATA_V`]: the base is the record of the file's previous data item in the
+/// log ([`Bases`]), named by the first 4 bytes of its BLAKE3 hash; without it, the base is
+/// all zeros.
+const V_CHANGE: u8 = 2;
+/// Flag of [`I_DATA_V`]: the ctime word (word 5 of the record) equals the mtime word (4),
+/// which the words hold; the ctime word is not among them (a write sets both alike).
+const V_CTIME: u8 = 4;
+/// Words of the record's mtime and ctime (docs/file-format.md §4: bytes 32..40, 40..48).
+const MTIME_WORD: usize = 4;
+const CTIME_WORD: usize = 5;
 
 fn put_str(b: &mut Vec<u8>, s: &str) {
     b.extend_from_slice(&(s.len() as u16).to_le_bytes());
@@ -86,42 +103,140 @@ fn put_bytes(b: &mut Vec<u8>, d: &[u8]) {
 /// `.c`, 3 `.t`), in place of the name.
 const OWN_NAME: u8 = 0x40;
 
-/// The bytes of a record that a data item's replay takes ([`merge_data`]), and the form a
-/// compact data item keeps them in: the record's encoding (docs/file-format.md §4) with the
-/// fields only attributes use set to zero (bytes 3..24: mode, uid, gid, nlink, xattr;
-/// 48..56: atime; 120..128: link), then, of its 32 words of 8 bytes, a u32 whose bit `w`
-/// says word `w` is not zero, and those words in order.
-fn put_data_rec(b: &mut Vec<u8>, rec: &Inode) {
-    let mut full = rec.encode();
+/// The bytes of a record that a data item's replay takes ([`merge_data`]): the record's
+/// encoding (docs/file-format.md §4) with the fields only attributes use set to zero (bytes
+/// 3..24: mode, uid, gid, nlink, xattr; 48..56: atime; 120..128: link).
+fn data_rec_bytes(rec: &Inode) -> [u8; RECORD_SIZE] {
+    let mut full: [u8; RECORD_SIZE] = rec.encode()[..].try_into().expect("a record's size");
     for r in [3..24, 48..56, 120..128] {
         full[r].fill(0);
     }
-    let words: Vec<&[u8]> = full.chunks(8).collect();
+    full
+}
+
+/// The form a compact data item keeps a record's data fields in ([`data_rec_bytes`]): of
+/// their 32 words of 8 bytes, a u32 whose bit `w` says word `w` differs from `base`'s, and
+/// those words in order.
+fn put_words(b: &mut Vec<u8>, full: &[u8; RECORD_SIZE], base: &[u8; RECORD_SIZE]) {
+    const _: () = assert!(RECORD_SIZE == 32 * 8);
     let mut map = 0u32;
-    for (w, word) in words.iter().enumerate() {
-        if word.iter().any(|&x| x != 0) {
+    for (w, (word, was)) in full.chunks(8).zip(base.chunks(8)).enumerate() {
+        if word != was {
             map |= 1 << w;
         }
     }
     b.extend_from_slice(&map.to_le_bytes());
-    for (w, word) in words.iter().enumerate() {
+    for (w, word) in full.chunks(8).enumerate() {
         if map & (1 << w) != 0 {
             b.extend_from_slice(word);
         }
     }
 }
 
-/// Reads what [`put_data_rec`] wrote.
-fn get_data_rec(r: &mut crate::tx::Reader<'_>) -> Option<Box<Inode>> {
-    const _: () = assert!(RECORD_SIZE == 32 * 8);
+/// Reads what [`put_words`] wrote, over `base`.
+fn get_words(r: &mut crate::tx::Reader<'_>, base: &[u8; RECORD_SIZE]) -> Option<[u8; RECORD_SIZE]> {
     let map = r.u32()?;
-    let mut full = [0u8; RECORD_SIZE];
+    let mut full = *base;
     for (w, word) in full.chunks_mut(8).enumerate() {
         if map & (1 << w) != 0 {
             word.copy_from_slice(r.take(8)?);
         }
     }
-    Inode::decode(&full).map(Box::new)
+    Some(full)
+}
+
+/// A record's data fields as a compact data item ([`I_DATA_LEAF`]) keeps them: the words of
+/// [`data_rec_bytes`] that are not zero ([`put_words`] over zeros).
+fn put_data_rec(b: &mut Vec<u8>, rec: &Inode) {
+    put_words(b, &data_rec_bytes(rec), &[0; RECORD_SIZE]);
+}
+
+/// Reads what [`put_data_rec`] wrote.
+fn get_data_rec(r: &mut crate::tx::Reader<'_>) -> Option<Box<Inode>> {
+    Inode::decode(&get_words(r, &[0; RECORD_SIZE])?).map(Box::new)
+}
+
+/// The records of the files' last data items in the log since it last started again
+/// ([`data_rec_bytes`], as the log holds them): the base of each file's next data item
+/// ([`I_DATA_V`]). The writer and the replay keep them alike, from the items themselves:
+/// the writer clears them wherever a replay may begin (a checkpoint starts the log again),
+/// after a going back and after a failed append, and holds at most [`BASES_MAX`] (past
+/// that it clears them, and each file's next item holds its whole record), so its memory
+/// stays bounded however many files a session touches. An item whose base is not the one
+/// it names (a bug, never the store's doing: the log is authenticated) does not parse.
+#[derive(Default)]
+pub(super) struct Bases(HashMap<u64, Box<[u8; RECORD_SIZE]>>);
+
+/// Most records [`Bases`] holds on the writer's side (1 MiB).
+const BASES_MAX: usize = 4096;
+
+impl Bases {
+    pub(super) fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
+/// The first 4 bytes of the BLAKE3 hash of a base: what an [`I_DATA_V`] item names its
+/// base by.
+fn base_digest(base: &[u8; RECORD_SIZE]) -> [u8; 4] {
+    blake3::hash(base).as_bytes()[..4]
+        .try_into()
+        .expect("4 bytes")
+}
+
+/// The record of an [`I_DATA_V`] item: its words that differ from `base` ([`put_words`]),
+/// but with [`V_CTIME`] in the flags it returns, not the ctime word when it is the mtime's.
+fn put_words_v(b: &mut Vec<u8>, full: &[u8; RECORD_SIZE], base: &[u8; RECORD_SIZE]) -> u8 {
+    let word = |w: usize| &full[8 * w..8 * w + 8];
+    if word(CTIME_WORD) == word(MTIME_WORD) {
+        let mut base = *base;
+        base[8 * CTIME_WORD..8 * CTIME_WORD + 8].copy_from_slice(word(CTIME_WORD));
+        put_words(b, full, &base);
+        V_CTIME
+    } else {
+        put_words(b, full, base);
+        0
+    }
+}
+
+/// Reads what [`put_words_v`] wrote.
+fn get_words_v(
+    r: &mut crate::tx::Reader<'_>,
+    base: &[u8; RECORD_SIZE],
+    flags: u8,
+) -> Option<[u8; RECORD_SIZE]> {
+    let mut full = get_words(r, base)?;
+    if flags & V_CTIME != 0 {
+        full.copy_within(8 * MTIME_WORD..8 * MTIME_WORD + 8, 8 * CTIME_WORD);
+    }
+    Some(full)
+}
+
+/// Appends `v` as an unsigned LEB128 varint (7 bits a byte, low first; the high bit says
+/// another byte follows).
+fn put_var(b: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        b.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    b.push(v as u8);
+}
+
+/// Reads what [`put_var`] wrote (at most 10 bytes; a value past `u64` does not parse).
+fn get_var(r: &mut crate::tx::Reader<'_>) -> Option<u64> {
+    let mut v = 0u64;
+    for k in 0..10 {
+        let byte = r.take(1)?[0];
+        let bits = u64::from(byte & 0x7f);
+        if k == 9 && bits > 1 {
+            return None;
+        }
+        v |= bits << (7 * k);
+        if byte & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+    None
 }
 
 /// Code bit of an operation whose object is the previous operation's in the same list: its
@@ -133,8 +248,21 @@ const SAME_NAME: u8 = 0x80;
 /// ([`SAME_NAME`]).
 /// `own`: the objects of the file whose compact data item holds the operations, named by
 /// their index in [`ObjectNames::all`] ([`OWN_NAME`]).
-fn put_ops(b: &mut Vec<u8>, ops: &[LoggedOp], compact: bool, own: Option<&ObjectNames>) {
-    b.extend_from_slice(&(ops.len() as u32).to_le_bytes());
+/// `var` ([`I_DATA_V`]): the count and every number are varints ([`put_var`]), and a
+/// write's bytes are its length, the length before their trailing zeros, and those bytes.
+fn put_ops(b: &mut Vec<u8>, ops: &[LoggedOp], compact: bool, own: Option<&ObjectNames>, var: bool) {
+    let num = |b: &mut Vec<u8>, v: u64| {
+        if var {
+            put_var(b, v);
+        } else {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+    };
+    if var {
+        put_var(b, ops.len() as u64);
+    } else {
+        b.extend_from_slice(&(ops.len() as u32).to_le_bytes());
+    }
     let mut prev: Option<&str> = None;
     for op in ops {
         let name = op.name();
@@ -155,23 +283,30 @@ fn put_ops(b: &mut Vec<u8>, ops: &[LoggedOp], compact: bool, own: Option<&Object
         match op {
             LoggedOp::Write { off, data, .. } => {
                 code(b, 1);
-                b.extend_from_slice(&off.to_le_bytes());
-                put_bytes(b, data);
+                num(b, *off);
+                if var {
+                    let kept = data.iter().rposition(|&x| x != 0).map_or(0, |i| i + 1);
+                    put_var(b, data.len() as u64);
+                    put_var(b, kept as u64);
+                    b.extend_from_slice(&data[..kept]);
+                } else {
+                    put_bytes(b, data);
+                }
             }
             LoggedOp::SetLen { len, .. } => {
                 code(b, 2);
-                b.extend_from_slice(&len.to_le_bytes());
+                num(b, *len);
             }
             LoggedOp::Delete { .. } => code(b, 3),
             LoggedOp::Direct { off, len, .. } => {
                 code(b, 4);
-                b.extend_from_slice(&off.to_le_bytes());
-                b.extend_from_slice(&len.to_le_bytes());
+                num(b, *off);
+                num(b, *len);
             }
             LoggedOp::Copy { src, dst, len, .. } => {
                 code(b, 5);
                 for v in [src, dst, len] {
-                    b.extend_from_slice(&v.to_le_bytes());
+                    num(b, *v);
                 }
             }
         }
@@ -189,8 +324,18 @@ fn get_name(r: &mut crate::tx::Reader<'_>) -> Option<String> {
     Some(s)
 }
 
-fn get_ops(r: &mut crate::tx::Reader<'_>, own: Option<&ObjectNames>) -> Option<Vec<LoggedOp>> {
-    let n = r.u32()? as usize;
+/// Reads what [`put_ops`] wrote.
+fn get_ops(
+    r: &mut crate::tx::Reader<'_>,
+    own: Option<&ObjectNames>,
+    var: bool,
+) -> Option<Vec<LoggedOp>> {
+    let num = |r: &mut crate::tx::Reader<'_>| if var { get_var(r) } else { r.u64() };
+    let n = if var {
+        usize::try_from(get_var(r)?).ok()?
+    } else {
+        r.u32()? as usize
+    };
     let mut ops: Vec<LoggedOp> = Vec::with_capacity(n.min(1 << 12));
     for _ in 0..n {
         let code = r.take(1)?[0];
@@ -203,29 +348,34 @@ fn get_ops(r: &mut crate::tx::Reader<'_>, own: Option<&ObjectNames>) -> Option<V
         };
         ops.push(match code & !(SAME_NAME | OWN_NAME) {
             1 => {
-                let off = r.u64()?;
-                let len = r.u32()? as usize;
-                LoggedOp::Write {
-                    name,
-                    off,
-                    data: r.take(len)?.to_vec(),
-                }
+                let off = num(r)?;
+                let data = if var {
+                    let len = usize::try_from(get_var(r)?).ok()?;
+                    let kept = usize::try_from(get_var(r)?).ok()?;
+                    if kept > len || len > wal::RECORD_MAX {
+                        return None;
+                    }
+                    let mut d = r.take(kept)?.to_vec();
+                    d.resize(len, 0);
+                    d
+                } else {
+                    let len = r.u32()? as usize;
+                    r.take(len)?.to_vec()
+                };
+                LoggedOp::Write { name, off, data }
             }
-            2 => LoggedOp::SetLen {
-                name,
-                len: r.u64()?,
-            },
+            2 => LoggedOp::SetLen { name, len: num(r)? },
             3 => LoggedOp::Delete { name },
             4 => LoggedOp::Direct {
                 name,
-                off: r.u64()?,
-                len: r.u64()?,
+                off: num(r)?,
+                len: num(r)?,
             },
             5 => LoggedOp::Copy {
                 name,
-                src: r.u64()?,
-                dst: r.u64()?,
-                len: r.u64()?,
+                src: num(r)?,
+                dst: num(r)?,
+                len: num(r)?,
             },
             _ => return None,
         });
@@ -241,6 +391,18 @@ fn get_rec(r: &mut crate::tx::Reader<'_>) -> Option<Box<Inode>> {
 /// repeated from the previous one (volumes with twin blocks); `leaf`: data items take the
 /// compact form of [`I_DATA_LEAF`] (leaf-log volumes).
 pub(super) fn encode_group(items: &[Item], compact: bool, leaf: bool) -> Vec<u8> {
+    encode_group_in(items, compact, leaf, None)
+}
+
+/// [`encode_group`]; `bases` (volumes with [`LOG_DELTA`]): data items take the form of
+/// [`I_DATA_V`], each record a change of its file's base there when it has one, and each
+/// becomes its file's base.
+pub(super) fn encode_group_in(
+    items: &[Item],
+    compact: bool,
+    leaf: bool,
+    mut bases: Option<&mut Bases>,
+) -> Vec<u8> {
     let mut b = Vec::new();
     b.extend_from_slice(&(items.len() as u32).to_le_bytes());
     for it in items {
@@ -249,6 +411,33 @@ pub(super) fn encode_group(items: &[Item], compact: bool, leaf: bool) -> Vec<u8>
                 b.push(I_REC);
                 b.extend_from_slice(&ino.to_le_bytes());
                 b.extend_from_slice(&rec.encode());
+            }
+            Item::Data { ino, rec, ops } if bases.is_some() => {
+                let bases = bases.as_deref_mut().expect("matched");
+                let inline = rec.inline_data.as_ref();
+                let full = data_rec_bytes(rec);
+                let base = bases.0.get(ino);
+                b.push(I_DATA_V);
+                let at = b.len();
+                b.push(
+                    if inline.is_some() { V_INLINE } else { 0 }
+                        | if base.is_some() { V_CHANGE } else { 0 },
+                );
+                put_var(&mut b, *ino);
+                let ctime = match base {
+                    Some(base) => {
+                        b.extend_from_slice(&base_digest(base));
+                        put_words_v(&mut b, &full, base)
+                    }
+                    None => put_words_v(&mut b, &full, &[0; RECORD_SIZE]),
+                };
+                b[at] |= ctime;
+                put_ops(&mut b, ops, compact, Some(&ObjectNames::of(&rec.id)), true);
+                if let Some(d) = inline {
+                    put_var(&mut b, d.bytes.len() as u64);
+                    b.extend_from_slice(&d.bytes);
+                }
+                bases.0.insert(*ino, Box::new(full));
             }
             Item::Data { ino, rec, ops } => {
                 let inline = rec.inline_data.as_ref();
@@ -261,10 +450,10 @@ pub(super) fn encode_group(items: &[Item], compact: bool, leaf: bool) -> Vec<u8>
                 b.extend_from_slice(&ino.to_le_bytes());
                 if leaf {
                     put_data_rec(&mut b, rec);
-                    put_ops(&mut b, ops, compact, Some(&ObjectNames::of(&rec.id)));
+                    put_ops(&mut b, ops, compact, Some(&ObjectNames::of(&rec.id)), false);
                 } else {
                     b.extend_from_slice(&rec.encode());
-                    put_ops(&mut b, ops, compact, None);
+                    put_ops(&mut b, ops, compact, None, false);
                 }
                 if let Some(d) = inline {
                     put_bytes(&mut b, &d.bytes);
@@ -302,7 +491,7 @@ pub(super) fn encode_group(items: &[Item], compact: bool, leaf: bool) -> Vec<u8>
             }
             Item::Ops(ops) => {
                 b.push(I_OPS);
-                put_ops(&mut b, ops, compact, None);
+                put_ops(&mut b, ops, compact, None, false);
             }
             Item::Void { from, to } => {
                 b.push(I_VOID);
@@ -327,7 +516,14 @@ pub(super) fn encode_group(items: &[Item], compact: bool, leaf: bool) -> Vec<u8>
 
 /// Decodes a group; `None` when malformed (an authentic record that does not parse is
 /// damage the MAC should have caught, or a bug: the caller raises an integrity failure).
+#[cfg(test)]
 pub(super) fn decode_group(b: &[u8]) -> Option<Vec<Item>> {
+    decode_group_in(b, &mut Bases::default())
+}
+
+/// [`decode_group`], with the [`Bases`] of the groups before it in the log (from where
+/// replay begins), which its [`I_DATA_V`] items update.
+pub(super) fn decode_group_in(b: &[u8], bases: &mut Bases) -> Option<Vec<Item>> {
     let mut r = crate::tx::Reader { b, pos: 0 };
     let n = r.u32()? as usize;
     let mut items = Vec::with_capacity(n.min(1 << 12));
@@ -341,11 +537,11 @@ pub(super) fn decode_group(b: &[u8]) -> Option<Vec<Item>> {
             I_DATA => Item::Data {
                 ino: r.u64()?,
                 rec: get_rec(&mut r)?,
-                ops: get_ops(&mut r, None)?,
+                ops: get_ops(&mut r, None, false)?,
             },
             I_DATA_LEAF => {
                 let (ino, rec) = (r.u64()?, get_data_rec(&mut r)?);
-                let ops = get_ops(&mut r, Some(&ObjectNames::of(&rec.id)))?;
+                let ops = get_ops(&mut r, Some(&ObjectNames::of(&rec.id)), false)?;
                 if rec.inline_data.is_some() {
                     return None;
                 }
@@ -355,10 +551,10 @@ pub(super) fn decode_group(b: &[u8]) -> Option<Vec<Item>> {
                 let ino = r.u64()?;
                 let (mut rec, ops) = if code == I_DATA_LEAF_INLINE {
                     let rec = get_data_rec(&mut r)?;
-                    let ops = get_ops(&mut r, Some(&ObjectNames::of(&rec.id)))?;
+                    let ops = get_ops(&mut r, Some(&ObjectNames::of(&rec.id)), false)?;
                     (rec, ops)
                 } else {
-                    (get_rec(&mut r)?, get_ops(&mut r, None)?)
+                    (get_rec(&mut r)?, get_ops(&mut r, None, false)?)
                 };
                 let len = r.u32()? as usize;
                 let d = rec.inline_data.as_mut()?;
@@ -366,6 +562,37 @@ pub(super) fn decode_group(b: &[u8]) -> Option<Vec<Item>> {
                     return None;
                 }
                 d.bytes = r.take(len)?.to_vec();
+                Item::Data { ino, rec, ops }
+            }
+            I_DATA_V => {
+                let flags = r.take(1)?[0];
+                if flags & !(V_INLINE | V_CHANGE | V_CTIME) != 0 {
+                    return None;
+                }
+                let ino = get_var(&mut r)?;
+                let full = if flags & V_CHANGE != 0 {
+                    let base = bases.0.get(&ino)?;
+                    if r.take(4)? != base_digest(base) {
+                        return None;
+                    }
+                    get_words_v(&mut r, base, flags)?
+                } else {
+                    get_words_v(&mut r, &[0; RECORD_SIZE], flags)?
+                };
+                let mut rec = Box::new(Inode::decode(&full)?);
+                let ops = get_ops(&mut r, Some(&ObjectNames::of(&rec.id)), true)?;
+                match (flags & V_INLINE != 0, rec.inline_data.as_mut()) {
+                    (true, Some(d)) => {
+                        let len = get_var(&mut r)?;
+                        if len != rec.size {
+                            return None;
+                        }
+                        d.bytes = r.take(usize::try_from(len).ok()?)?.to_vec();
+                    }
+                    (false, None) => {}
+                    _ => return None,
+                }
+                bases.0.insert(ino, Box::new(full));
                 Item::Data { ino, rec, ops }
             }
             I_ENTRY => {
@@ -395,7 +622,7 @@ pub(super) fn decode_group(b: &[u8]) -> Option<Vec<Item>> {
                 };
                 Item::Xattr { x, name, value }
             }
-            I_OPS => Item::Ops(get_ops(&mut r, None)?),
+            I_OPS => Item::Ops(get_ops(&mut r, None, false)?),
             I_VOID => {
                 let mut pos = || -> Option<LogPos> {
                     Some(LogPos {
@@ -839,7 +1066,16 @@ impl Inner {
         let store = self.store.clone();
         let w = self.wal.as_mut().expect("logging");
         let writer = w.writer.as_mut().expect("started above");
-        let payload = Payload::Group(encode_group(items, self.twin_blocks, self.leaf_log));
+        if let Some(b) = self.log_bases.as_mut().filter(|b| b.0.len() >= BASES_MAX) {
+            b.clear();
+        }
+        let bases = self.log_bases.as_mut();
+        let payload = Payload::Group(encode_group_in(
+            items,
+            self.twin_blocks,
+            self.leaf_log,
+            bases,
+        ));
         let r = writer.append(store.as_ref(), &w.keys, &payload);
         match r {
             Ok(end) => {
@@ -851,8 +1087,12 @@ impl Inner {
                 Ok(self.wal.as_ref().expect("logging").end)
             }
             Err(e) => {
-                // Its tail is unknown: never appended to again.
+                // Its tail is unknown: never appended to again. The group may be in the
+                // store or not: the next data items hold whole records.
                 w.writer = None;
+                if let Some(b) = &mut self.log_bases {
+                    b.clear();
+                }
                 Err(e)
             }
         }
@@ -984,6 +1224,11 @@ impl Inner {
             w.writer = Some(writer);
             w.end
         };
+        // Replay may begin at `start` from now on: no data item after it is a change of one
+        // before it.
+        if let Some(b) = &mut self.log_bases {
+            b.clear();
+        }
         let w = self.wal.as_mut().expect("logging");
         let synced = w.synced.seg;
         w.folded.retain(|&s| s >= synced);
@@ -1076,8 +1321,9 @@ impl Inner {
     /// fsync covered them). Returns how many groups were applied.
     pub(super) fn replay_log(&mut self, groups: Vec<(LogPos, Vec<u8>)>) -> Result<usize> {
         let mut decoded = Vec::with_capacity(groups.len());
+        let mut bases = Bases::default();
         for (at, bytes) in groups {
-            let items = decode_group(&bytes).ok_or_else(|| {
+            let items = decode_group_in(&bytes, &mut bases).ok_or_else(|| {
                 log_damage(format!(
                     "log record at {:016x}:{} does not parse",
                     at.seg, at.off
@@ -1555,7 +1801,7 @@ mod tests {
             }
         }
         let mut b = Vec::new();
-        put_ops(&mut b, &ops[4..], true, None);
+        put_ops(&mut b, &ops[4..], true, None, false);
         let mut want = vec![1, 0, 0, 0, 5, 3, 0];
         want.extend_from_slice(b"a.c");
         for v in [36u64, 68, 8] {
@@ -1583,7 +1829,7 @@ mod tests {
             LoggedOp::Delete { name: "b.d".into() },
         ];
         let mut b = Vec::new();
-        put_ops(&mut b, &ops, true, None);
+        put_ops(&mut b, &ops, true, None, false);
         let mut want = vec![3, 0, 0, 0, 2, 3, 0];
         want.extend_from_slice(b"a.c");
         want.extend_from_slice(&76u64.to_le_bytes());
@@ -1595,9 +1841,9 @@ mod tests {
         want.extend_from_slice(b"b.d");
         assert_eq!(b, want);
         let mut r = crate::tx::Reader { b: &b, pos: 0 };
-        assert_eq!(get_ops(&mut r, None), Some(ops.clone()));
+        assert_eq!(get_ops(&mut r, None, false), Some(ops.clone()));
         let mut plain = Vec::new();
-        put_ops(&mut plain, &ops, false, None);
+        put_ops(&mut plain, &ops, false, None, false);
         assert_eq!(plain.len(), b.len() + 5, "the name written again");
         let first_same = [1, 0, 0, 0, 0x83];
         assert_eq!(
@@ -1606,7 +1852,8 @@ mod tests {
                     b: &first_same,
                     pos: 0
                 },
-                None
+                None,
+                false
             ),
             None
         );
@@ -1733,6 +1980,286 @@ mod tests {
             group.len(),
             plain.len()
         );
+    }
+
+    /// Varints ([`put_var`], frozen): 7 bits a byte, low first; at most 10 bytes, and
+    /// nothing past `u64` parses.
+    #[test]
+    fn varints_are_leb128() {
+        for (v, want) in [
+            (0u64, vec![0u8]),
+            (127, vec![0x7f]),
+            (128, vec![0x80, 0x01]),
+            (8192, vec![0x80, 0x40]),
+            (u64::MAX, [vec![0xff; 9], vec![0x01]].concat()),
+        ] {
+            let mut b = Vec::new();
+            put_var(&mut b, v);
+            assert_eq!(b, want, "{v}");
+            let mut r = crate::tx::Reader { b: &b, pos: 0 };
+            assert_eq!(get_var(&mut r), Some(v));
+            assert_eq!(r.pos, b.len());
+        }
+        for bad in [
+            [vec![0xff; 9], vec![0x02]].concat(),
+            vec![0x80; 10],
+            vec![0x80],
+        ] {
+            assert_eq!(get_var(&mut crate::tx::Reader { b: &bad, pos: 0 }), None);
+        }
+    }
+
+    /// A log-delta volume's data items (tag 12, frozen bytes). The first of a file holds
+    /// its record's non-zero data words; the next holds the words that changed since, after
+    /// the first 4 bytes of its base's hash; a ctime equal to the mtime is left out (flag
+    /// 4). Operations are varints, a write without its trailing zeros. The second does not
+    /// parse without its base, or after another one.
+    #[test]
+    fn a_delta_data_item_holds_the_words_that_changed() {
+        let id = [0xab; 16];
+        let mut rec = Inode::new(
+            Kind::File,
+            SchemeId::MtEintGcm,
+            id,
+            crate::tree::TreeState {
+                leaves: 3,
+                root: [5; 32],
+            },
+            0o644,
+        );
+        rec.uid = 1000;
+        rec.size = 10_000;
+        rec.mtime_ns = 77;
+        rec.ctime_ns = 77;
+        let names = ObjectNames::of(&id);
+        let leaf = [vec![9u8; 16], vec![0; 16]].concat();
+        let ops = vec![
+            LoggedOp::Write {
+                name: names.meta.clone(),
+                off: 64,
+                data: leaf,
+            },
+            LoggedOp::Direct {
+                name: names.twin.clone(),
+                off: 8192,
+                len: 4096,
+            },
+            LoggedOp::SetLen {
+                name: "f/00/other.c".into(),
+                len: 12,
+            },
+        ];
+        let first = Item::Data {
+            ino: 9,
+            rec: Box::new(rec.clone()),
+            ops: ops.clone(),
+        };
+        let mut bases = Bases::default();
+        let g1 = encode_group_in(std::slice::from_ref(&first), true, true, Some(&mut bases));
+        let full = rec.encode();
+        let word = |w: usize| {
+            let mut x = full[8 * w..8 * w + 8].to_vec();
+            if w == 0 {
+                x[3..].fill(0);
+            }
+            x
+        };
+        let mut want = vec![1, 0, 0, 0, 12, 4, 9];
+        // Words 0 (kind, scheme), 3 (size), 4 (mtime), 7-8 (id), 9 (leaves), 10-13
+        // (root); not 5, the ctime (flag 4).
+        let words = [0usize, 3, 4, 7, 8, 9, 10, 11, 12, 13];
+        want.extend_from_slice(&words.iter().map(|w| 1u32 << w).sum::<u32>().to_le_bytes());
+        for w in words {
+            want.extend_from_slice(&word(w));
+        }
+        // Three operations: `.m` (own 1) at 64, 32 bytes of which 16 are kept; `.t` (own
+        // 3) from 8192, 4096 bytes; another object's length, 12.
+        want.extend_from_slice(&[3, 1 | 0x40, 1, 64, 32, 16]);
+        want.extend_from_slice(&[9; 16]);
+        want.extend_from_slice(&[4 | 0x40, 3, 0x80, 0x40, 0x80, 0x20]);
+        want.extend_from_slice(&[2, 12, 0]);
+        want.extend_from_slice(b"f/00/other.c");
+        want.push(12);
+        assert_eq!(g1, want);
+        // The next write: size, mtime and ctime, and the root change.
+        let mut next = rec.clone();
+        next.size = 12_288;
+        next.mtime_ns = 90;
+        next.ctime_ns = 90;
+        next.tree.root = [6; 32];
+        let second = Item::Data {
+            ino: 9,
+            rec: Box::new(next.clone()),
+            ops: ops[..1].to_vec(),
+        };
+        let g2 = encode_group_in(std::slice::from_ref(&second), true, true, Some(&mut bases));
+        let nfull = next.encode();
+        let mut want = vec![1, 0, 0, 0, 12, 2 | 4, 9];
+        want.extend_from_slice(&base_digest(&data_rec_bytes(&rec)));
+        let words = [3usize, 4, 10, 11, 12, 13];
+        want.extend_from_slice(&words.iter().map(|w| 1u32 << w).sum::<u32>().to_le_bytes());
+        for w in words {
+            want.extend_from_slice(&nfull[8 * w..8 * w + 8]);
+        }
+        want.extend_from_slice(&[1, 1 | 0x40, 1, 64, 32, 16]);
+        want.extend_from_slice(&[9; 16]);
+        assert_eq!(g2, want);
+        // Decoded in order, both come back (with their data fields).
+        let data_only = |r: &Inode| {
+            let mut d = r.clone();
+            (d.mode, d.uid, d.gid, d.nlink, d.atime_ns, d.link) = (0, 0, 0, 0, 0, 0);
+            d
+        };
+        let mut back = Bases::default();
+        let (Some(d1), Some(d2)) = (
+            decode_group_in(&g1, &mut back),
+            decode_group_in(&g2, &mut back),
+        ) else {
+            panic!("decodes");
+        };
+        for (d, r, o) in [(&d1, &rec, &ops[..]), (&d2, &next, &ops[..1])] {
+            match d.as_slice() {
+                [Item::Data { ino: 9, rec, ops }] => {
+                    assert_eq!(**rec, data_only(r));
+                    assert_eq!(ops, o);
+                }
+                other => panic!("decoded {other:?}"),
+            }
+        }
+        // Without its base, or after another one, the second does not parse.
+        assert_eq!(decode_group_in(&g2, &mut Bases::default()), None);
+        let mut other = rec.clone();
+        other.size = 1;
+        let mut wrong = Bases::default();
+        encode_group_in(
+            &[Item::Data {
+                ino: 9,
+                rec: Box::new(other),
+                ops: Vec::new(),
+            }],
+            true,
+            true,
+            Some(&mut wrong),
+        );
+        assert_eq!(decode_group_in(&g2, &mut wrong), None);
+        // A ctime that is not the mtime is a word of its own.
+        let mut apart = next.clone();
+        apart.ctime_ns = 91;
+        let g3 = encode_group_in(
+            &[Item::Data {
+                ino: 9,
+                rec: Box::new(apart.clone()),
+                ops: Vec::new(),
+            }],
+            true,
+            true,
+            Some(&mut bases),
+        );
+        assert_eq!(g3[5], 2, "flags");
+        assert_eq!(&g3[11..15], &(1u32 << 5).to_le_bytes());
+        match decode_group_in(&g3, &mut back).as_deref() {
+            Some([Item::Data { rec, .. }]) => assert_eq!(**rec, data_only(&apart)),
+            other => panic!("decoded {other:?}"),
+        }
+        // An unknown flag does not parse.
+        let mut bad = g1.clone();
+        bad[5] |= 8;
+        assert_eq!(decode_group_in(&bad, &mut Bases::default()), None);
+        // An inline file's item (flag 1) ends with its bytes: a varint length, the bytes;
+        // the flag on a record in blocks does not parse.
+        let mut small = rec.clone();
+        small.size = 3;
+        small.tree = crate::tree::TreeState {
+            leaves: 0,
+            root: [0; 32],
+        };
+        small.inline_data = Some(InlineData {
+            slots: vec![40],
+            bytes: vec![1, 2, 3],
+        });
+        let inline = Item::Data {
+            ino: 9,
+            rec: Box::new(small.clone()),
+            ops: Vec::new(),
+        };
+        let g4 = encode_group_in(
+            std::slice::from_ref(&inline),
+            true,
+            true,
+            Some(&mut Bases::default()),
+        );
+        assert_eq!(g4[5], 1 | 4, "flags");
+        assert_eq!(
+            &g4[g4.len() - 5..],
+            &[0, 3, 1, 2, 3],
+            "no ops, then the bytes"
+        );
+        match decode_group_in(&g4, &mut Bases::default()).as_deref() {
+            Some([Item::Data { rec, .. }]) => assert_eq!(**rec, data_only(&small)),
+            other => panic!("decoded {other:?}"),
+        }
+        let mut bad = g1.clone();
+        bad[5] |= 1;
+        bad.extend_from_slice(&[0]);
+        assert_eq!(decode_group_in(&bad, &mut Bases::default()), None);
+    }
+
+    /// The writer's bases: one per file written since the log started again, at most
+    /// [`BASES_MAX`] (past that it starts over), none after a checkpoint; and a replay of
+    /// items written across the start-over reads every file back.
+    #[test]
+    fn the_writers_bases_are_bounded_and_start_over_at_a_checkpoint() {
+        use crate::store::{MemStore, MemTrusted, TrustedStore, UntrustedStore};
+        let store = Arc::new(MemStore::new());
+        let trusted = MemTrusted::default();
+        let t = trusted.clone();
+        let v = Volume::create(
+            store.clone(),
+            move |_| Ok(Box::new(t) as Box<dyn TrustedStore>),
+            b"bases",
+            &crate::CreateOptions {
+                kdf: crate::crypto::KdfParams::TEST,
+                ..crate::CreateOptions::default()
+            },
+            &Options::default(),
+        )
+        .unwrap();
+        let bases = |v: &Volume| v.shared.lock().log_bases.as_ref().map(|b| b.0.len());
+        v.create_file("/a", None).unwrap();
+        v.sync().unwrap();
+        assert_eq!(bases(&v), Some(0));
+        v.write_path("/a", 0, b"x").unwrap();
+        assert_eq!(bases(&v), Some(1));
+        v.write_path("/a", 1, b"y").unwrap();
+        assert_eq!(bases(&v), Some(1), "the same file's base, replaced");
+        let n = BASES_MAX + 10;
+        for i in 0..n {
+            let p = format!("/f{i}");
+            v.create_file(&p, None).unwrap();
+            v.write_path(&p, 0, p.as_bytes()).unwrap();
+            let held = bases(&v).unwrap();
+            assert!((1..=BASES_MAX).contains(&held), "{held} after {i}");
+        }
+        assert!(bases(&v).unwrap() < n, "started over");
+        v.set_seal_on_drop(false);
+        drop(v);
+        let v = Volume::open(
+            store.clone() as Arc<dyn UntrustedStore>,
+            Box::new(trusted.clone()),
+            b"bases",
+            &Options::default(),
+        )
+        .unwrap();
+        assert_eq!(v.integrity_failures(), 0);
+        for i in [0, 1, BASES_MAX - 1, BASES_MAX, n - 1] {
+            let p = format!("/f{i}");
+            let mut b = vec![0u8; 16];
+            let k = v.read_path(&p, 0, &mut b).unwrap();
+            assert_eq!(&b[..k], p.as_bytes());
+        }
+        let mut b = [0u8; 4];
+        assert_eq!(v.read_path("/a", 0, &mut b).unwrap(), 2);
+        assert_eq!(&b[..2], b"xy");
     }
 
     /// Which writes a leaf-log data item leaves out, hand-computed for 5 leaves (peaks

@@ -226,6 +226,10 @@ pub struct CreateOptions {
     /// recomputes them ([`LEAF_LOG`]). `false` makes a volume as intact made them before,
     /// which older versions open.
     pub leaf_log: bool,
+    /// A data item in the log holds what changed since the file's previous one, in
+    /// variable-length integers ([`LOG_DELTA`]). `false` makes a volume as intact made
+    /// them before, which older versions open.
+    pub log_delta: bool,
 }
 
 impl Default for CreateOptions {
@@ -243,6 +247,7 @@ impl Default for CreateOptions {
             ctr_segments: true,
             twin_blocks: true,
             leaf_log: true,
+            log_delta: true,
         }
     }
 }
@@ -498,6 +503,9 @@ struct Inner {
     twin_blocks: bool,
     /// The volume has the [`LEAF_LOG`] feature.
     leaf_log: bool,
+    /// The volume has the [`LOG_DELTA`] feature: the records of the data items logged since
+    /// the log last started again (the bases of the next ones), as the log holds them.
+    log_bases: Option<logged::Bases>,
     /// Data items whose replay found that the Merkle nodes it recomputed do not give the
     /// root the log holds (a damaged or tampered node of the file's tree; `logged.rs`):
     /// counted with the integrity failures the volume reports.
@@ -697,6 +705,7 @@ impl Volume {
                 (copts.ctr_segments, CTR_SEGMENTS),
                 (copts.twin_blocks, TWIN_BLOCKS),
                 (copts.leaf_log, LEAF_LOG),
+                (copts.log_delta, LOG_DELTA),
             ]
             .iter()
             .filter(|(on, _)| *on)
@@ -876,6 +885,11 @@ impl Volume {
             ctr_segments: config.features.iter().any(|f| f == CTR_SEGMENTS),
             twin_blocks: config.features.iter().any(|f| f == TWIN_BLOCKS),
             leaf_log: config.features.iter().any(|f| f == LEAF_LOG),
+            log_bases: config
+                .features
+                .iter()
+                .any(|f| f == LOG_DELTA)
+                .then(logged::Bases::default),
             replay_failures: 0,
             config,
             keys,

@@ -466,6 +466,10 @@ impl Inner {
             }
         }
         self.unsealed.doomed.extend(a.orphans);
+        // A going back: the records it discarded are no data item's base.
+        if let Some(b) = &mut self.log_bases {
+            b.clear();
+        }
     }
 
     /// Step 2: the sealed inode table, as an open loads it; `reborn` (the numbers whose

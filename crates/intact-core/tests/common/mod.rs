@@ -56,6 +56,7 @@ pub fn create<T: TrustedStore + Clone + 'static>(
         ctr_segments: true,
         twin_blocks: true,
         leaf_log: true,
+        log_delta: true,
     };
     create_with(store, trusted, &copts)
 }
