@@ -2161,6 +2161,21 @@ mod tests {
             Some([Item::Data { rec, .. }]) => assert_eq!(**rec, data_only(&apart)),
             other => panic!("decoded {other:?}"),
         }
+        // A write that keeps more bytes than its length does not parse.
+        let w = Item::Data {
+            ino: 9,
+            rec: Box::new(rec.clone()),
+            ops: vec![LoggedOp::Write {
+                name: names.meta.clone(),
+                off: 7,
+                data: vec![5, 6],
+            }],
+        };
+        let mut bad = encode_group_in(&[w], true, true, Some(&mut Bases::default()));
+        let n = bad.len();
+        assert_eq!(&bad[n - 7..], &[1, 1 | 0x40, 1, 7, 2, 2, 5, 6][1..]);
+        bad[n - 4] = 1;
+        assert_eq!(decode_group_in(&bad, &mut Bases::default()), None);
         // An unknown flag does not parse.
         let mut bad = g1.clone();
         bad[5] |= 8;
