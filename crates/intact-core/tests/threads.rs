@@ -1266,3 +1266,54 @@ fn large_writes_sealed_without_the_lock_race_on_the_same_blocks() {
     }
     assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
 }
+
+/// A bulk write longer than a slice (256 KiB) is applied in slices, each its own visit to
+/// the engine and its own log record, so that a small request waits for one slice at most
+/// (docs/design.md, "Bulk writes in slices"); it reads back whole, after a reopen too. A
+/// write whose end the file cannot reach (past 2^32 blocks) fails before any slice lands.
+#[test]
+fn a_bulk_write_goes_in_slices_and_fails_whole_when_it_cannot_fit() {
+    use intact_core::store::{CountingStore, ObjectClass};
+    let store = Arc::new(CountingStore::new(MemStore::new()));
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
+    let ino = vol.create_file("/f", None).unwrap();
+    vol.write_ino(ino, 0, &[1u8; 8192]).unwrap();
+    let data: Vec<u8> = (0..(1 << 20) + 5000).map(|i| (i % 251) as u8).collect();
+    let before = store.stats();
+    vol.write_ino(ino, 3, &data).unwrap();
+    let records = store
+        .stats()
+        .since(&before)
+        .get(ObjectClass::Control)
+        .writes;
+    assert!(records >= 5, "{records} log appends for five slices");
+    let mut want = vec![1u8; 8192];
+    want.resize(3 + data.len(), 0);
+    want[3..].copy_from_slice(&data);
+    assert!(read_all(&vol, "/f").unwrap() == want);
+    // Past the largest file: the first slices would fit, the last would not.
+    let limit = intact_core::crypto::MAX_BLOCKS * 4096;
+    let e = vol
+        .write_ino(ino, limit - (512 << 10), &data[..1 << 20])
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            intact_core::Error::Fs {
+                kind: intact_core::FsErrorKind::TooLarge,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        vol.stat("/f").unwrap().size,
+        want.len() as u64,
+        "nothing landed"
+    );
+    vol.set_seal_on_drop(false);
+    drop(vol);
+    let vol = open(store as Arc<dyn UntrustedStore>, &trusted).unwrap();
+    assert!(read_all(&vol, "/f").unwrap() == want, "after the replay");
+}

@@ -1083,6 +1083,18 @@ impl Inner {
     /// [`crate::scheme::Scheme::write_blocks`], or a length the file cannot reach (the write
     /// itself then says why). The plan holds no lock and no state: the counter it chose is
     /// checked again when the run is stored ([`Inner::write_sealed`]).
+    /// Refuses, before any part of it lands, a write of file `ino` that ends at `end` and
+    /// could not be stored whole: the volume is read-only or full, or the file cannot reach
+    /// that length ([`check_extent`]). A write applied in slices
+    /// ([`Volume::write_ino`]) asks this first.
+    pub(super) fn check_write_end(&mut self, ino: u64, end: u64) -> Result<()> {
+        self.check_writable()?;
+        self.unsealed.refuse_if_full()?;
+        self.ensure_open(ino)?;
+        let env = env!(self);
+        check_extent(&env, &self.files[&ino], end)
+    }
+
     pub(super) fn sealer(&mut self, ino: u64, off: u64, len: usize) -> Result<Option<Sealer>> {
         self.ensure_open(ino)?;
         let of = &self.files[&ino];

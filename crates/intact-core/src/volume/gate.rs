@@ -30,6 +30,12 @@ use std::time::{Duration, Instant};
 
 /// Writes of at least this many bytes are bulk writes.
 pub(super) const BULK_WRITE: usize = 128 << 10;
+/// Bulk writes longer than this are applied in slices of this length, each its own turn
+/// at the engine lock ([`super::Volume::write_ino`]): a small request then waits for one
+/// slice at most. 256 KiB keeps a slice's encryption without the lock
+/// ([`super::file_io::SEAL_UNLOCKED`]) and its fixed costs (two visits, a log record) small
+/// beside its data.
+pub(super) const BULK_SLICE: usize = 256 << 10;
 /// Longest time a bulk write gives way to other requests before it goes to the lock.
 pub(super) const MAX_YIELD: Duration = Duration::from_millis(20);
 /// How often a bulk write that gives way looks again.
