@@ -771,13 +771,8 @@ impl Tx {
                 .as_ref()
                 .is_some_and(|b| b.objs.contains_key(name))
         {
-            self.objs.insert(
-                name.to_string(),
-                ObjState {
-                    deleted: true,
-                    ..Default::default()
-                },
-            );
+            // Deleted below: no length, nothing staged.
+            self.objs.insert(name.to_string(), ObjState::default());
         }
         let st = self.state(name)?;
         let removed: usize = st.ranges.values().map(|v| v.len()).sum();
