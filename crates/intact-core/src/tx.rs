@@ -2614,6 +2614,14 @@ mod tests {
         tx.apply(p).unwrap();
         assert_eq!(store.0.len("held.d").unwrap(), None);
         assert_eq!(store.0.len("missing.m").unwrap(), None);
+        // An object the transaction already knows keeps what it knew: one it created with
+        // a direct write and then deleted is still among the commit's created objects (an
+        // orphan to remove if the commit never seals).
+        let mut tx = Tx::new(store.clone());
+        tx.write_at("new.d", 0, b"direct").unwrap();
+        tx.delete("new.d").unwrap();
+        let c = tx.begin_commit(1, None).unwrap();
+        assert_eq!(c.created(), ["new.d"]);
     }
 
     /// Capture is kept while on (turning it on again keeps what was recorded) and
