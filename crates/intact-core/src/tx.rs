@@ -2568,43 +2568,19 @@ mod tests {
     /// store held it or not; the object reads as missing and takes no write after it.
     #[test]
     fn a_deletion_asks_the_store_nothing() {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        struct Lens(MemStore, AtomicUsize);
-        impl UntrustedStore for Lens {
-            fn read_at(&self, name: &str, off: u64, buf: &mut [u8]) -> Result<usize> {
-                self.0.read_at(name, off, buf)
-            }
-            fn write_at(&self, name: &str, off: u64, data: &[u8]) -> Result<()> {
-                self.0.write_at(name, off, data)
-            }
-            fn len(&self, name: &str) -> Result<Option<u64>> {
-                self.1.fetch_add(1, Ordering::SeqCst);
-                self.0.len(name)
-            }
-            fn set_len(&self, name: &str, len: u64) -> Result<()> {
-                self.0.set_len(name, len)
-            }
-            fn delete(&self, name: &str) -> Result<()> {
-                self.0.delete(name)
-            }
-            fn sync(&self, names: &[String]) -> Result<()> {
-                self.0.sync(names)
-            }
-            fn sync_all(&self) -> Result<()> {
-                self.0.sync_all()
-            }
-            fn list(&self) -> Result<Vec<String>> {
-                self.0.list()
-            }
-        }
-        let mem = MemStore::new();
-        mem.write_at("held.d", 0, b"x").unwrap();
-        let store = Arc::new(Lens(mem, AtomicUsize::new(0)));
+        use crate::store::CountingStore;
+        let store = Arc::new(CountingStore::new(MemStore::new()));
+        store.write_at("held.d", 0, b"x").unwrap();
+        let before = store.stats();
         let mut tx = Tx::new(store.clone());
         tx.capture(true);
         tx.delete("held.d").unwrap();
         tx.delete("missing.m").unwrap();
-        assert_eq!(store.1.load(Ordering::SeqCst), 0, "no length asked");
+        assert_eq!(
+            store.stats().since(&before).total().other,
+            0,
+            "no length asked"
+        );
         assert_eq!(tx.len("held.d").unwrap(), None);
         assert_eq!(read(&mut tx, "held.d"), None);
         assert!(tx.write_at("held.d", 0, b"y").is_err());
@@ -2612,8 +2588,8 @@ mod tests {
         assert_eq!(tx.drain().len(), 2, "both logged");
         let p = tx.prepare(&key(), 1, None).unwrap();
         tx.apply(p).unwrap();
-        assert_eq!(store.0.len("held.d").unwrap(), None);
-        assert_eq!(store.0.len("missing.m").unwrap(), None);
+        assert_eq!(store.len("held.d").unwrap(), None);
+        assert_eq!(store.len("missing.m").unwrap(), None);
         // An object the transaction already knows keeps what it knew: one it created with
         // a direct write and then deleted is still among the commit's created objects (an
         // orphan to remove if the commit never seals).

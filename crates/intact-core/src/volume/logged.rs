@@ -174,6 +174,16 @@ impl Bases {
     pub(super) fn clear(&mut self) {
         self.0.clear();
     }
+
+    /// `full` becomes `ino`'s base (in the place of its last one: no allocation per item).
+    fn set(&mut self, ino: u64, full: [u8; RECORD_SIZE]) {
+        match self.0.get_mut(&ino) {
+            Some(b) => **b = full,
+            None => {
+                self.0.insert(ino, Box::new(full));
+            }
+        }
+    }
 }
 
 /// The first 4 bytes of the BLAKE3 hash of a base: what an [`I_DATA_V`] item names its
@@ -437,7 +447,7 @@ pub(super) fn encode_group_in(
                     put_var(&mut b, d.bytes.len() as u64);
                     b.extend_from_slice(&d.bytes);
                 }
-                bases.0.insert(*ino, Box::new(full));
+                bases.set(*ino, full);
             }
             Item::Data { ino, rec, ops } => {
                 let inline = rec.inline_data.as_ref();
@@ -592,7 +602,7 @@ pub(super) fn decode_group_in(b: &[u8], bases: &mut Bases) -> Option<Vec<Item>> 
                     (false, None) => {}
                     _ => return None,
                 }
-                bases.0.insert(ino, Box::new(full));
+                bases.set(ino, full);
                 Item::Data { ino, rec, ops }
             }
             I_ENTRY => {
@@ -1766,6 +1776,28 @@ impl Inner {
 mod tests {
     use super::*;
 
+    /// An `mt-eint` file's record of 3 leaves (root all 5s), id `id`, for the item tests.
+    fn file_rec(id: [u8; 16]) -> Inode {
+        Inode::new(
+            Kind::File,
+            SchemeId::MtEintGcm,
+            id,
+            crate::tree::TreeState {
+                leaves: 3,
+                root: [5; 32],
+            },
+            0o644,
+        )
+    }
+
+    /// `r` as a compact data item gives it back: its data fields, the fields only
+    /// attributes use zero.
+    fn data_only(r: &Inode) -> Inode {
+        let mut d = r.clone();
+        (d.mode, d.uid, d.gid, d.nlink, d.atime_ns, d.link) = (0, 0, 0, 0, 0, 0);
+        d
+    }
+
     /// Every operation survives a group's encoding; a copy's bytes are frozen
     /// (docs/file-format.md §6a, operation 5).
     #[test]
@@ -1867,16 +1899,7 @@ mod tests {
     #[test]
     fn a_compact_data_item_keeps_the_data_fields_and_names_own_objects_by_code() {
         let id = [0xab; 16];
-        let mut rec = Inode::new(
-            Kind::File,
-            SchemeId::MtEintGcm,
-            id,
-            crate::tree::TreeState {
-                leaves: 3,
-                root: [5; 32],
-            },
-            0o644,
-        );
+        let mut rec = file_rec(id);
         rec.uid = 1000;
         rec.gid = 1000;
         rec.nlink = 2;
@@ -1949,15 +1972,7 @@ mod tests {
             panic!("decodes");
         };
         assert_eq!(back_ops, &ops);
-        let mut data_only = rec.clone();
-        (
-            data_only.mode,
-            data_only.uid,
-            data_only.gid,
-            data_only.nlink,
-        ) = (0, 0, 0, 0);
-        (data_only.atime_ns, data_only.link) = (0, 0);
-        assert_eq!(**back, data_only);
+        assert_eq!(**back, data_only(&rec));
         let mut cur = rec.clone();
         merge_data(&mut cur, back);
         assert_eq!(cur, rec, "the data fields are whole");
@@ -2017,16 +2032,7 @@ mod tests {
     #[test]
     fn a_delta_data_item_holds_the_words_that_changed() {
         let id = [0xab; 16];
-        let mut rec = Inode::new(
-            Kind::File,
-            SchemeId::MtEintGcm,
-            id,
-            crate::tree::TreeState {
-                leaves: 3,
-                root: [5; 32],
-            },
-            0o644,
-        );
+        let mut rec = file_rec(id);
         rec.uid = 1000;
         rec.size = 10_000;
         rec.mtime_ns = 77;
@@ -2105,11 +2111,6 @@ mod tests {
         want.extend_from_slice(&[9; 16]);
         assert_eq!(g2, want);
         // Decoded in order, both come back (with their data fields).
-        let data_only = |r: &Inode| {
-            let mut d = r.clone();
-            (d.mode, d.uid, d.gid, d.nlink, d.atime_ns, d.link) = (0, 0, 0, 0, 0, 0);
-            d
-        };
         let mut back = Bases::default();
         let (Some(d1), Some(d2)) = (
             decode_group_in(&g1, &mut back),
@@ -2224,21 +2225,10 @@ mod tests {
     /// items written across the start-over reads every file back.
     #[test]
     fn the_writers_bases_are_bounded_and_start_over_at_a_checkpoint() {
-        use crate::store::{MemStore, MemTrusted, TrustedStore, UntrustedStore};
+        use crate::store::{MemStore, MemTrusted, UntrustedStore};
         let store = Arc::new(MemStore::new());
         let trusted = MemTrusted::default();
-        let t = trusted.clone();
-        let v = Volume::create(
-            store.clone(),
-            move |_| Ok(Box::new(t) as Box<dyn TrustedStore>),
-            b"bases",
-            &crate::CreateOptions {
-                kdf: crate::crypto::KdfParams::TEST,
-                ..crate::CreateOptions::default()
-            },
-            &Options::default(),
-        )
-        .unwrap();
+        let v = test_volume(store.clone(), &trusted);
         let bases = |v: &Volume| v.shared.lock().log_bases.as_ref().map(|b| b.0.len());
         v.create_file("/a", None).unwrap();
         v.sync().unwrap();
@@ -2261,7 +2251,7 @@ mod tests {
         let v = Volume::open(
             store.clone() as Arc<dyn UntrustedStore>,
             Box::new(trusted.clone()),
-            b"bases",
+            b"pw",
             &Options::default(),
         )
         .unwrap();
