@@ -29,6 +29,8 @@
 use crate::crypto::{Gcm, SubKey, NONCE_LEN, TAG_LEN};
 use crate::error::{Error, Result, Subject};
 use crate::store::UntrustedStore;
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex};
 
 /// Prefix of segment names.
 pub const SEGMENT_PREFIX: &str = "log.";
@@ -198,29 +200,28 @@ impl LogKeys {
     }
 }
 
-/// Appends records to one segment. Writes are not synced: [`Writer::sync`] (or a
-/// `sync` of the segment's name) makes them durable.
+/// Places records in one segment: seals each at its position and hands it to the
+/// [`LogIo`] that writes it. Writes are not synced: [`Writer::sync`] (or a `sync` of the
+/// segment's name) makes them durable.
 pub struct Writer {
     at: LogPos,
-    /// Room reserved in the segment (from its start).
-    reserved: u64,
 }
 
 impl Writer {
     /// Starts segment `seg` with its [`Payload::Begin`] record (`prev`: where the previous
-    /// segment's counted records end). The segment must not exist yet.
+    /// segment's counted records end). The segment must not exist yet. Returns the writer
+    /// and the `Begin` record's ticket ([`LogIo::flush_through`]).
     pub fn begin(
-        store: &dyn UntrustedStore,
+        io: &LogIo,
         keys: &LogKeys,
         seg: u64,
         prev: Option<LogPos>,
-    ) -> Result<Writer> {
+    ) -> Result<(Writer, u64)> {
         let mut w = Writer {
             at: LogPos { seg, off: 0 },
-            reserved: 0,
         };
-        w.append(store, keys, &Payload::Begin { prev })?;
-        Ok(w)
+        let (_, ticket) = w.append(io, keys, &Payload::Begin { prev })?;
+        Ok((w, ticket))
     }
 
     /// Where the next record goes (the end of what was appended).
@@ -238,35 +239,272 @@ impl Writer {
         self.at.off >= SEGMENT_LIMIT
     }
 
-    /// Appends a record; returns the position past it. On an error the segment must not be
-    /// appended to again (its tail is unknown): the caller starts another.
+    /// Appends a record: seals it and queues it for writing ([`LogIo`]). Returns the
+    /// position past it and its ticket: the record is in the store once
+    /// [`LogIo::flush_through`] of that ticket returns `Ok`. If the write fails, the
+    /// segment must not be appended to again (its tail is unknown): the caller starts
+    /// another ([`LogIo::take_failure`]).
     pub fn append(
         &mut self,
-        store: &dyn UntrustedStore,
+        io: &LogIo,
         keys: &LogKeys,
         payload: &Payload,
-    ) -> Result<LogPos> {
+    ) -> Result<(LogPos, u64)> {
         let bytes = keys.seal(self.at, payload);
         if bytes.len() - 4 - TAG_LEN > RECORD_MAX + 1 || self.at.off > u32::MAX as u64 {
             return Err(Error::Invalid("log record too large".into()));
         }
         let end = self.at.off + bytes.len() as u64;
-        if end + RESERVE_LOW > self.reserved {
-            // Best effort: on a full disk what is left of the reservation still serves.
-            let want = end + RESERVE_AHEAD;
-            match store.reserve(&segment_name(self.at.seg), want) {
-                Ok(()) => self.reserved = want,
-                Err(e) => tracing::debug!(error = %e, "cannot reserve room for the log"),
-            }
-        }
-        store.write_at(&segment_name(self.at.seg), self.at.off, &bytes)?;
+        let ticket = io.push(self.at, bytes);
         self.at.off = end;
-        Ok(self.at)
+        Ok((self.at, ticket))
     }
 
-    /// Makes the segment's records durable.
+    /// Makes the segment's records durable (once they are written).
     pub fn sync(&self, store: &dyn UntrustedStore) -> Result<()> {
         store.sync(&[self.name()])
+    }
+}
+
+/// Writes the log's records to the store, in log order, without the engine lock
+/// (issue 14, docs/design.md "Log records written outside the engine lock").
+///
+/// The engine places and seals each record under its lock and queues it here with a
+/// *ticket* (tickets follow log order). A request waits for its ticket after it let go of
+/// the lock ([`LogIo::flush_through`]): the first waiter to find no write under way writes
+/// everything queued, contiguous records of a segment in one store call, while the others
+/// wait; so a store call that stalls (a pwrite behind the file system's journal commit)
+/// stalls the requests whose records it carries, not every request behind the engine
+/// lock. A request returns only once every record up to its own is written, and replay
+/// stops at the first record missing, so no record counts before all earlier ones do.
+///
+/// A failed write fails its record and every later one (the segment's tail is unknown):
+/// their waiters get the error, nothing later is written, and the engine, which learns of
+/// it under its lock ([`LogIo::take_failure`]), goes back to the last seal and starts a
+/// new segment.
+pub struct LogIo {
+    store: Arc<dyn UntrustedStore>,
+    state: Mutex<IoState>,
+    settled: Condvar,
+}
+
+/// A sealed record waiting to be written.
+struct Queued {
+    ticket: u64,
+    at: LogPos,
+    bytes: Vec<u8>,
+}
+
+/// Why a write of the log failed, kept to answer every waiter.
+#[derive(Debug, Clone)]
+struct IoFailure {
+    cause: String,
+    errno: Option<i32>,
+    crashed: bool,
+}
+
+impl IoFailure {
+    fn of(e: &Error) -> IoFailure {
+        IoFailure {
+            cause: e.to_string(),
+            errno: match e {
+                Error::Io { source, .. } => source.raw_os_error(),
+                _ => None,
+            },
+            crashed: matches!(e, Error::Crashed),
+        }
+    }
+
+    fn error(&self) -> Error {
+        if self.crashed {
+            return Error::Crashed;
+        }
+        let source = match self.errno {
+            Some(n) => std::io::Error::from_raw_os_error(n),
+            None => std::io::Error::other(self.cause.clone()),
+        };
+        Error::io(format!("the log ({})", self.cause), source)
+    }
+}
+
+/// Failed ranges of tickets kept for waiters that have not looked yet (a waiter looks at
+/// once when woken; failures are rare).
+const FAILED_KEPT: usize = 64;
+
+#[derive(Default)]
+struct IoState {
+    /// Records not written yet, in ticket order.
+    queue: VecDeque<Queued>,
+    /// The next ticket to give.
+    next: u64,
+    /// Every ticket below this is written, but those in a failed range.
+    written: u64,
+    /// A waiter is writing (records taken from the queue).
+    writing: bool,
+    /// A failure the engine has not taken yet: tickets from this one on fail.
+    failure: Option<(u64, IoFailure)>,
+    /// Failures the engine took: tickets in `[from, to)` failed.
+    failed: VecDeque<(u64, u64, IoFailure)>,
+    /// The segment whose room was last reserved, and how much of it (from its start).
+    reserved: (u64, u64),
+}
+
+impl IoState {
+    fn failure_of(&self, ticket: u64) -> Option<&IoFailure> {
+        if let Some((from, f)) = &self.failure {
+            if ticket >= *from {
+                return Some(f);
+            }
+        }
+        self.failed
+            .iter()
+            .find(|(from, to, _)| (*from..*to).contains(&ticket))
+            .map(|(_, _, f)| f)
+    }
+}
+
+impl LogIo {
+    /// Writes the records of a log in `store`.
+    pub fn new(store: Arc<dyn UntrustedStore>) -> LogIo {
+        LogIo {
+            store,
+            state: Mutex::new(IoState::default()),
+            settled: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, IoState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues the record `bytes` placed at `at`; returns its ticket. Records must be
+    /// queued in log order. Nothing is queued after a failure the engine has not taken:
+    /// such a record fails with it.
+    fn push(&self, at: LogPos, bytes: Vec<u8>) -> u64 {
+        let mut st = self.lock();
+        let ticket = st.next;
+        st.next += 1;
+        if st.failure.is_none() {
+            st.queue.push_back(Queued { ticket, at, bytes });
+        }
+        ticket
+    }
+
+    /// The ticket of the last record queued (`None`: none yet, or none since the engine
+    /// took the last failure: the failed records no longer count).
+    pub fn last_ticket(&self) -> Option<u64> {
+        let st = self.lock();
+        let last = st.next.checked_sub(1)?;
+        match st.failed.back() {
+            Some(&(_, to, _)) if last < to => None,
+            _ => Some(last),
+        }
+    }
+
+    /// Records queued and not written yet.
+    pub fn pending(&self) -> usize {
+        let st = self.lock();
+        st.queue.len() + usize::from(st.writing)
+    }
+
+    /// Returns once the record of `ticket` and every one before it are in the store
+    /// (written, not synced), writing what is queued if no one else is; or the failure
+    /// that lost it.
+    pub fn flush_through(&self, ticket: u64) -> Result<()> {
+        let mut st = self.lock();
+        loop {
+            if let Some(f) = st.failure_of(ticket) {
+                return Err(f.error());
+            }
+            if ticket < st.written || ticket >= st.next {
+                return Ok(());
+            }
+            if st.writing {
+                st = self.settled.wait(st).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            let batch: Vec<Queued> = st.queue.drain(..).collect();
+            let Some(last) = batch.last().map(|q| q.ticket) else {
+                // Unreachable: an unwritten ticket with no failure is queued.
+                return Ok(());
+            };
+            st.writing = true;
+            let mut reserved = st.reserved;
+            drop(st);
+            let r = self.write(&batch, &mut reserved);
+            st = self.lock();
+            st.writing = false;
+            st.reserved = reserved;
+            match r {
+                Ok(()) => st.written = last + 1,
+                Err((from, e)) => {
+                    st.written = from;
+                    st.failure = Some((from, IoFailure::of(&e)));
+                    st.queue.clear();
+                }
+            }
+            self.settled.notify_all();
+        }
+    }
+
+    /// Writes `batch`: each run of records contiguous in one segment in one store call.
+    /// Fails with the first ticket of the run that failed.
+    fn write(
+        &self,
+        batch: &[Queued],
+        reserved: &mut (u64, u64),
+    ) -> std::result::Result<(), (u64, Error)> {
+        let mut i = 0;
+        let mut buf = Vec::new();
+        while i < batch.len() {
+            let first = &batch[i];
+            let mut end = first.at.off + first.bytes.len() as u64;
+            let mut j = i + 1;
+            while j < batch.len() && batch[j].at.seg == first.at.seg && batch[j].at.off == end {
+                end += batch[j].bytes.len() as u64;
+                j += 1;
+            }
+            let name = segment_name(first.at.seg);
+            if reserved.0 != first.at.seg {
+                *reserved = (first.at.seg, 0);
+            }
+            if end + RESERVE_LOW > reserved.1 {
+                // Best effort: on a full disk what is left of the reservation still serves.
+                let want = end + RESERVE_AHEAD;
+                match self.store.reserve(&name, want) {
+                    Ok(()) => reserved.1 = want,
+                    Err(e) => tracing::debug!(error = %e, "cannot reserve room for the log"),
+                }
+            }
+            let r = if j == i + 1 {
+                self.store.write_at(&name, first.at.off, &first.bytes)
+            } else {
+                buf.clear();
+                for q in &batch[i..j] {
+                    buf.extend_from_slice(&q.bytes);
+                }
+                self.store.write_at(&name, first.at.off, &buf)
+            };
+            r.map_err(|e| (first.ticket, e))?;
+            i = j;
+        }
+        Ok(())
+    }
+
+    /// Takes a failure of a write (once): the engine then goes back to the last seal and
+    /// starts a new segment. Every record queued until now failed with it. Returns the
+    /// first failed ticket and the failure.
+    pub fn take_failure(&self) -> Option<(u64, Error)> {
+        let mut st = self.lock();
+        let (from, f) = st.failure.take()?;
+        let to = st.next;
+        st.written = to;
+        st.queue.clear();
+        if st.failed.len() == FAILED_KEPT {
+            st.failed.pop_front();
+        }
+        st.failed.push_back((from, to, f.clone()));
+        Some((from, f.error()))
     }
 }
 
@@ -510,6 +748,26 @@ mod tests {
         Payload::Group(vec![n; 1 + n as usize])
     }
 
+    /// A writer of segment `seg` whose `Begin` is written.
+    fn begin(io: &LogIo, k: &LogKeys, seg: u64, prev: Option<LogPos>) -> Writer {
+        let (w, t) = Writer::begin(io, k, seg, prev).unwrap();
+        io.flush_through(t).unwrap();
+        w
+    }
+
+    /// Appends `p` and writes it.
+    fn app(w: &mut Writer, io: &LogIo, k: &LogKeys, p: &Payload) -> LogPos {
+        let (end, t) = w.append(io, k, p).unwrap();
+        io.flush_through(t).unwrap();
+        end
+    }
+
+    fn mem() -> (Arc<MemStore>, LogIo) {
+        let s = Arc::new(MemStore::new());
+        let io = LogIo::new(s.clone());
+        (s, io)
+    }
+
     fn groups(c: &Chain) -> Vec<(Vec<u8>, bool)> {
         c.groups.iter().map(|(_, g, s)| (g.clone(), *s)).collect()
     }
@@ -524,13 +782,11 @@ mod tests {
 
     #[test]
     fn records_read_back_in_order_and_stop_at_damage() {
-        let s = MemStore::new();
+        let (s, io) = mem();
         let k = keys();
-        let mut w = Writer::begin(&s, &k, 5, None).unwrap();
+        let mut w = begin(&io, &k, 5, None);
         let start = w.pos();
-        let ends: Vec<LogPos> = (1..=3)
-            .map(|n| w.append(&s, &k, &group(n)).unwrap())
-            .collect();
+        let ends: Vec<LogPos> = (1..=3).map(|n| app(&mut w, &io, &k, &group(n))).collect();
         let seg = read_segment(&s, &k, 5).unwrap();
         assert!(seg.begun);
         assert_eq!(seg.prev, None);
@@ -555,12 +811,11 @@ mod tests {
     #[test]
     fn zeros_past_the_records_end_the_segment() {
         let dir = tempfile::tempdir().unwrap();
-        let s = crate::store::LocalDirStore::open(dir.path()).unwrap();
+        let s = Arc::new(crate::store::LocalDirStore::open(dir.path()).unwrap());
+        let io = LogIo::new(s.clone());
         let k = keys();
-        let mut w = Writer::begin(&s, &k, 5, None).unwrap();
-        let ends: Vec<LogPos> = (1..=3)
-            .map(|n| w.append(&s, &k, &group(n)).unwrap())
-            .collect();
+        let mut w = begin(&io, &k, 5, None);
+        let ends: Vec<LogPos> = (1..=3).map(|n| app(&mut w, &io, &k, &group(n))).collect();
         let name = segment_name(5);
         let len = s.len(&name).unwrap().unwrap();
         assert!(len >= ends[2].off + RESERVE_LOW, "zeros reserved: {len}");
@@ -571,7 +826,7 @@ mod tests {
         assert_eq!(seg.end, ends[2].off);
         // Appending past the reservation reserves more, still zeros past the records.
         let big = Payload::Group(vec![7u8; RESERVE_AHEAD as usize]);
-        let end = w.append(&s, &k, &big).unwrap();
+        let end = app(&mut w, &io, &k, &big);
         assert!(s.len(&name).unwrap().unwrap() >= end.off + RESERVE_LOW);
         let seg = read_segment(&s, &k, 5).unwrap();
         assert_eq!(seg.records.len(), 4);
@@ -581,10 +836,10 @@ mod tests {
 
     #[test]
     fn a_record_does_not_verify_elsewhere() {
-        let s = MemStore::new();
+        let (s, io) = mem();
         let k = keys();
-        let mut w = Writer::begin(&s, &k, 5, None).unwrap();
-        w.append(&s, &k, &group(1)).unwrap();
+        let mut w = begin(&io, &k, 5, None);
+        app(&mut w, &io, &k, &group(1));
         let b = s.read_all("log.0000000000000005").unwrap().unwrap();
         // Another segment id, another volume, another key: nothing reads.
         s.replace("log.0000000000000006", &b).unwrap();
@@ -596,22 +851,22 @@ mod tests {
     }
 
     /// Two segments: 5 (rolled with Next) and 9, sealed up to the first record of 9.
-    fn two_segments(s: &MemStore, k: &LogKeys) -> (LogPos, LogPos, LogPos) {
-        let mut w = Writer::begin(s, k, 5, None).unwrap();
+    fn two_segments(io: &LogIo, k: &LogKeys) -> (LogPos, LogPos, LogPos) {
+        let mut w = begin(io, k, 5, None);
         let start = w.pos();
-        w.append(s, k, &group(1)).unwrap();
-        let end5 = w.append(s, k, &Payload::Next { seg: 9 }).unwrap();
-        let mut w = Writer::begin(s, k, 9, Some(end5)).unwrap();
-        let sealed = w.append(s, k, &group(2)).unwrap();
-        let tail = w.append(s, k, &group(3)).unwrap();
+        app(&mut w, io, k, &group(1));
+        let end5 = app(&mut w, io, k, &Payload::Next { seg: 9 });
+        let mut w = begin(io, k, 9, Some(end5));
+        let sealed = app(&mut w, io, k, &group(2));
+        let tail = app(&mut w, io, k, &group(3));
         (start, sealed, tail)
     }
 
     #[test]
     fn a_chain_reads_sealed_records_then_the_tail() {
-        let s = MemStore::new();
+        let (s, io) = mem();
         let k = keys();
-        let (start, sealed, tail) = two_segments(&s, &k);
+        let (start, sealed, tail) = two_segments(&io, &k);
         let c = read_chain(&s, &k, &LogRef { start, end: sealed }).unwrap();
         assert_eq!(
             groups(&c),
@@ -659,8 +914,8 @@ mod tests {
         let k = keys();
         // The first segment deleted, truncated, or a record of it damaged.
         for damage in 0..3 {
-            let s = MemStore::new();
-            let (start, sealed, _) = two_segments(&s, &k);
+            let (s, io) = mem();
+            let (start, sealed, _) = two_segments(&io, &k);
             let name = segment_name(5);
             match damage {
                 0 => s.delete(&name).unwrap(),
@@ -675,8 +930,8 @@ mod tests {
             assert!(e.is_tampered(), "damage {damage}: {e}");
         }
         // The sealed record of the last segment missing: a failure; only its tail: not.
-        let s = MemStore::new();
-        let (start, sealed, _) = two_segments(&s, &k);
+        let (s, io) = mem();
+        let (start, sealed, _) = two_segments(&io, &k);
         s.set_len(&segment_name(9), sealed.off + 3).unwrap();
         let c = read_chain(&s, &k, &LogRef { start, end: sealed }).unwrap();
         assert_eq!(c.end, sealed);
@@ -688,21 +943,21 @@ mod tests {
 
     #[test]
     fn a_segment_that_does_not_continue_the_chain_is_not_followed() {
-        let s = MemStore::new();
+        let (s, io) = mem();
         let k = keys();
-        let mut w = Writer::begin(&s, &k, 5, None).unwrap();
+        let mut w = begin(&io, &k, 5, None);
         let start = w.pos();
-        let sealed = w.append(&s, &k, &group(1)).unwrap();
-        w.append(&s, &k, &Payload::Next { seg: 9 }).unwrap();
+        let sealed = app(&mut w, &io, &k, &group(1));
+        app(&mut w, &io, &k, &Payload::Next { seg: 9 });
         // Segment 9 names another predecessor: the tail stops at Next.
-        let mut w9 = Writer::begin(&s, &k, 9, Some(LogPos { seg: 5, off: 1 })).unwrap();
-        w9.append(&s, &k, &group(2)).unwrap();
+        let mut w9 = begin(&io, &k, 9, Some(LogPos { seg: 5, off: 1 }));
+        app(&mut w9, &io, &k, &group(2));
         let c = read_chain(&s, &k, &LogRef { start, end: sealed }).unwrap();
         assert_eq!(groups(&c), vec![(vec![1; 2], true)]);
         assert_eq!(c.segments, vec![5]);
         // A sealed end in a segment that does not link back to the start: a failure.
-        let mut w7 = Writer::begin(&s, &k, 7, None).unwrap();
-        let end7 = w7.append(&s, &k, &group(3)).unwrap();
+        let mut w7 = begin(&io, &k, 7, None);
+        let end7 = app(&mut w7, &io, &k, &group(3));
         assert!(read_chain(&s, &k, &LogRef { start, end: end7 })
             .unwrap_err()
             .is_tampered());
@@ -710,9 +965,9 @@ mod tests {
 
     #[test]
     fn an_empty_log_reads_empty() {
-        let s = MemStore::new();
+        let (s, io) = mem();
         let k = keys();
-        let w = Writer::begin(&s, &k, 3, Some(LogPos { seg: 1, off: 99 })).unwrap();
+        let w = begin(&io, &k, 3, Some(LogPos { seg: 1, off: 99 }));
         let c = read_chain(
             &s,
             &k,
@@ -724,5 +979,115 @@ mod tests {
         .unwrap();
         assert!(c.groups.is_empty());
         assert_eq!(c.end, w.pos());
+    }
+
+    /// Queued records reach the store only when a waiter writes them; one waiter writes
+    /// everything queued, a contiguous run in one call, and its ticket's waiters return.
+    #[test]
+    fn queued_records_are_written_together_by_a_waiter() {
+        let s = Arc::new(crate::store::FaultStore::new_mem());
+        let io = LogIo::new(s.clone());
+        let k = keys();
+        let (mut w, _) = Writer::begin(&io, &k, 5, None).unwrap();
+        let tickets: Vec<u64> = (1..=3)
+            .map(|n| w.append(&io, &k, &group(n)).unwrap().1)
+            .collect();
+        assert_eq!(tickets, vec![1, 2, 3]);
+        assert_eq!(io.last_ticket(), Some(3));
+        assert_eq!(io.pending(), 4);
+        assert_eq!(s.write_calls(), 0, "nothing written before a waiter");
+        // A wait for the second record writes all four (one run, one call).
+        io.flush_through(tickets[1]).unwrap();
+        assert_eq!(io.pending(), 0);
+        assert_eq!(s.write_calls(), 1);
+        let seg = read_segment(&s, &k, 5).unwrap();
+        assert_eq!(seg.records.len(), 3);
+        assert_eq!(seg.end, w.pos().off);
+        // Already written: no store call.
+        io.flush_through(tickets[2]).unwrap();
+        assert_eq!(s.write_calls(), 1);
+        // Records of two segments: one call each.
+        let (_, t) = w.append(&io, &k, &Payload::Next { seg: 6 }).unwrap();
+        let (mut w6, _) = Writer::begin(&io, &k, 6, Some(w.pos())).unwrap();
+        let (_, t6) = w6.append(&io, &k, &group(4)).unwrap();
+        assert!(t < t6);
+        io.flush_through(t6).unwrap();
+        assert_eq!(s.write_calls(), 3);
+        assert_eq!(read_segment(&s, &k, 6).unwrap().records.len(), 1);
+    }
+
+    /// A failed write fails its record and every later one, never the earlier ones; nothing
+    /// is written after it until the engine takes the failure, and then the failed tickets
+    /// still fail.
+    #[test]
+    fn a_failed_write_fails_its_record_and_the_later_ones() {
+        let s = Arc::new(crate::store::FaultStore::new_mem());
+        let io = LogIo::new(s.clone());
+        let k = keys();
+        let mut w = begin(&io, &k, 5, None);
+        let ok = app(&mut w, &io, &k, &group(1));
+        // The next mutating call (the write of the two records below) fails.
+        s.set_plan(crate::store::FaultPlan {
+            fail_eio_on: Some(s.attempts() + 1),
+            ..Default::default()
+        });
+        let (_, t2) = w.append(&io, &k, &group(2)).unwrap();
+        let (_, t3) = w.append(&io, &k, &group(3)).unwrap();
+        let e = io.flush_through(t3).unwrap_err();
+        assert!(matches!(e, Error::Io { .. }), "{e}");
+        assert!(io.flush_through(t2).is_err());
+        assert!(io.flush_through(t2 - 1).is_ok(), "an earlier record failed");
+        // Queued after the failure: failed too, and never written.
+        let calls = s.write_calls();
+        let (_, t4) = w.append(&io, &k, &group(4)).unwrap();
+        assert!(io.flush_through(t4).is_err());
+        assert_eq!(s.write_calls(), calls);
+        assert_eq!(read_segment(&s, &k, 5).unwrap().end, ok.off);
+        // The engine takes it once; a new segment's records are written again.
+        assert_eq!(io.last_ticket(), Some(t4), "not taken: a seal waits for it");
+        assert!(io.take_failure().is_some());
+        assert!(io.take_failure().is_none());
+        assert_eq!(io.last_ticket(), None, "taken: nothing left to wait for");
+        let mut w6 = begin(&io, &k, 6, None);
+        let (_, t5) = w6.append(&io, &k, &group(5)).unwrap();
+        io.flush_through(t5).unwrap();
+        assert_eq!(read_segment(&s, &k, 6).unwrap().records.len(), 1);
+        for t in [t2, t3, t4] {
+            assert!(io.flush_through(t).is_err(), "ticket {t}");
+        }
+    }
+
+    /// Many threads queue (in log order, as under the engine lock) and wait at once: every
+    /// wait returns with its record in the store, and the segment reads back in order.
+    #[test]
+    fn concurrent_waiters_each_see_their_record_written() {
+        let (s, io) = mem();
+        let io = Arc::new(io);
+        let k = Arc::new(keys());
+        let w = Arc::new(Mutex::new(begin(&io, &k, 5, None)));
+        let threads: Vec<_> = (0..4u8)
+            .map(|i| {
+                let (s, io, k, w) = (s.clone(), io.clone(), k.clone(), w.clone());
+                std::thread::spawn(move || {
+                    for n in 0..50u8 {
+                        let (end, t) = w
+                            .lock()
+                            .unwrap()
+                            .append(&io, &k, &group(i * 50 + n))
+                            .unwrap();
+                        io.flush_through(t).unwrap();
+                        let len = s.len(&segment_name(5)).unwrap().unwrap();
+                        assert!(len >= end.off, "returned before its record was written");
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let seg = read_segment(&s, &k, 5).unwrap();
+        assert_eq!(seg.records.len(), 200);
+        assert_eq!(seg.end, w.lock().unwrap().pos().off);
+        assert_eq!(io.pending(), 0);
     }
 }

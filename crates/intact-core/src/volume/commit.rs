@@ -23,6 +23,9 @@ pub(super) struct InFlight {
     /// A seal of the log: where the sealed log ends; a checkpoint: where the log it
     /// rolled begins.
     pub(super) log_end: Option<crate::wal::LogPos>,
+    /// The log's records to be written before it is synced: every one queued when the
+    /// seal began ([`Inner::log_wait`]).
+    pub(super) log_wait: Option<(Arc<crate::wal::LogIo>, u64)>,
     pub(super) journal_key: SubKey,
     pub(super) store: Arc<dyn UntrustedStore>,
     pub(super) sealer: Arc<sealer::Sealer>,
@@ -93,6 +96,9 @@ impl InFlight {
     /// Syncs the log segments the anchor will name; one a checkpoint folded in (and
     /// deleted) meanwhile needs nothing.
     fn sync_log(&self) -> Result<()> {
+        if let Some((io, ticket)) = &self.log_wait {
+            crate::metrics::timed(Phase::StoreWait, || io.flush_through(*ticket))?;
+        }
         if self.log_sync.is_empty() {
             return Ok(());
         }
@@ -170,6 +176,7 @@ impl Inner {
                     log_sync,
                     obsolete,
                     log_end: start,
+                    log_wait: self.log_wait(),
                     journal_key: self.keys.journal.clone(),
                     store: self.store.clone(),
                     sealer: self.sealer.clone(),
@@ -277,7 +284,7 @@ impl Inner {
         for ino in dirty {
             self.settle_slots(ino)?;
             let env = env!(self);
-            self.unsealed.pending(ino, this_commit);
+            self.unsealed.pending(ino, this_commit, None);
             let of = self.files.get_mut(&ino).expect("listed");
             of.sealed_by = this_commit;
             if of.dir_dirty {

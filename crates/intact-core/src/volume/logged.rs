@@ -664,6 +664,8 @@ pub(super) fn decode_group_in(b: &[u8], bases: &mut Bases) -> Option<Vec<Item>> 
 /// The log of an open, writable volume.
 pub(super) struct Wal {
     pub(super) keys: LogKeys,
+    /// Writes the records, outside the engine lock ([`wal::LogIo`]).
+    pub(super) io: Arc<wal::LogIo>,
     /// The segment appended to (`None` until the first append after an open or a going
     /// back, which starts one and has the anchor name it first).
     pub(super) writer: Option<Writer>,
@@ -1049,11 +1051,13 @@ impl Inner {
         }
         let end = self.log_append(&items)?;
         self.last_logged = true;
+        // The request returns once its group is written ([`Volume::settle_log`]).
+        self.log_ticket = self.wal.as_ref().and_then(|w| w.io.last_ticket());
         let n = self.commits_begun + 1;
         for it in &items {
             match it {
                 Item::Rec { ino, .. } | Item::Data { ino, .. } => {
-                    self.unsealed.pending(*ino, n);
+                    self.unsealed.pending(*ino, n, self.log_ticket);
                     if let Some(of) = self.files.get_mut(ino) {
                         of.logged_at = end;
                     }
@@ -1067,13 +1071,13 @@ impl Inner {
     /// Appends one group; starts a segment first if none is open (and has the anchor name
     /// it, so that a crash cannot orphan what follows), and closes a full one.
     pub(super) fn log_append(&mut self, items: &[Item]) -> Result<LogPos> {
+        self.take_log_failure()?;
         if self.wal.as_ref().is_some_and(|w| w.writer.is_none()) {
             self.start_segment()?;
         }
         if let Some((from, to)) = self.wal.as_ref().and_then(|w| w.void) {
             self.void_discarded(from, to)?;
         }
-        let store = self.store.clone();
         let w = self.wal.as_mut().expect("logging");
         let writer = w.writer.as_mut().expect("started above");
         if let Some(b) = self.log_bases.as_mut().filter(|b| b.0.len() >= BASES_MAX) {
@@ -1086,19 +1090,20 @@ impl Inner {
             self.leaf_log,
             bases,
         ));
-        let r = writer.append(store.as_ref(), &w.keys, &payload);
+        let r = writer.append(&w.io, &w.keys, &payload);
         match r {
-            Ok(end) => {
+            Ok((end, ticket)) => {
                 w.bytes += end.off.saturating_sub(w.end.off);
                 w.end = end;
+                let _ = ticket;
                 if writer.full() {
                     self.roll_segment()?;
                 }
                 Ok(self.wal.as_ref().expect("logging").end)
             }
             Err(e) => {
-                // Its tail is unknown: never appended to again. The group may be in the
-                // store or not: the next data items hold whole records.
+                // Not queued (too large); the bases took the group's items all the same,
+                // so a new segment starts with whole records.
                 w.writer = None;
                 if let Some(b) = &mut self.log_bases {
                     b.clear();
@@ -1122,7 +1127,8 @@ impl Inner {
         // The id is used up whatever happens next (a half-written segment is never
         // appended to again).
         w.next_seg += 1;
-        let writer = Writer::begin(store.as_ref(), &w.keys, seg, prev)?;
+        let (writer, ticket) = Writer::begin(&w.io, &w.keys, seg, prev)?;
+        w.io.flush_through(ticket)?;
         writer.sync(store.as_ref())?;
         let end = writer.pos();
         // Only once the anchor names it does the segment take records.
@@ -1143,7 +1149,10 @@ impl Inner {
         let w = self.wal.as_mut().expect("logging");
         let writer = w.writer.as_mut().expect("a segment is open");
         let payload = Payload::Group(encode_group(&[Item::Void { from, to }], false, false));
-        let end = match writer.append(store.as_ref(), &w.keys, &payload) {
+        let end = match writer
+            .append(&w.io, &w.keys, &payload)
+            .and_then(|(end, ticket)| w.io.flush_through(ticket).map(|()| end))
+        {
             Ok(end) => end,
             Err(e) => {
                 w.writer = None;
@@ -1176,7 +1185,6 @@ impl Inner {
     /// Closes the current segment with `Next` and opens its successor (its `Begin` names
     /// where the closed one ends). Returns where the new one's records begin.
     pub(super) fn roll_segment(&mut self) -> Result<LogPos> {
-        let store = self.store.clone();
         let limit = self.anchor.ctr_next;
         let w = self.wal.as_mut().expect("logging");
         let seg = w.next_seg;
@@ -1184,16 +1192,38 @@ impl Inner {
             return Err(Error::Invalid("write counters exhausted".into()));
         }
         let mut old = w.writer.take().expect("a segment is open");
-        let r = (|| {
-            let end = old.append(store.as_ref(), &w.keys, &Payload::Next { seg })?;
-            Writer::begin(store.as_ref(), &w.keys, seg, Some(end))
-        })();
-        let writer = r?;
+        let (end, _) = old.append(&w.io, &w.keys, &Payload::Next { seg })?;
+        let (writer, _) = Writer::begin(&w.io, &w.keys, seg, Some(end))?;
         w.next_seg += 1;
         w.segments.push(seg);
         w.end = writer.pos();
         w.writer = Some(writer);
         Ok(w.end)
+    }
+
+    /// Takes a failed write of the log's records ([`wal::LogIo::take_failure`]): that
+    /// segment's tail is unknown, so a new one starts, and the caller goes back to the last
+    /// seal ([`Inner::broke`]): what is in memory is not all in the log.
+    pub(super) fn take_log_failure(&mut self) -> Result<()> {
+        let Some(w) = &mut self.wal else {
+            return Ok(());
+        };
+        let Some((from, e)) = w.io.take_failure() else {
+            return Ok(());
+        };
+        w.writer = None;
+        self.unsealed.log_failed(from);
+        if let Some(b) = &mut self.log_bases {
+            b.clear();
+        }
+        Err(e)
+    }
+
+    /// What a seal waits for before it syncs the log: every record queued so far written
+    /// ([`wal::LogIo::flush_through`]).
+    pub(super) fn log_wait(&self) -> Option<(Arc<wal::LogIo>, u64)> {
+        let w = self.wal.as_ref()?;
+        Some((w.io.clone(), w.io.last_ticket()?))
     }
 
     /// Forgets what was noted for the log (the checkpoint being prepared holds it).
@@ -1219,7 +1249,6 @@ impl Inner {
         let start = if self.wal.as_ref().expect("logging").writer.is_some() {
             self.roll_segment()?
         } else {
-            let store = self.store.clone();
             let limit = self.anchor.ctr_next;
             let w = self.wal.as_mut().expect("logging");
             let seg = w.next_seg;
@@ -1227,7 +1256,7 @@ impl Inner {
                 return Err(Error::Invalid("write counters exhausted".into()));
             }
             let prev = (w.end != LogPos::default()).then_some(w.end);
-            let writer = Writer::begin(store.as_ref(), &w.keys, seg, prev)?;
+            let (writer, _) = Writer::begin(&w.io, &w.keys, seg, prev)?;
             w.next_seg += 1;
             w.segments.push(seg);
             w.end = writer.pos();
@@ -1301,6 +1330,7 @@ impl Inner {
             log_sync: self.segments_between(from, target),
             obsolete: Vec::new(),
             log_end: Some(target),
+            log_wait: self.log_wait(),
             journal_key: self.keys.journal.clone(),
             store: self.store.clone(),
             sealer: self.sealer.clone(),
@@ -2223,6 +2253,91 @@ mod tests {
     /// The writer's bases: one per file written since the log started again, at most
     /// [`BASES_MAX`] (past that it starts over), none after a checkpoint; and a replay of
     /// items written across the start-over reads every file back.
+    /// Every request returns once its log group is in the store (the group is written
+    /// after the request let go of the engine lock, docs/design.md "Log records written
+    /// outside the engine lock"): after each call nothing is queued, and a reopen with no
+    /// seal (a killed daemon) finds every change.
+    #[test]
+    fn every_request_returns_with_its_group_written() {
+        use crate::store::{MemStore, MemTrusted, UntrustedStore};
+        let store = Arc::new(MemStore::new());
+        let trusted = MemTrusted::default();
+        let v = test_volume(store.clone(), &trusted);
+        let queued = |v: &Volume, what: &str| {
+            let io = v.shared.log_io.as_ref().expect("a log");
+            assert_eq!(io.pending(), 0, "{what} returned with its group queued");
+        };
+        let a = v
+            .create_at(ROOT_INO, "a", Kind::File, 0o644, 0, 0, None)
+            .unwrap()
+            .ino;
+        queued(&v, "create_at");
+        v.write_ino(a, 0, b"hello").unwrap();
+        queued(&v, "write_ino");
+        let big: Vec<u8> = (0..600_000u32).map(|i| (i % 251) as u8).collect();
+        v.write_ino(a, 5, &big).unwrap();
+        queued(&v, "a bulk write_ino");
+        v.setattr(
+            a,
+            &SetAttr {
+                mode: Some(0o600),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        queued(&v, "setattr");
+        let d = v
+            .create_at(ROOT_INO, "d", Kind::Dir, 0o755, 0, 0, None)
+            .unwrap()
+            .ino;
+        v.symlink_at(d, "s", "/a", 0, 0).unwrap();
+        queued(&v, "symlink_at");
+        v.link_at(a, d, "b").unwrap();
+        queued(&v, "link_at");
+        v.rename_at(ROOT_INO, "a", d, "c", RenameMode::Replace)
+            .unwrap();
+        queued(&v, "rename_at");
+        v.setxattr(a, "user.k", b"v", XattrMode::Set).unwrap();
+        queued(&v, "setxattr");
+        v.zero_range(a, 1, 2, true).unwrap();
+        queued(&v, "zero_range");
+        v.unlink_at(d, "b").unwrap();
+        queued(&v, "unlink_at");
+        v.create_file("/p", None).unwrap();
+        v.write_path("/p", 0, b"xyz").unwrap();
+        queued(&v, "write_path");
+        v.truncate("/p", 1).unwrap();
+        queued(&v, "truncate");
+        v.mkdir("/q").unwrap();
+        v.rename("/q", "/r").unwrap();
+        queued(&v, "rename");
+        v.rmdir("/r").unwrap();
+        queued(&v, "rmdir");
+        v.set_seal_on_drop(false);
+        drop(v);
+        let v = Volume::open(
+            store.clone() as Arc<dyn UntrustedStore>,
+            Box::new(trusted.clone()),
+            b"pw",
+            &Options::default(),
+        )
+        .unwrap();
+        let mut want = b"hello".to_vec();
+        want.truncate(5);
+        want.extend_from_slice(&big);
+        want[1..3].fill(0);
+        let mut got = vec![0u8; want.len() + 1];
+        assert_eq!(v.read_path("/d/c", 0, &mut got).unwrap(), want.len());
+        assert!(got[..want.len()] == want[..], "content after the reopen");
+        assert_eq!(v.stat("/d/c").unwrap().mode & 0o777, 0o600);
+        assert_eq!(v.readlink("/d/s").unwrap(), "/a");
+        assert!(v.stat("/d/b").is_err());
+        assert_eq!(v.stat("/p").unwrap().size, 1);
+        assert!(v.stat("/r").is_err());
+        assert_eq!(v.getxattr(a, "user.k").unwrap(), b"v");
+        assert_eq!(v.integrity_failures(), 0);
+    }
+
     #[test]
     fn the_writers_bases_are_bounded_and_start_over_at_a_checkpoint() {
         use crate::store::{MemStore, MemTrusted, UntrustedStore};

@@ -441,6 +441,8 @@ struct Shared {
     inner: Mutex<Inner>,
     /// Signalled when a commit in flight ends (see [`Volume::sync`]).
     commit_done: Condvar,
+    /// Writes the log's records without the engine lock (`None`: no log).
+    log_io: Option<Arc<crate::wal::LogIo>>,
 }
 
 impl Shared {
@@ -560,6 +562,9 @@ struct Inner {
     /// The last request appended to the log (it changed something): it checks the dirty
     /// limits on its way out ([`Volume::changed`]).
     last_logged: bool,
+    /// The ticket of the last request's log group ([`wal::LogIo`]): the request takes it
+    /// as it leaves the lock and returns once the group is written ([`Volume::settle_log`]).
+    log_ticket: Option<u64>,
     /// [`Options::xattr_bytes_max`].
     xattr_bytes_max: usize,
     poisoned: Option<String>,
@@ -926,6 +931,7 @@ impl Volume {
             drain: gate::Drain::default(),
             commit_wanted: false,
             last_logged: false,
+            log_ticket: None,
             xattr_bytes_max: opts.xattr_bytes_max,
             poisoned: None,
             unsealed: Default::default(),
@@ -940,6 +946,7 @@ impl Volume {
         if !opts.read_only {
             inner.wal = Some(logged::Wal {
                 keys: crate::wal::LogKeys::new(&inner.keys.log, inner.anchor.volume_id),
+                io: Arc::new(crate::wal::LogIo::new(inner.store.clone())),
                 writer: None,
                 end: Default::default(),
                 segments: Vec::new(),
@@ -1047,6 +1054,7 @@ impl Volume {
             metrics: inner.metrics.clone(),
             full: inner.unsealed.full_flag(),
             shared: Arc::new(Shared {
+                log_io: inner.wal.as_ref().map(|w| w.io.clone()),
                 inner: Mutex::new(inner),
                 commit_done: Condvar::new(),
             }),
@@ -1088,6 +1096,14 @@ impl Volume {
     /// A just-taken engine lock, mended after a failed commit, or the reason the engine
     /// can serve nothing.
     fn ready<'a>(&self, mut g: MutexGuard<'a, Inner>) -> Result<MutexGuard<'a, Inner>> {
+        debug_assert!(
+            g.log_ticket.is_none(),
+            "a request returned without waiting for its log group (Volume::settle_log)"
+        );
+        // A write of the log failed since the last request: back to the last seal.
+        if let Err(e) = g.take_log_failure() {
+            g.broke(&e);
+        }
         if g.is_broken() {
             g = self.shared.wait_idle(g);
             g.mend();
@@ -1099,6 +1115,20 @@ impl Volume {
         // here, before they touch any record.
         g.evict_idle();
         Ok(g)
+    }
+
+    /// For a request that took its log group's ticket under the lock
+    /// ([`Inner::log_ticket`]) and has let go of the lock: returns once the group and every
+    /// one before it are written to the store (docs/design.md, "Log records written
+    /// outside the engine lock"), with `r`, or the failure that lost the group.
+    fn settle_log<T>(&self, ticket: Option<u64>, r: Result<T>) -> Result<T> {
+        let (Some(t), Some(io)) = (ticket, &self.shared.log_io) else {
+            return r;
+        };
+        match (io.flush_through(t), r) {
+            (Ok(()), r) => r,
+            (Err(_), Err(e)) | (Err(e), Ok(_)) => Err(e),
+        }
     }
 
     fn note<T>(&self, r: Result<T>) -> Result<T> {
@@ -1152,15 +1182,18 @@ impl Volume {
     /// may start a checkpoint ([`Volume::after_write`]).
     fn changed<T>(&self, mut g: MutexGuard<'_, Inner>, r: Result<T>) -> Result<T> {
         let r = g.ended(r);
+        let ticket = g.log_ticket.take();
         if !g.last_logged {
-            return self.note(r);
+            drop(g);
+            return self.note(self.settle_log(ticket, r));
         }
         g.maybe_commit();
         let after = self.after_write(g, None, 0);
-        self.note(match (r, after) {
+        let r = match (r, after) {
             (Ok(v), Ok(())) => Ok(v),
             (Err(e), _) | (Ok(_), Err(e)) => Err(e),
-        })
+        };
+        self.note(self.settle_log(ticket, r))
     }
 
     /// Attributes of a path.
@@ -1245,9 +1278,10 @@ impl Volume {
             g.expect_kind(ino, path, Kind::File)?;
             g.write_ino(ino, off, data)
         })();
-        let r = g
-            .ended(r)
-            .and_then(|()| self.after_write(g, None, data.len()));
+        let r = g.ended(r);
+        let ticket = g.log_ticket.take();
+        let r = r.and_then(|()| self.after_write(g, None, data.len()));
+        let r = self.settle_log(ticket, r);
         self.note(r.map_err(|e| e.at_path(path)))
     }
 
@@ -1259,7 +1293,10 @@ impl Volume {
             g.expect_kind(ino, path, Kind::File)?;
             g.truncate_ino(ino, size)
         })();
-        let r = g.ended(r).and_then(|()| self.after_write(g, None, 0));
+        let r = g.ended(r);
+        let ticket = g.log_ticket.take();
+        let r = r.and_then(|()| self.after_write(g, None, 0));
+        let r = self.settle_log(ticket, r);
         self.note(r.map_err(|e| e.at_path(path)))
     }
 
@@ -1397,16 +1434,21 @@ impl Volume {
             other => other,
         });
         let r = g.ended(r);
+        let ticket = g.log_ticket.take();
         drop(turn);
         let after = match written {
             Some(len) => self.after_write(g, Some(ino), len),
             None if g.last_logged => self.after_write(g, Some(ino), 0),
-            None => Ok(()),
+            None => {
+                drop(g);
+                Ok(())
+            }
         };
-        match (r, after) {
+        let r = match (r, after) {
             (Ok(v), Ok(())) => Ok(v),
             (Err(e), _) | (Ok(_), Err(e)) => Err(e),
-        }
+        };
+        self.settle_log(ticket, r)
     }
 
     /// Attributes of `ino`.
@@ -1649,13 +1691,28 @@ impl Volume {
                 g.expect_kind(ino, "", Kind::File)?;
                 Ok((ino, g.reader(ino, off, buf.len())?))
             });
-            let reader = match g.ended(plan)? {
-                (_, Some(r)) => r,
-                (ino, None) => {
+            let plan = g.ended(plan);
+            // (A read logs nothing as a rule; if it did, it waits as any request.)
+            let ticket = g.log_ticket.take();
+            let reader = match plan {
+                Ok((_, Some(r))) => r,
+                Ok((ino, None)) => {
                     let r = g.read_ino(ino, off, buf);
-                    return g.ended(r);
+                    let r = g.ended(r);
+                    let ticket = g.log_ticket.take().or(ticket);
+                    drop(g);
+                    return self.settle_log(ticket, r);
+                }
+                Err(e) => {
+                    drop(g);
+                    return self.settle_log(ticket, Err(e));
                 }
             };
+            if ticket.is_some() {
+                drop(g);
+                self.settle_log(ticket, Ok(()))?;
+                continue;
+            }
             // Excludes going back after a failed commit until the read ends (taken under
             // the engine lock, so never while going back is under way).
             let quiesce = Arc::clone(&g.readers);
@@ -1872,7 +1929,10 @@ impl Volume {
             u = g.open_ino(u)?.inode.link;
         }
         let r = gone.into_iter().try_for_each(|ino| g.free_unlinked(ino));
-        g.ended(r)
+        let r = g.ended(r);
+        let ticket = g.log_ticket.take();
+        drop(g);
+        self.settle_log(ticket, r)
     }
 
     /// Bytes the engine holds for what is not checkpointed yet: staged changes (overwrites

@@ -46,7 +46,13 @@ pub(super) struct Unsealed {
     /// changes gave the number to a new file.
     reborn: HashMap<u64, (u64, bool)>,
     /// Inodes whose latest change is in a commit that has not ended, with its number.
-    pending: HashMap<u64, u64>,
+    /// With the log, also the ticket of the inode's first logged change since it was last
+    /// not pending ([`wal::LogIo`]): a change whose record failed to be written was
+    /// reported to its request, and is not reported again.
+    pending: HashMap<u64, (u64, Option<u64>)>,
+    /// The first ticket of the log's records whose write failed, when going back follows
+    /// that failure ([`Inner::take_log_failure`]).
+    log_failed_from: Option<u64>,
     /// Inodes whose unsealed changes a failed commit discarded: reported once by the next
     /// fsync or close of each.
     lost: HashMap<u64, Failure>,
@@ -132,8 +138,10 @@ impl Unsealed {
     }
 
     /// Inode `ino` has changes in commit `n`.
-    pub(super) fn pending(&mut self, ino: u64, n: u64) {
-        self.pending.insert(ino, n);
+    /// `ticket`: the log group's that holds the change, if logged.
+    pub(super) fn pending(&mut self, ino: u64, n: u64, ticket: Option<u64>) {
+        let e = self.pending.entry(ino).or_insert((n, ticket));
+        e.0 = n;
     }
 
     /// Commit `n` sealed and was applied: what it held is no longer at risk.
@@ -177,7 +185,7 @@ impl Unsealed {
     /// Commit `n` sealed: what it held is no longer at risk.
     fn sealed(&mut self, n: u64) {
         self.reborn.retain(|_, e| e.0 > n);
-        self.pending.retain(|_, c| *c > n);
+        self.pending.retain(|_, c| c.0 > n);
     }
 
     /// Takes the discarded changes of `ino`, reported as an error once.
@@ -198,6 +206,12 @@ impl Unsealed {
     /// The front end forgot `ino`.
     pub(super) fn forget(&mut self, ino: u64) {
         self.discarded.remove(&ino);
+    }
+
+    /// The log's records from ticket `from` on failed to be written: the next going back
+    /// follows from that.
+    pub(super) fn log_failed(&mut self, from: u64) {
+        self.log_failed_from = Some(from);
     }
 
     /// The failure of a [`Volume::sync`] is reported by it: not again by the next.
@@ -288,6 +302,8 @@ impl Inner {
         let readers = Arc::clone(&self.readers);
         let _quiet = readers.write().unwrap_or_else(|p| p.into_inner());
         self.unsealed.broken = None;
+        // A failed write of the log left its segment's tail unknown: a new one starts.
+        let _ = self.take_log_failure();
         let created = self.tx.created();
         self.tx.abandon();
         // Units read since may hold what the abandoned changes wrote.
@@ -338,7 +354,19 @@ impl Inner {
         // What the front end must drop, before the state that knows it goes. Logged
         // changes are pending until a seal covers them; without the log, whatever is dirty
         // was never sealed.
-        let mut lost: Vec<u64> = self.unsealed.pending.keys().copied().collect();
+        // A change whose log record failed was reported to its request: an inode whose
+        // every unsealed change is such is not reported again.
+        let failed_from = self.unsealed.log_failed_from.take();
+        let mut lost: Vec<u64> = self
+            .unsealed
+            .pending
+            .iter()
+            .filter(|(_, (_, first))| match (failed_from, first) {
+                (Some(from), Some(t)) => *t < from,
+                _ => true,
+            })
+            .map(|(&i, _)| i)
+            .collect();
         if !self.logging() {
             lost.extend(
                 self.files
