@@ -36,9 +36,13 @@ struct Handle {
 #[derive(Debug)]
 pub struct LocalDirStore {
     root: PathBuf,
-    /// Open handles by object name. Opening, unlinking and renaming happen under this lock,
-    /// so a handle to a replaced or deleted file can never be (re)inserted.
+    /// Open handles by object name. Unlinking and renaming happen under this lock and
+    /// count in `unlinks`; a handle opened without the lock is cached only if no unlink or
+    /// rename happened meanwhile, so a handle to a replaced or deleted file is never
+    /// cached.
     handles: Mutex<HashMap<String, Handle>>,
+    /// Unlinks and renames so far (changed under the `handles` lock).
+    unlinks: AtomicU64,
     /// Directories whose entries were created or removed since they were last fsynced.
     dirty_dirs: Mutex<HashSet<PathBuf>>,
     tmp_seq: AtomicU64,
@@ -115,6 +119,7 @@ impl LocalDirStore {
         Ok(LocalDirStore {
             root,
             handles: Mutex::new(HashMap::new()),
+            unlinks: AtomicU64::new(0),
             dirty_dirs: Mutex::new(HashSet::new()),
             tmp_seq: AtomicU64::new(0),
             known_dirs: Mutex::new(HashSet::new()),
@@ -192,13 +197,20 @@ impl LocalDirStore {
     }
 
     /// The handle for `name`: `Ok(None)` when the object is missing and `create` is false.
+    ///
+    /// The cache's lock is not held while a file is opened or created: a create can wait
+    /// tens of milliseconds for the file system's journal under load, and every other
+    /// store call (a log append of the engine, issue 14) would wait behind it.
     fn handle(&self, name: &str, create: bool, write: bool) -> Result<Option<Arc<File>>> {
-        let mut handles = self.handles.lock().unwrap();
-        if let Some(h) = handles.get(name) {
-            if h.writable || !write {
-                return Ok(Some(h.file.clone()));
+        let unlinks = {
+            let handles = self.handles.lock().unwrap();
+            if let Some(h) = handles.get(name) {
+                if h.writable || !write {
+                    return Ok(Some(h.file.clone()));
+                }
             }
-        }
+            self.unlinks.load(Ordering::Relaxed)
+        };
         let path = self.path_of(name);
         let file = match OpenOptions::new().read(true).write(true).open(&path) {
             Ok(f) => Handle {
@@ -241,6 +253,18 @@ impl LocalDirStore {
             }
             Err(e) => return Err(Error::io(name, e)),
         };
+        let mut handles = self.handles.lock().unwrap();
+        if let Some(h) = handles.get(name) {
+            // Opened by another call meanwhile: one handle per object.
+            if h.writable || !file.writable {
+                return Ok(Some(h.file.clone()));
+            }
+        }
+        if self.unlinks.load(Ordering::Relaxed) != unlinks {
+            // The file may have been deleted or replaced since it was opened: good for this
+            // call (ordered before that), not for later ones.
+            return Ok(Some(file.file));
+        }
         if handles.len() >= MAX_HANDLES && !handles.contains_key(name) {
             // Evict an arbitrary entry; in-flight users keep their Arc.
             if let Some(k) = handles.keys().next().cloned() {
@@ -250,6 +274,16 @@ impl LocalDirStore {
         let out = file.file.clone();
         handles.insert(name.to_string(), file);
         Ok(Some(out))
+    }
+
+    /// Drops the cached handle of `name`, which is about to be (or was just) unlinked or
+    /// replaced: called before and after, so that no call caches a handle it opened
+    /// before the change ([`LocalDirStore::handle`]). The unlink or rename itself runs
+    /// without the lock (it can wait for the file system's journal).
+    fn forget_handle(&self, name: &str) {
+        let mut handles = self.handles.lock().unwrap();
+        handles.remove(name);
+        self.unlinks.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Fsyncs `dir`, re-marking it dirty when that fails.
@@ -431,13 +465,14 @@ impl UntrustedStore for LocalDirStore {
     fn delete(&self, name: &str) -> Result<()> {
         Self::check(name)?;
         let path = self.path_of(name);
-        let mut handles = self.handles.lock().unwrap();
-        handles.remove(name);
-        match logged(
+        self.forget_handle(name);
+        let r = logged(
             self.log(),
             || fs::remove_file(&path),
             |r| FsCall::Unlink(r(&path)),
-        ) {
+        );
+        self.forget_handle(name);
+        match r {
             Ok(()) => {
                 self.mark_dirty(parent_of(&path));
                 Ok(())
@@ -520,13 +555,12 @@ impl UntrustedStore for LocalDirStore {
             let _ = fs::remove_file(&tmp);
             return Err(Error::io(name, e));
         }
-        {
-            let mut handles = self.handles.lock().unwrap();
-            handles.remove(name);
-            if let Err(e) = rename(log, &tmp, &path) {
-                let _ = fs::remove_file(&tmp);
-                return Err(Error::io(name, e));
-            }
+        self.forget_handle(name);
+        let r = rename(log, &tmp, &path);
+        self.forget_handle(name);
+        if let Err(e) = r {
+            let _ = fs::remove_file(&tmp);
+            return Err(Error::io(name, e));
         }
         self.mark_dirty(dir);
         self.sync_dirs_for(name)
@@ -777,6 +811,37 @@ mod tests {
         // Rewriting a deleted object starts from empty (no stale cached handle).
         s.write_at("b/c", 2, b"z").unwrap();
         assert_eq!(s.read_all("b/c").unwrap().unwrap(), b"\0\0z");
+    }
+
+    /// Handles are opened without the cache's lock; one opened by a reader while the
+    /// object is deleted and written again is never cached: each write lands in the file
+    /// the name holds.
+    #[test]
+    fn a_handle_opened_during_a_delete_is_not_kept() {
+        let (dir, s) = store();
+        let s = Arc::new(s);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (s, stop) = (s.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let _ = s.read_all("c.d");
+                    }
+                })
+            })
+            .collect();
+        let path = dir.path().join("c.d");
+        for i in 0..3000u32 {
+            s.delete("c.d").unwrap();
+            s.write_at("c.d", 0, &i.to_le_bytes()).unwrap();
+            let on_disk = fs::read(&path).unwrap_or_default();
+            assert_eq!(on_disk, i.to_le_bytes(), "write {i} went elsewhere");
+        }
+        stop.store(true, Ordering::Relaxed);
+        for r in readers {
+            r.join().unwrap();
+        }
     }
 
     #[test]
