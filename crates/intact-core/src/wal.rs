@@ -425,7 +425,8 @@ impl LogIo {
             }
             let batch: Vec<Queued> = st.queue.drain(..).collect();
             let Some(last) = batch.last().map(|q| q.ticket) else {
-                // Unreachable: an unwritten ticket with no failure is queued.
+                // An unwritten ticket with no failure is queued.
+                debug_assert!(false, "ticket {ticket}: neither written, failed nor queued");
                 return Ok(());
             };
             st.writing = true;
@@ -819,6 +820,10 @@ mod tests {
         let name = segment_name(5);
         let len = s.len(&name).unwrap().unwrap();
         assert!(len >= ends[2].off + RESERVE_LOW, "zeros reserved: {len}");
+        assert!(
+            len <= ends[2].off + RESERVE_AHEAD,
+            "reserved too much: {len}"
+        );
         let bytes = s.read_all(&name).unwrap().unwrap();
         assert!(bytes[ends[2].off as usize..].iter().all(|&b| b == 0));
         let seg = read_segment(&s, &k, 5).unwrap();
@@ -832,6 +837,11 @@ mod tests {
         assert_eq!(seg.records.len(), 4);
         assert_eq!(seg.records[3].payload, big);
         assert_eq!(seg.end, end.off);
+        // The next segment gets room of its own.
+        let mut w6 = begin(&io, &k, 6, Some(end));
+        let end6 = app(&mut w6, &io, &k, &group(1));
+        let len6 = s.len(&segment_name(6)).unwrap().unwrap();
+        assert!(len6 >= end6.off + RESERVE_LOW, "segment 6: {len6}");
     }
 
     #[test]
@@ -1050,11 +1060,24 @@ mod tests {
         assert_eq!(io.last_ticket(), None, "taken: nothing left to wait for");
         let mut w6 = begin(&io, &k, 6, None);
         let (_, t5) = w6.append(&io, &k, &group(5)).unwrap();
+        assert_eq!(io.last_ticket(), Some(t5), "queued after the failure");
         io.flush_through(t5).unwrap();
         assert_eq!(read_segment(&s, &k, 6).unwrap().records.len(), 1);
         for t in [t2, t3, t4] {
             assert!(io.flush_through(t).is_err(), "ticket {t}");
         }
+        // A second failure: the tickets of both stay failed.
+        s.set_plan(crate::store::FaultPlan {
+            fail_eio_on: Some(s.attempts() + 1),
+            ..Default::default()
+        });
+        let (_, t6) = w6.append(&io, &k, &group(6)).unwrap();
+        assert!(io.flush_through(t6).is_err());
+        assert!(io.take_failure().is_some());
+        for t in [t2, t3, t4, t6] {
+            assert!(io.flush_through(t).is_err(), "ticket {t}");
+        }
+        io.flush_through(t5).unwrap();
     }
 
     /// Many threads queue (in log order, as under the engine lock) and wait at once: every
