@@ -251,3 +251,48 @@ impl Error {
         }
     }
 }
+
+/// An error kept to be reported again, to every caller it concerns (the waiters of a failed
+/// log write, the fsyncs after a failed commit): its text, its OS error number, and whether
+/// it was the fault-injecting store's simulated power cut.
+#[derive(Debug, Clone)]
+pub(crate) struct Failure {
+    pub(crate) cause: String,
+    pub(crate) errno: Option<i32>,
+    /// The fault-injecting store's simulated power cut: nothing may run after it.
+    pub(crate) crashed: bool,
+}
+
+impl Failure {
+    pub(crate) fn of(e: &Error) -> Failure {
+        Failure {
+            cause: e.to_string(),
+            errno: match e {
+                Error::Io { source, .. } => source.raw_os_error(),
+                _ => None,
+            },
+            crashed: matches!(e, Error::Crashed),
+        }
+    }
+
+    /// What was lost to it: [`Error::Lost`] of `what`.
+    pub(crate) fn lost(&self, what: impl Into<String>) -> Error {
+        Error::Lost {
+            what: what.into(),
+            cause: self.cause.clone(),
+            errno: self.errno,
+        }
+    }
+
+    /// It again, as an I/O error on `what` (the simulated power cut as itself).
+    pub(crate) fn io_error(&self, what: &str) -> Error {
+        if self.crashed {
+            return Error::Crashed;
+        }
+        let source = match self.errno {
+            Some(n) => std::io::Error::from_raw_os_error(n),
+            None => std::io::Error::other(self.cause.clone()),
+        };
+        Error::io(format!("{what} ({})", self.cause), source)
+    }
+}

@@ -27,7 +27,7 @@
 //! next segment through `Next`.
 
 use crate::crypto::{Gcm, SubKey, NONCE_LEN, TAG_LEN};
-use crate::error::{Error, Result, Subject};
+use crate::error::{Error, Failure, Result, Subject};
 use crate::store::UntrustedStore;
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
@@ -295,38 +295,6 @@ struct Queued {
     bytes: Vec<u8>,
 }
 
-/// Why a write of the log failed, kept to answer every waiter.
-#[derive(Debug, Clone)]
-struct IoFailure {
-    cause: String,
-    errno: Option<i32>,
-    crashed: bool,
-}
-
-impl IoFailure {
-    fn of(e: &Error) -> IoFailure {
-        IoFailure {
-            cause: e.to_string(),
-            errno: match e {
-                Error::Io { source, .. } => source.raw_os_error(),
-                _ => None,
-            },
-            crashed: matches!(e, Error::Crashed),
-        }
-    }
-
-    fn error(&self) -> Error {
-        if self.crashed {
-            return Error::Crashed;
-        }
-        let source = match self.errno {
-            Some(n) => std::io::Error::from_raw_os_error(n),
-            None => std::io::Error::other(self.cause.clone()),
-        };
-        Error::io(format!("the log ({})", self.cause), source)
-    }
-}
-
 /// Failed ranges of tickets kept for waiters that have not looked yet (a waiter looks at
 /// once when woken; failures are rare).
 const FAILED_KEPT: usize = 64;
@@ -342,15 +310,15 @@ struct IoState {
     /// A waiter is writing (records taken from the queue).
     writing: bool,
     /// A failure the engine has not taken yet: tickets from this one on fail.
-    failure: Option<(u64, IoFailure)>,
+    failure: Option<(u64, Failure)>,
     /// Failures the engine took: tickets in `[from, to)` failed.
-    failed: VecDeque<(u64, u64, IoFailure)>,
+    failed: VecDeque<(u64, u64, Failure)>,
     /// The segment whose room was last reserved, and how much of it (from its start).
     reserved: (u64, u64),
 }
 
 impl IoState {
-    fn failure_of(&self, ticket: u64) -> Option<&IoFailure> {
+    fn failure_of(&self, ticket: u64) -> Option<&Failure> {
         if let Some((from, f)) = &self.failure {
             if ticket >= *from {
                 return Some(f);
@@ -414,7 +382,7 @@ impl LogIo {
         let mut st = self.lock();
         loop {
             if let Some(f) = st.failure_of(ticket) {
-                return Err(f.error());
+                return Err(f.io_error("the log"));
             }
             if ticket < st.written || ticket >= st.next {
                 return Ok(());
@@ -440,7 +408,7 @@ impl LogIo {
                 Ok(()) => st.written = last + 1,
                 Err((from, e)) => {
                     st.written = from;
-                    st.failure = Some((from, IoFailure::of(&e)));
+                    st.failure = Some((from, Failure::of(&e)));
                     st.queue.clear();
                 }
             }
@@ -505,7 +473,7 @@ impl LogIo {
             st.failed.pop_front();
         }
         st.failed.push_back((from, to, f.clone()));
-        Some((from, f.error()))
+        Some((from, f.io_error("the log")))
     }
 }
 

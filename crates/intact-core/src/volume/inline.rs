@@ -171,16 +171,6 @@ mod tests {
             .collect()
     }
 
-    fn reopen(store: &Arc<MemStore>, trusted: &MemTrusted) -> Volume {
-        Volume::open(
-            store.clone(),
-            Box::new(trusted.clone()),
-            b"pw",
-            &Options::default(),
-        )
-        .unwrap()
-    }
-
     fn read_all(vol: &Volume, path: &str) -> Vec<u8> {
         let mut buf = vec![0u8; 1 << 16];
         let n = vol.read_path(path, 0, &mut buf).unwrap();
@@ -227,7 +217,7 @@ mod tests {
         }
         vol.sync().unwrap();
         drop(vol);
-        let vol = reopen(&store, &trusted);
+        let vol = test_reopen(&store, &trusted);
         let mut all = Vec::new();
         for (k, &n) in sizes.iter().enumerate() {
             let path = format!("/f{k}");
@@ -287,7 +277,7 @@ mod tests {
         assert_eq!(slots(&vol, "/g"), None);
         vol.sync().unwrap();
         drop(vol);
-        let vol = reopen(&store, &trusted);
+        let vol = test_reopen(&store, &trusted);
         assert_eq!(read_all(&vol, "/g"), &want[..10]);
         assert_eq!(read_all(&vol, "/h"), data(9, 5 * SLOT_BYTES));
         assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
@@ -322,7 +312,7 @@ mod tests {
         );
         // Reopened from the log alone (no seal since the creation).
         drop(vol);
-        let vol = reopen(&store, &trusted);
+        let vol = test_reopen(&store, &trusted);
         assert_eq!(read_all(&vol, "/f"), model);
         assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
         // A cut inside the last slot (the slot count stays), sealed, and read back from the
@@ -335,7 +325,7 @@ mod tests {
         );
         vol.sync().unwrap();
         drop(vol);
-        let vol = reopen(&store, &trusted);
+        let vol = test_reopen(&store, &trusted);
         assert_eq!(read_all(&vol, "/f"), model);
         assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
         vol.unlink("/f").unwrap();

@@ -1092,10 +1092,9 @@ impl Inner {
         ));
         let r = writer.append(&w.io, &w.keys, &payload);
         match r {
-            Ok((end, ticket)) => {
+            Ok((end, _)) => {
                 w.bytes += end.off.saturating_sub(w.end.off);
                 w.end = end;
-                let _ = ticket;
                 if writer.full() {
                     self.roll_segment()?;
                 }
@@ -2261,13 +2260,7 @@ mod tests {
     ) -> Volume {
         v.set_seal_on_drop(false);
         drop(v);
-        Volume::open(
-            store.clone() as Arc<dyn crate::store::UntrustedStore>,
-            Box::new(trusted.clone()),
-            b"pw",
-            &Options::default(),
-        )
-        .unwrap()
+        test_reopen(store, trusted)
     }
 
     /// Every request returns once its log group is in the store (the group is written

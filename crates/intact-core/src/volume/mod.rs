@@ -623,6 +623,21 @@ pub(crate) fn test_volume(
     test_volume_with(store, trusted, true)
 }
 
+/// The volume of a [`test_volume`] opened again (its password, default options).
+#[cfg(test)]
+pub(crate) fn test_reopen(
+    store: &Arc<crate::store::MemStore>,
+    trusted: &crate::store::MemTrusted,
+) -> Volume {
+    Volume::open(
+        store.clone(),
+        Box::new(trusted.clone()),
+        b"pw",
+        &Options::default(),
+    )
+    .expect("the test volume opens again")
+}
+
 /// [`test_volume`] without the [`INLINE_DATA`] feature: every file's data in blocks under
 /// its scheme (for tests of the schemes' objects).
 #[cfg(test)]

@@ -26,7 +26,7 @@
 //! answer is safe, and the volume must be remounted (it is poisoned, as before).
 
 use super::{Inner, CTR_RESERVATION};
-use crate::error::{Error, Result, Subject};
+use crate::error::{Error, Failure, Result, Subject};
 use crate::format::{Anchor, Kind};
 use crate::tx::load_journal;
 use std::collections::HashMap;
@@ -84,36 +84,6 @@ pub(super) struct Unsealed {
     /// unless it names them (a seal of the log that landed covers files created since the
     /// checkpoint).
     doomed: Vec<String>,
-}
-
-/// Why a commit failed.
-#[derive(Debug, Clone)]
-pub(super) struct Failure {
-    cause: String,
-    errno: Option<i32>,
-    /// The fault-injecting store's simulated power cut: nothing may run after it.
-    crashed: bool,
-}
-
-impl Failure {
-    fn of(e: &Error) -> Failure {
-        Failure {
-            cause: e.to_string(),
-            errno: match e {
-                Error::Io { source, .. } => source.raw_os_error(),
-                _ => None,
-            },
-            crashed: matches!(e, Error::Crashed),
-        }
-    }
-
-    fn error(&self, what: impl Into<String>) -> Error {
-        Error::Lost {
-            what: what.into(),
-            cause: self.cause.clone(),
-            errno: self.errno,
-        }
-    }
 }
 
 /// An inode whose cached state a front end must drop after a failed commit: its data and
@@ -191,7 +161,7 @@ impl Unsealed {
     /// Takes the discarded changes of `ino`, reported as an error once.
     pub(super) fn take_lost(&mut self, ino: u64, what: impl FnOnce() -> String) -> Result<()> {
         match self.lost.remove(&ino) {
-            Some(f) => Err(f.error(what())),
+            Some(f) => Err(f.lost(what())),
             None => Ok(()),
         }
     }
@@ -200,7 +170,7 @@ impl Unsealed {
     pub(super) fn discarded(&self, ino: u64) -> Option<Error> {
         self.discarded
             .get(&ino)
-            .map(|f| f.error(format!("inode {ino} (a file created since the last seal)")))
+            .map(|f| f.lost(format!("inode {ino} (a file created since the last seal)")))
     }
 
     /// The front end forgot `ino`.
@@ -230,7 +200,7 @@ impl Unsealed {
         let unreported = self.reported != self.generation || generation != self.generation;
         self.reported = self.generation;
         match &self.last {
-            Some(f) if unreported => Err(f.error("the volume")),
+            Some(f) if unreported => Err(f.lost("the volume")),
             _ => Ok(()),
         }
     }
