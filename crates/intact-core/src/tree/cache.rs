@@ -36,6 +36,9 @@ pub const DEFAULT_CACHE_BYTES: usize = 1024;
 
 type Key = (FileId, u64);
 
+/// What a lookup by key costs, in slots of a pass over the whole cache.
+const PROBE_COST: u64 = 8;
+
 /// No slot (the end of the recency list, or of the free list).
 const NIL: u32 = u32::MAX;
 /// `prev` of a slot on the free list.
@@ -411,6 +414,39 @@ impl NodeCache {
         self.lock().retain(|(f, flat)| f != file || keep(*flat));
     }
 
+    /// Keeps, of `file`'s nodes with flat index in `flats`, only those that satisfy
+    /// `keep`; nodes outside `flats` stay. It looks each index of the range up when that
+    /// costs less than a pass over the whole cache (a lookup hashes its key: about eight
+    /// slots' worth of a pass), so removing a small file's nodes from a large cache costs
+    /// the file's size, not the cache's (a pass over a cache of 16 MiB, 512 Ki slots, for
+    /// every deleted file was 10 % of a mount's CPU under bench/latency.py).
+    pub fn retain_in(
+        &self,
+        file: &FileId,
+        flats: std::ops::Range<u64>,
+        mut keep: impl FnMut(u64) -> bool,
+    ) {
+        let mut g = self.lock();
+        let span = flats.end.saturating_sub(flats.start);
+        if span.saturating_mul(PROBE_COST) <= g.slots.len() as u64 {
+            for flat in flats {
+                if keep(flat) {
+                    continue;
+                }
+                if let Some(i) = g.find(&(*file, flat)) {
+                    g.remove_slot(i);
+                }
+            }
+        } else {
+            g.retain(|(f, flat)| f != file || !flats.contains(flat) || keep(*flat));
+        }
+    }
+
+    /// Removes `file`'s nodes with flat index in `flats` (see [`NodeCache::retain_in`]).
+    pub fn remove_in(&self, file: &FileId, flats: std::ops::Range<u64>) {
+        self.retain_in(file, flats, |_| false);
+    }
+
     /// Removes the nodes of `file` with flat index `>= flat_first`.
     pub fn remove_from(&self, file: &FileId, flat_first: u64) {
         self.retain(file, |flat| flat < flat_first);
@@ -696,6 +732,9 @@ mod tests {
             Remove(u8, u64),
             RemoveFrom(u8, u64),
             RemoveFile(u8),
+            /// Of the file's nodes in `[first, first + span)`, keep those whose index is a
+            /// multiple of `m`.
+            RetainIn(u8, u64, u64, u64),
             Clear,
         }
 
@@ -711,7 +750,9 @@ mod tests {
                     .prop_map(|(f, k, v)| Op::Refresh(f, k, v)),
                 1 => (file.clone(), flat.clone()).prop_map(|(f, k)| Op::Remove(f, k)),
                 1 => (file.clone(), flat).prop_map(|(f, k)| Op::RemoveFrom(f, k)),
-                1 => file.prop_map(Op::RemoveFile),
+                1 => file.clone().prop_map(Op::RemoveFile),
+                2 => (file, 0u64..24, 0u64..6, 1u64..4)
+                    .prop_map(|(f, k, n, m)| Op::RetainIn(f, k, n, m)),
                 1 => Just(Op::Clear),
             ]
         }
@@ -744,7 +785,7 @@ mod tests {
         proptest! {
             /// The cache answers, evicts and counts as a list kept in recency order does.
             #[test]
-            fn the_cache_is_an_lru(cap in 0usize..9, ops in prop::collection::vec(op(), 1..200)) {
+            fn the_cache_is_an_lru(cap in 0usize..48, ops in prop::collection::vec(op(), 1..200)) {
                 let c = NodeCache::new(cap * NODE_COST);
                 let mut m = Lru::default();
                 let (mut hits, mut misses) = (0u64, 0u64);
@@ -813,6 +854,14 @@ mod tests {
                         Op::RemoveFile(f) => {
                             c.remove_file(&fid(f));
                             m.0.retain(|e| e.0.0 != fid(f));
+                        }
+                        Op::RetainIn(f, first, span, every) => {
+                            c.retain_in(&fid(f), first..first + span, |k| k % every == 0);
+                            m.0.retain(|e| {
+                                e.0.0 != fid(f)
+                                    || !(first..first + span).contains(&e.0.1)
+                                    || e.0.1 % every == 0
+                            });
                         }
                         Op::Clear => {
                             c.clear();

@@ -839,7 +839,10 @@ impl<'a> MerkleTree<'a> {
         // inside the hole range (zero) or are boundary nodes (written below): clear them.
         io.truncate_nodes(old_end)?;
         if let Some(c) = self.cache {
-            c.remove_from(&self.file, old_end);
+            // The cache holds no node of this file at or past `old_end` (it holds verified
+            // nodes of the current tree, and a truncation drops the rest); this clears the
+            // new tree's positions of it all the same.
+            c.remove_in(&self.file, old_end..stored_node_count(n2));
         }
         let old_peak = |s: u64| -> Result<Hash, TreeError> {
             old_peaks
@@ -947,7 +950,8 @@ impl<'a> MerkleTree<'a> {
         if t == 0 {
             io.truncate_nodes(0)?;
             if let Some(c) = self.cache {
-                c.remove_file(&self.file);
+                // Every cached node of this file is a node of the current tree.
+                c.remove_in(&self.file, 0..stored_node_count(n));
             }
             *ts = TreeState::empty(self.hasher, &self.file);
             return Ok(());
@@ -971,7 +975,12 @@ impl<'a> MerkleTree<'a> {
         }
         io.truncate_nodes(stored_node_count(t))?;
         if let Some(c) = self.cache {
-            c.retain(&self.file, |flat| is_complete_node(flat, t));
+            // A node that is not complete in the new tree covers some leaf `>= t`: with
+            // span [a, e), e > t, its flat index 2a + (e - a) - 1 = a + e - 1 is at least
+            // t. Every cached node of this file is below the old tree's node count.
+            c.retain_in(&self.file, t..stored_node_count(n), |flat| {
+                is_complete_node(flat, t)
+            });
             let flats: Vec<(u64, Hash)> = new_peaks
                 .iter()
                 .map(|&(s, v)| (peak_flat(s, peak_height(t, s)), v))
@@ -1295,6 +1304,40 @@ mod tests {
         t.verify(&ts, &mut io, 5, &l[5..6]).unwrap();
         t.verify(&ts, &mut io, 2, &l[2..3]).unwrap();
         assert_eq!(io.reads, 0, "both ends answered by the cache");
+    }
+
+    /// A truncation leaves in the cache only complete nodes of the new tree, and a
+    /// truncation to nothing or an extension by holes leaves none that is not one: for
+    /// every length, the node over `[0, t + 1)` (at flat index `t` when `t + 1` is a power
+    /// of two) is gone after a truncation to `t`.
+    #[test]
+    fn truncations_leave_only_nodes_of_the_new_tree_cached() {
+        let h = NodeHasher::new([1; 32]);
+        let l: Vec<Hash> = (0..16).map(leaf).collect();
+        for t_len in 0..16u64 {
+            let cache = NodeCache::new(1 << 16);
+            let t = MerkleTree::new(&h, FILE, Some(&cache));
+            let mut ts = TreeState::empty(&h, &FILE);
+            let mut io = VecNodeIo::default();
+            t.append(&mut ts, &mut io, &l).unwrap();
+            t.verify(&ts, &mut io, 0, &l).unwrap();
+            t.truncate(&mut ts, &mut io, t_len).unwrap();
+            for flat in 0..stored_node_count(16) {
+                if cache.get(&FILE, flat).is_some() {
+                    assert!(
+                        is_complete_node(flat, t_len),
+                        "node {flat} cached after a truncation to {t_len}"
+                    );
+                }
+            }
+            t.append_holes(&mut ts, &mut io, 16 - t_len).unwrap();
+            for flat in 0..stored_node_count(16) {
+                if let Some(v) = cache.get(&FILE, flat) {
+                    let stored = io.0.get(flat as usize).copied().unwrap_or(ZERO_HASH);
+                    assert_eq!(v, stored, "node {flat} after holes from {t_len}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -1620,9 +1620,8 @@ impl Inner {
                     }
                 };
                 if rec.kind == Kind::Free {
-                    if let Some(of) = self.files.remove(&ino) {
-                        self.cache.remove_file(&of.inode.id);
-                    }
+                    // Its nodes age out of the node cache (see `free_ino`).
+                    self.files.remove(&ino);
                     self.write_record(ino, &rec)?;
                     return Ok(());
                 }
@@ -1686,9 +1685,6 @@ impl Inner {
                     for name in ObjectNames::of(&rec.id).blocks() {
                         self.tx.touch(name, 0, u64::MAX);
                     }
-                }
-                if inode.id != rec.id {
-                    self.cache.remove_file(&inode.id);
                 }
                 merge_data(&mut inode, &rec);
                 // Its slots in the table as the log says (allocated by the group's header).

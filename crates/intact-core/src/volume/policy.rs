@@ -77,7 +77,7 @@ impl Inner {
                 for name in old.state.names.all() {
                     self.tx.delete(name)?;
                 }
-                self.cache.remove_file(&old.inode.id);
+                // The old id's nodes age out of the node cache (see `free_ino`).
                 self.files.insert(ino, new);
                 // The old objects' deletion goes with the new content in the log.
                 self.note_data_with(ino, old.state.names.all().map(String::clone).into());
