@@ -388,6 +388,13 @@ struct BulkWrite {
 /// limit for a FUSE mount is 1 % of the system's), so writeback does not fill the queue;
 /// when it is full, the request thread waits for room.
 const BULK_QUEUE: usize = 64;
+/// What the thread that applies bulk writes adds to its nice value: its encryption and hashing take a
+/// core at a few hundred MB/s, and at the same priority as the request threads it made a
+/// small request that woke up wait for a CPU for up to 10 ms on a machine of 2 cores
+/// (`perf sched timehist` under bench/latency.py). At 5 the scheduler gives it about a
+/// third of a request thread's share when both want the CPU, and all of an idle one
+/// (docs/performance.md, "Checkpoints that sync what they wrote").
+const BULK_NICE: libc::c_int = 5;
 /// Requests the kernel sends in the background (writeback, readahead) before it queues
 /// them on its side. Above what one mount's dirty limit lets it have in flight, so that
 /// the writeback of a small file never waits in the kernel behind a bulk writer's.
@@ -407,12 +414,24 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Adds `inc` to the calling thread's nice value (on Linux nice is per thread: glibc's
+/// `nice` is `setpriority(PRIO_PROCESS, 0, ..)`, which acts on the calling thread).
+/// A failure leaves the priority as it was, which costs only latency.
+fn lower_priority(inc: libc::c_int) {
+    // SAFETY: nice takes an integer, reads and writes no memory of ours, and changes only
+    // the calling thread's scheduling priority; lowering it needs no privilege.
+    unsafe {
+        libc::nice(inc);
+    }
+}
+
 impl BulkWrites {
     fn start(vol: Arc<Volume>, report: Reporter) -> std::io::Result<BulkWrites> {
         let (queue, jobs) = std::sync::mpsc::sync_channel::<BulkWrite>(BULK_QUEUE);
         let thread = std::thread::Builder::new()
             .name("intact-bulk".into())
             .spawn(move || {
+                lower_priority(BULK_NICE);
                 for w in jobs {
                     match vol.write_ino(w.ino, w.offset, &w.data) {
                         Ok(()) => w.reply.written(w.data.len() as u32),

@@ -2619,6 +2619,26 @@ fn daemon_threads(m: &Mount) -> Vec<String> {
     names
 }
 
+/// The nice value of the daemon's thread named `name` (field 19 of its `stat`).
+fn daemon_thread_nice(m: &Mount, name: &str) -> Option<i64> {
+    let pid = m.child.as_ref().unwrap().id();
+    fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .find_map(|t| {
+            let t = t.ok()?.path();
+            if fs::read_to_string(t.join("comm")).ok()?.trim() != name {
+                return None;
+            }
+            let stat = fs::read_to_string(t.join("stat")).ok()?;
+            // Fields after the command's closing parenthesis start at field 3 (the state).
+            stat[stat.rfind(')')? + 2..]
+                .split(' ')
+                .nth(19 - 3)?
+                .parse()
+                .ok()
+        })
+}
+
 /// What runs by itself in the daemon: the heap's trim on every mount, a read-only one too
 /// (its walks load and free records as a writable one's do: docs/design.md, "The daemon's
 /// own memory beside the engine's"), and the periodic seal only where there is something
@@ -2643,6 +2663,18 @@ fn every_mount_gives_its_heap_back_and_a_writable_one_seals() {
     let names = started(&m);
     assert!(names.iter().any(|n| n == "intact-trim"), "{names:?}");
     assert!(names.iter().any(|n| n == "intact-sealer"), "{names:?}");
+    // Bulk writes run 5 nice steps below the request threads (the thread lowers itself
+    // when it starts: give it a moment).
+    let base = daemon_thread_nice(&m, "intact-trim").expect("the trim thread");
+    let mut bulk = None;
+    for _ in 0..50 {
+        bulk = daemon_thread_nice(&m, "intact-bulk");
+        if bulk == Some(base + 5) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(bulk, Some(base + 5), "the bulk thread's nice value");
     m.unmount();
     let m = v.try_mount(&["--ro"]).unwrap();
     let names = started(&m);
