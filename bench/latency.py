@@ -75,6 +75,10 @@ def mount(system, base, extra=()):
         time.sleep(0.1)
     for d in (cipher, mnt, state):
         os.makedirs(d)
+    # Each system starts on a quiet disk: what the system before it left dirty (gocryptfs
+    # syncs nothing at unmount, so its bulk file's GiB is written back later) and the
+    # removal above are written out first, not during this system's run.
+    os.sync()
     env = dict(os.environ, INTACT_PASSWORD=PW)
     if system.startswith("intact-"):
         b = intact_bin()
