@@ -530,19 +530,24 @@ impl UntrustedStore for LocalDirStore {
             self.sync_files(names)?;
         } else {
             std::thread::scope(|s| {
-                let threads: Vec<_> = names
-                    .chunks(per_thread)
-                    .map(|some| s.spawn(move || self.sync_files(some)))
-                    .collect();
+                // A share whose thread cannot be started (the process's limit) is synced
+                // here, after the others were started.
+                let mut here = Vec::new();
+                let mut threads = Vec::new();
+                for some in names.chunks(per_thread) {
+                    match std::thread::Builder::new().spawn_scoped(s, move || self.sync_files(some))
+                    {
+                        Ok(t) => threads.push(t),
+                        Err(_) => here.push(some),
+                    }
+                }
+                let mut done: Vec<Result<()>> =
+                    here.into_iter().map(|some| self.sync_files(some)).collect();
                 // Every thread is joined before the first error is returned.
-                let done: Vec<Result<()>> = threads
-                    .into_iter()
-                    .map(|t| {
-                        t.join().unwrap_or_else(|_| {
-                            Err(Error::Invalid("a sync thread panicked".into()))
-                        })
-                    })
-                    .collect();
+                done.extend(threads.into_iter().map(|t| {
+                    t.join()
+                        .unwrap_or_else(|_| Err(Error::Invalid("a sync thread panicked".into())))
+                }));
                 done.into_iter().collect::<Result<Vec<()>>>()
             })?;
         }
