@@ -401,57 +401,127 @@ impl std::fmt::Debug for Ctr {
     }
 }
 
-/// Keys of one file, derived from the master key and the file id.
+/// Keys of one file, derived from the master key and the file id, each scheme's group
+/// at its first use: a record opened for its attributes (a `stat`, a lookup, a listing)
+/// needs none, and a file needs only its scheme's (deriving all of them took about 5 µs:
+/// six HKDF expansions and five key schedules, 5 % of a mount's CPU while it created
+/// files of 16 KiB).
 pub struct FileKeys {
+    master: std::sync::Arc<MasterKey>,
+    file: FileId,
     /// Block AEAD (aead scheme, mt-eint in GCM mode).
-    pub gcm: Gcm,
-    /// Block cipher for mt-eint in CBC mode (and `none`).
-    pub cbc: Cbc,
-    /// IV PRF key for CBC mode.
-    pub iv: SubKey,
-    /// `mac-tree`: Poly1305-AES with AES-256 and Poly1305's `r`.
-    pub mac: PolyAes<aes::Aes256>,
-    /// `mac-tree`: AES-256-CTR under the same AES key as `mac` (Yun et al. §4.4).
-    pub ctr: Ctr,
-    /// Wide-block tweakable cipher (rand-eint).
-    pub wide: crate::wide::Hctr2,
-    /// Key of the HCTR2 tweak hash (rand-eint).
-    pub tweak: SubKey,
+    gcm: std::sync::OnceLock<Gcm>,
+    /// Block cipher for mt-eint in CBC mode (and `none`, `comp-eint`), and its IV PRF key.
+    cbc: std::sync::OnceLock<(Cbc, SubKey)>,
+    /// `mac-tree`: Poly1305-AES with AES-256 and Poly1305's `r`, and AES-256-CTR under the
+    /// same AES key (Yun et al. §4.4).
+    mac: std::sync::OnceLock<(PolyAes<aes::Aes256>, Ctr)>,
+    /// Wide-block tweakable cipher (rand-eint) and the key of its tweak hash.
+    wide: std::sync::OnceLock<(crate::wide::Hctr2, SubKey)>,
 }
 
 impl FileKeys {
-    /// Derives a file's keys.
-    pub fn derive(master: &MasterKey, file: &FileId) -> Self {
-        use aes::cipher::KeyInit;
-        let data = master.derive(label::FILE_DATA, file);
-        let aes_key = master.derive(label::MAC_TREE_AES, file);
-        let poly = master.derive(label::MAC_TREE_POLY, file);
-        let mut r = [0u8; 16];
-        r.copy_from_slice(&poly.expose_secret()[..16]);
-        let mac = PolyAes::new(
-            aes::Aes256::new(aes::cipher::generic_array::GenericArray::from_slice(
-                aes_key.expose_secret(),
-            )),
-            r,
-        );
-        r.zeroize();
-        let ctr = Ctr::new(&aes_key);
+    /// The keys of `file`, each group derived when first used.
+    pub fn new(master: std::sync::Arc<MasterKey>, file: &FileId) -> Self {
         FileKeys {
-            gcm: Gcm::new(&data),
-            cbc: Cbc::new(&data),
-            iv: master.derive(label::FILE_IV, file),
-            mac,
-            ctr,
-            wide: crate::wide::Hctr2::new(master.derive(label::FILE_WIDE, file).expose_secret()),
-            tweak: master.derive(label::FILE_TWEAK, file),
+            master,
+            file: *file,
+            gcm: std::sync::OnceLock::new(),
+            cbc: std::sync::OnceLock::new(),
+            mac: std::sync::OnceLock::new(),
+            wide: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The keys of `file`, every group derived now.
+    pub fn derive(master: &MasterKey, file: &FileId) -> Self {
+        let keys = FileKeys::new(std::sync::Arc::new(master.clone()), file);
+        keys.gcm();
+        keys.cbc();
+        keys.mac();
+        keys.wide();
+        keys
+    }
+
+    /// Whether any group has been derived.
+    pub fn derived(&self) -> bool {
+        self.gcm.get().is_some()
+            || self.cbc.get().is_some()
+            || self.mac.get().is_some()
+            || self.wide.get().is_some()
+    }
+
+    /// Block AEAD (aead scheme, mt-eint in GCM mode).
+    pub fn gcm(&self) -> &Gcm {
+        self.gcm
+            .get_or_init(|| Gcm::new(&self.master.derive(label::FILE_DATA, &self.file)))
+    }
+
+    fn cbc_group(&self) -> &(Cbc, SubKey) {
+        self.cbc.get_or_init(|| {
+            let data = self.master.derive(label::FILE_DATA, &self.file);
+            (
+                Cbc::new(&data),
+                self.master.derive(label::FILE_IV, &self.file),
+            )
+        })
+    }
+
+    /// Block cipher for mt-eint in CBC mode (and `none`, `comp-eint`).
+    pub fn cbc(&self) -> &Cbc {
+        &self.cbc_group().0
+    }
+
+    fn mac_group(&self) -> &(PolyAes<aes::Aes256>, Ctr) {
+        self.mac.get_or_init(|| {
+            use aes::cipher::KeyInit;
+            let aes_key = self.master.derive(label::MAC_TREE_AES, &self.file);
+            let poly = self.master.derive(label::MAC_TREE_POLY, &self.file);
+            let mut r = [0u8; 16];
+            r.copy_from_slice(&poly.expose_secret()[..16]);
+            let mac = PolyAes::new(
+                aes::Aes256::new(aes::cipher::generic_array::GenericArray::from_slice(
+                    aes_key.expose_secret(),
+                )),
+                r,
+            );
+            r.zeroize();
+            (mac, Ctr::new(&aes_key))
+        })
+    }
+
+    /// `mac-tree`: Poly1305-AES with AES-256 and Poly1305's `r`.
+    pub fn mac(&self) -> &PolyAes<aes::Aes256> {
+        &self.mac_group().0
+    }
+
+    /// `mac-tree`: AES-256-CTR under the same AES key as [`FileKeys::mac`] (Yun et al.
+    /// §4.4).
+    pub fn ctr(&self) -> &Ctr {
+        &self.mac_group().1
+    }
+
+    fn wide_group(&self) -> &(crate::wide::Hctr2, SubKey) {
+        self.wide.get_or_init(|| {
+            let wide = self.master.derive(label::FILE_WIDE, &self.file);
+            (
+                crate::wide::Hctr2::new(wide.expose_secret()),
+                self.master.derive(label::FILE_TWEAK, &self.file),
+            )
+        })
+    }
+
+    /// Wide-block tweakable cipher (rand-eint).
+    pub fn wide(&self) -> &crate::wide::Hctr2 {
+        &self.wide_group().0
     }
 
     /// The HCTR2 tweak of block `index` at counter `ctr` (RAND-EINT §5.2: "the hash of the
     /// block number concatenated with the block write counter"): keyed BLAKE3 over
     /// "tweak" || i (u64 LE) || ctr (u64 LE), 32 bytes.
     pub fn tweak(&self, index: u64, ctr: u64) -> Hash {
-        self.tweak
+        self.wide_group()
+            .1
             .mac(&[b"tweak", &index.to_le_bytes(), &ctr.to_le_bytes()])
     }
 
@@ -469,44 +539,12 @@ impl FileKeys {
     /// 16 bytes of keyed BLAKE3 over "iv" || i (u64 LE) || ctr (u64 LE).
     pub fn cbc_iv(&self, index: u64, ctr: u64) -> [u8; 16] {
         let h = self
-            .iv
+            .cbc_group()
+            .1
             .mac(&[b"iv", &index.to_le_bytes(), &ctr.to_le_bytes()]);
         let mut iv = [0u8; 16];
         iv.copy_from_slice(&h[..16]);
         iv
-    }
-}
-
-/// A file's keys, derived at their first use: a record opened for its attributes (a
-/// `stat`, a lookup, a listing) needs none, and deriving them all costs about 5 µs (six
-/// HKDF expansions and five key schedules).
-pub struct LazyFileKeys {
-    master: std::sync::Arc<MasterKey>,
-    file: FileId,
-    keys: std::sync::OnceLock<FileKeys>,
-}
-
-impl LazyFileKeys {
-    /// The keys of `file`, to be derived when first used.
-    pub fn new(master: std::sync::Arc<MasterKey>, file: &FileId) -> Self {
-        LazyFileKeys {
-            master,
-            file: *file,
-            keys: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// Whether they have been derived.
-    pub fn derived(&self) -> bool {
-        self.keys.get().is_some()
-    }
-}
-
-impl std::ops::Deref for LazyFileKeys {
-    type Target = FileKeys;
-    fn deref(&self) -> &FileKeys {
-        self.keys
-            .get_or_init(|| FileKeys::derive(&self.master, &self.file))
     }
 }
 
@@ -521,14 +559,33 @@ mod tests {
         MasterKey::from_bytes(*b"0123456789abcdef0123456789abcdef")
     }
 
+    /// Each group is derived at its first use, alone, and is the group derived eagerly.
     #[test]
     fn lazy_keys_are_the_file_keys_derived_once() {
         let m = fixed_master();
-        let lazy = LazyFileKeys::new(std::sync::Arc::new(m.clone()), &[4; 16]);
+        let eager = FileKeys::derive(&m, &[4; 16]);
+        let lazy = FileKeys::new(std::sync::Arc::new(m.clone()), &[4; 16]);
         assert!(!lazy.derived());
-        assert_eq!(lazy.tweak(3, 9), FileKeys::derive(&m, &[4; 16]).tweak(3, 9));
+        assert_eq!(lazy.tweak(3, 9), eager.tweak(3, 9));
         assert!(lazy.derived());
+        assert!(lazy.wide.get().is_some());
+        assert!(lazy.gcm.get().is_none() && lazy.cbc.get().is_none() && lazy.mac.get().is_none());
         assert_ne!(lazy.tweak(3, 9), FileKeys::derive(&m, &[5; 16]).tweak(3, 9));
+        assert_eq!(lazy.cbc_iv(3, 9), eager.cbc_iv(3, 9));
+        assert!(lazy.gcm.get().is_none() && lazy.mac.get().is_none());
+        let (mut a, mut b) = ([7u8; 32], [7u8; 32]);
+        let ta = lazy.gcm().seal(FileKeys::nonce(1, 2), b"aad", &mut a);
+        let tb = eager.gcm().seal(FileKeys::nonce(1, 2), b"aad", &mut b);
+        assert_eq!((a, ta), (b, tb));
+        assert!(lazy.mac.get().is_none());
+        let (mut a, mut b) = ([7u8; 32], [7u8; 32]);
+        lazy.ctr().xor([3; 16], &mut a);
+        eager.ctr().xor([3; 16], &mut b);
+        assert_eq!(a, b);
+        let (mut a, mut b) = ([7u8; 32], [7u8; 32]);
+        lazy.cbc().encrypt([1; 16], &mut a);
+        eager.cbc().encrypt([1; 16], &mut b);
+        assert_eq!(a, b);
     }
 
     /// Frozen vectors: these must never change, or existing volumes stop opening.
@@ -566,9 +623,9 @@ mod tests {
         assert_eq!(format!("{:?}", Gcm::new(&k)), "Gcm(..)");
         assert_eq!(format!("{:?}", Cbc::new(&k)), "Cbc(..)");
         let fk = FileKeys::derive(&m, &[1; 16]);
-        assert_eq!(format!("{:?}", fk.mac), "PolyAes(..)");
-        assert_eq!(format!("{:?}", fk.ctr), "Ctr(..)");
-        assert_eq!(format!("{:?}", fk.wide), "Hctr2(..)");
+        assert_eq!(format!("{:?}", fk.mac()), "PolyAes(..)");
+        assert_eq!(format!("{:?}", fk.ctr()), "Ctr(..)");
+        assert_eq!(format!("{:?}", fk.wide()), "Hctr2(..)");
     }
 
     /// RAND-EINT's tweak (§5.2) binds the block's index and its write counter: changing
@@ -657,15 +714,15 @@ mod tests {
         let m = fixed_master();
         let k = FileKeys::derive(&m, &[1; 16]);
         let mut buf = b"hello world, sixteen+".to_vec();
-        let tag = k.gcm.seal(FileKeys::nonce(1, 1), b"aad", &mut buf);
+        let tag = k.gcm().seal(FileKeys::nonce(1, 1), b"aad", &mut buf);
         let mut out = buf.clone();
-        k.gcm
+        k.gcm()
             .open(FileKeys::nonce(1, 1), b"aad", &tag, &mut out)
             .unwrap();
         assert_eq!(&out, b"hello world, sixteen+");
         buf[0] ^= 1;
         assert!(k
-            .gcm
+            .gcm()
             .open(FileKeys::nonce(1, 1), b"aad", &tag, &mut buf)
             .is_err());
         assert!(buf.iter().all(|&b| b == 0));
@@ -801,13 +858,13 @@ mod tests {
         let k = FileKeys::derive(&fixed_master(), &[3; 16]);
         let iv: [u8; 16] = *b"0123456789ab\x01\x00\x00\xfe";
         let mut buf = [0u8; 48];
-        k.ctr.xor(iv, &mut buf);
+        k.ctr().xor(iv, &mut buf);
         for j in 0..3u32 {
             let mut b = iv;
             b[12..].copy_from_slice(&(0x0100_00feu32 + j).to_be_bytes());
             assert_eq!(
                 &buf[16 * j as usize..16 * (j as usize + 1)],
-                &k.mac.aes_block(&b)
+                &k.mac().aes_block(&b)
             );
         }
     }
@@ -818,10 +875,10 @@ mod tests {
         let plain = vec![0xabu8; 4096];
         let mut buf = plain.clone();
         let iv = k.cbc_iv(3, 4);
-        k.cbc.encrypt(iv, &mut buf);
+        k.cbc().encrypt(iv, &mut buf);
         assert_eq!(buf.len(), 4096);
         assert_ne!(buf, plain);
-        k.cbc.decrypt(iv, &mut buf);
+        k.cbc().decrypt(iv, &mut buf);
         assert_eq!(buf, plain);
     }
 

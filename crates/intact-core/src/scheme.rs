@@ -6,7 +6,7 @@
 //! [`Scheme::read_blocks`] (Check), [`Scheme::write_blocks`] (Update and Append) and
 //! [`Scheme::resize`] (Delete generalised to truncation, and extension with holes).
 
-use crate::crypto::{FileId, FileKeys, Hash, LazyFileKeys, SubKey, MAX_BLOCKS, NONCE_LEN, TAG_LEN};
+use crate::crypto::{FileId, FileKeys, Hash, SubKey, MAX_BLOCKS, NONCE_LEN, TAG_LEN};
 use crate::error::{Error, Result, Subject};
 use crate::format::{InlineTags, ObjectNames, SchemeId, MAX_INLINE_TAGS};
 use crate::metrics::{phase, timed, Account, FileAccount, Metrics, Phase};
@@ -73,7 +73,7 @@ pub struct FileState {
     pub names: ObjectNames,
     /// Derived keys.
     /// Derived keys (shared with a write sealed without the engine lock, [`SealPlan`]).
-    pub keys: Arc<LazyFileKeys>,
+    pub keys: Arc<FileKeys>,
     /// Leaf count and root (for `aead`: block count; root unused).
     pub tree: TreeState,
     /// Write counters (paper §4, as intervals).
@@ -214,7 +214,7 @@ pub trait Scheme: Sync {
 /// used without it ([`Scheme::seal_plan`]).
 pub struct SealPlan {
     /// The file's keys.
-    pub keys: Arc<LazyFileKeys>,
+    pub keys: Arc<FileKeys>,
     /// The file's id (a plan applies to this file only).
     pub id: FileId,
     /// The run's first block.
@@ -396,7 +396,7 @@ impl Aead {
             let aad = block_aad(AEAD_LABEL, &f.id, first + k as u64);
             let tag = timed(Phase::Encrypt, || {
                 f.keys
-                    .gcm
+                    .gcm()
                     .seal(nonce, &aad, &mut rec[NONCE_LEN..NONCE_LEN + bs])
             });
             rec[NONCE_LEN + bs..].copy_from_slice(&tag);
@@ -429,7 +429,7 @@ impl Scheme for Aead {
             let blk = &mut out[k * bs..(k + 1) * bs];
             blk.copy_from_slice(&rec[NONCE_LEN..NONCE_LEN + bs]);
             timed(Phase::Encrypt, || {
-                f.keys.gcm.open(nonce, &aad, &rec[NONCE_LEN + bs..], blk)
+                f.keys.gcm().open(nonce, &aad, &rec[NONCE_LEN + bs..], blk)
             })
             .map_err(|_| f.tampered(first + k as u64, "AES-GCM authentication failed"))?;
         }
@@ -826,12 +826,12 @@ impl MtEint {
                     Self::leaf_hash(env, id, i, ctr, blk)
                 }));
                 let _t = phase(Phase::Encrypt);
-                keys.cbc.encrypt(keys.cbc_iv(i, ctr), blk);
+                keys.cbc().encrypt(keys.cbc_iv(i, ctr), blk);
             } else {
                 let _t = phase(Phase::Encrypt);
-                let tag = keys
-                    .gcm
-                    .seal(FileKeys::nonce(i, ctr), &block_aad(MT_LABEL, id, i), blk);
+                let tag =
+                    keys.gcm()
+                        .seal(FileKeys::nonce(i, ctr), &block_aad(MT_LABEL, id, i), blk);
                 let mut leaf = [0u8; 32];
                 leaf[..TAG_LEN].copy_from_slice(&tag);
                 leaves.push(leaf);
@@ -860,7 +860,7 @@ impl MtEint {
         }
         if self.cbc {
             timed(Phase::Encrypt, || {
-                f.keys.cbc.decrypt(f.keys.cbc_iv(i, ctr), buf)
+                f.keys.cbc().decrypt(f.keys.cbc_iv(i, ctr), buf)
             });
             let h = timed(Phase::HashMac, || Self::leaf_hash(env, &f.id, i, ctr, buf));
             if !crate::crypto::ct_eq(&h, leaf) {
@@ -872,7 +872,7 @@ impl MtEint {
                 return Err(f.tampered(i, "malformed Merkle leaf"));
             }
             timed(Phase::Encrypt, || {
-                f.keys.gcm.open(
+                f.keys.gcm().open(
                     FileKeys::nonce(i, ctr),
                     &block_aad(MT_LABEL, &f.id, i),
                     &leaf[..TAG_LEN],
@@ -1473,7 +1473,7 @@ pub(crate) mod fixture {
                 subject: Subject::Inode(2),
                 id: fid,
                 names: ObjectNames::of(&fid),
-                keys: Arc::new(LazyFileKeys::new(Arc::new(self.master.clone()), &fid)),
+                keys: Arc::new(FileKeys::new(Arc::new(self.master.clone()), &fid)),
                 tree,
                 ctrs: CounterIntervals::new(),
                 ctr_hw: 0,
@@ -1876,7 +1876,7 @@ mod tests {
             subject: f.subject.clone(),
             id: f.id,
             names: ObjectNames::of(&f.id),
-            keys: Arc::new(LazyFileKeys::new(Arc::new(super::fixture::master()), &f.id)),
+            keys: Arc::new(FileKeys::new(Arc::new(super::fixture::master()), &f.id)),
             tree: f.tree,
             ctrs: f.ctrs.clone(),
             ctr_hw: f.ctr_hw,

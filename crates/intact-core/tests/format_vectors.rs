@@ -10,7 +10,7 @@
 //!
 //! The same vectors are reproduced in docs/file-format.md; keep both in sync.
 
-use intact_core::crypto::{label, password_key, FileKeys, KdfParams, LazyFileKeys, MasterKey};
+use intact_core::crypto::{label, password_key, FileKeys, KdfParams, MasterKey};
 use intact_core::format::{
     Anchor, AnchorLog, Config, Inode, Kind, ObjectNames, SchemeId, RECORD_SIZE,
 };
@@ -157,7 +157,7 @@ fn block_nonce_iv_tag_and_leaf() {
     aad.extend_from_slice(&FILE);
     aad.extend_from_slice(&5u64.to_le_bytes());
     let mut ct = vec![0x41u8; 32];
-    let tag = keys.gcm.seal(FileKeys::nonce(5, 9), &aad, &mut ct);
+    let tag = keys.gcm().seal(FileKeys::nonce(5, 9), &aad, &mut ct);
     // aead-scheme record of block 5 with a fixed nonce 0x0c*12 (in real use the nonce is
     // random): nonce || ct || tag, AAD "intactA1" || file id || index u64 LE.
     let mut aad_a = Vec::new();
@@ -165,14 +165,14 @@ fn block_nonce_iv_tag_and_leaf() {
     aad_a.extend_from_slice(&FILE);
     aad_a.extend_from_slice(&5u64.to_le_bytes());
     let mut ct_a = vec![0x41u8; 32];
-    let tag_a = keys.gcm.seal([0x0c; 12], &aad_a, &mut ct_a);
+    let tag_a = keys.gcm().seal([0x0c; 12], &aad_a, &mut ct_a);
     let mut rec_a = vec![0x0c; 12];
     rec_a.extend_from_slice(&ct_a);
     rec_a.extend_from_slice(&tag_a);
     // mt-eint-cbc: IV of block 5 at counter 9, ciphertext of the same plaintext, leaf.
     let iv = keys.cbc_iv(5, 9);
     let mut cbc = vec![0x41u8; 32];
-    keys.cbc.encrypt(iv, &mut cbc);
+    keys.cbc().encrypt(iv, &mut cbc);
     let leaf_key = m.derive(label::LEAF, &[]);
     let leaf = leaf_key.mac(&[
         b"leaf",
@@ -798,20 +798,20 @@ fn mac_tree_and_none_vectors() {
     assert_eq!(SchemeId::parse("mac-tree").unwrap(), SchemeId::MacTree);
     // Block 5, counter 9, plaintext 32 x 0x41 (as in the block vectors above).
     let mut ct = [0x41u8; 32];
-    keys.ctr.xor(nonce(NONCE_ENC, 5, 0, 9), &mut ct);
+    keys.ctr().xor(nonce(NONCE_ENC, 5, 0, 9), &mut ct);
     let tree = MacTree {
         file: FILE,
-        mac: &keys.mac,
+        mac: keys.mac(),
         cache: None,
     };
     let block_tag = tree.block_tag(5, 9, &ct);
     // A level-0 node of the default 64-ary tree: counters [9, 0, ..., 0] under parent 3.
     let mut node = vec![0u8; 8 * 64];
     node[0] = 9;
-    let node_tag = keys.mac.mac(&nonce(NONCE_MAC, 0, 1, 3), &node);
+    let node_tag = keys.mac().mac(&nonce(NONCE_MAC, 0, 1, 3), &node);
     // `none` encrypts exactly like mt-eint-cbc (IV = PRF(i || ctr), AES-256-CBC).
     let mut none_ct = [0x41u8; 32];
-    keys.cbc.encrypt(keys.cbc_iv(5, 9), &mut none_ct);
+    keys.cbc().encrypt(keys.cbc_iv(5, 9), &mut none_ct);
     // The trusted state in the record's root field.
     let ts = MacTreeState {
         m: 65,
@@ -896,7 +896,7 @@ fn fixed_file(
         subject: intact_core::Subject::Inode(2),
         id: FILE,
         names: ObjectNames::of(&FILE),
-        keys: std::sync::Arc::new(LazyFileKeys::new(Arc::new(m.clone()), &FILE)),
+        keys: std::sync::Arc::new(FileKeys::new(Arc::new(m.clone()), &FILE)),
         tree: TreeState::empty(&hasher, &FILE),
         ctrs: CounterIntervals::new(),
         ctr_hw: 0,

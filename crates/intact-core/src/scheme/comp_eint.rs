@@ -119,14 +119,14 @@ impl CompEint {
                 blk.fill(0);
                 blk[..len].copy_from_slice(&scratch[..len]);
                 blk[len] = 0x80;
-                timed(Phase::Encrypt, || f.keys.cbc.encrypt(iv, &mut blk[..lc]));
+                timed(Phase::Encrypt, || f.keys.cbc().encrypt(iv, &mut blk[..lc]));
                 let t = tag(env, f, i, ctr, &blk[..bs - HASH_LEN]);
                 blk[bs - HASH_LEN..].copy_from_slice(&t);
                 None
             }
             None => {
                 let leaf = leaf_value(env, f, i, ctr, blk);
-                timed(Phase::Encrypt, || f.keys.cbc.encrypt(iv, blk));
+                timed(Phase::Encrypt, || f.keys.cbc().encrypt(iv, blk));
                 Some(leaf)
             }
         }
@@ -149,7 +149,7 @@ impl CompEint {
             return Err(f.tampered(i, "compressed block does not match its hash"));
         }
         timed(Phase::Encrypt, || {
-            f.keys.cbc.decrypt(f.keys.cbc_iv(i, ctr), &mut blk[..lc])
+            f.keys.cbc().decrypt(f.keys.cbc_iv(i, ctr), &mut blk[..lc])
         });
         // Authentic from here on; a malformed payload would be our own bug.
         let end = blk[..lc].iter().rposition(|&b| b != 0);
@@ -195,7 +195,7 @@ impl Scheme for CompEint {
             match arr.search_offset(i) {
                 Some(j) => {
                     timed(Phase::Encrypt, || {
-                        f.keys.cbc.decrypt(f.keys.cbc_iv(i, ctr), blk)
+                        f.keys.cbc().decrypt(f.keys.cbc_iv(i, ctr), blk)
                     });
                     checks.push((j, leaf_value(env, f, i, ctr, blk), i));
                 }

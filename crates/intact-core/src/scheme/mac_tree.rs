@@ -164,7 +164,7 @@ impl MacTree {
     fn tree<'a>(env: &'a Env, f: &'a FileState) -> Tree<'a> {
         Tree {
             file: f.id,
-            mac: &f.keys.mac,
+            mac: f.keys.mac(),
             cache: Some(env.cache),
         }
     }
@@ -213,7 +213,7 @@ impl MacTree {
     /// CTR keystream of block `i` at counter `ctr`: `AES(<i, k, ctr>_e)` for k = 0, 1, ...
     fn xor(f: &FileState, i: u64, ctr: u64, blk: &mut [u8]) {
         timed(Phase::Encrypt, || {
-            f.keys.ctr.xor(nonce(NONCE_ENC, i, 0, ctr), blk)
+            f.keys.ctr().xor(nonce(NONCE_ENC, i, 0, ctr), blk)
         })
     }
 }

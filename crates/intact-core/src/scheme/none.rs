@@ -41,7 +41,7 @@ impl Scheme for NoIntegrity {
                 continue;
             }
             timed(Phase::Encrypt, || {
-                f.keys.cbc.decrypt(f.keys.cbc_iv(i, ctr), blk)
+                f.keys.cbc().decrypt(f.keys.cbc_iv(i, ctr), blk)
             });
         }
         Ok(())
@@ -61,7 +61,7 @@ impl Scheme for NoIntegrity {
         for (k, blk) in data.chunks_exact_mut(bs).enumerate() {
             let i = first + k as u64;
             timed(Phase::Encrypt, || {
-                f.keys.cbc.encrypt(f.keys.cbc_iv(i, ctr), blk)
+                f.keys.cbc().encrypt(f.keys.cbc_iv(i, ctr), blk)
             });
         }
         tx.write_at(&f.names.data, first * bs as u64, data)?;

@@ -53,7 +53,7 @@ impl Scheme for RandEint {
                 continue;
             }
             timed(Phase::Encrypt, || {
-                f.keys.wide.decrypt(&f.keys.tweak(i, ctr), blk)
+                f.keys.wide().decrypt(&f.keys.tweak(i, ctr), blk)
             });
             match arr.search_offset(i) {
                 Some(j) => checks.push((j, leaf_value(env, f, i, ctr, blk), i)),
@@ -101,7 +101,7 @@ impl Scheme for RandEint {
                 timed(Phase::RandTest, || is_rand(blk)).then(|| leaf_value(env, f, i, ctr, blk));
             plan.set(i, leaf);
             timed(Phase::Encrypt, || {
-                f.keys.wide.encrypt(&f.keys.tweak(i, ctr), blk)
+                f.keys.wide().encrypt(&f.keys.tweak(i, ctr), blk)
             });
         }
         let ts = f.tree;

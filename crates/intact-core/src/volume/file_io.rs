@@ -268,10 +268,7 @@ impl OpenFile {
         let state = StateCell::new(FileState {
             subject,
             id: inode.id,
-            keys: Arc::new(crypto::LazyFileKeys::new(
-                Arc::clone(&keys.master),
-                &inode.id,
-            )),
+            keys: Arc::new(crypto::FileKeys::new(Arc::clone(&keys.master), &inode.id)),
             names,
             tree: inode.tree,
             ctrs,

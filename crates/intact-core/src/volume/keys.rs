@@ -5,7 +5,7 @@
 use super::*;
 
 pub(super) struct Keys {
-    /// Shared with every open file's [`crypto::LazyFileKeys`].
+    /// Shared with every open file's [`crypto::FileKeys`].
     pub(super) master: Arc<MasterKey>,
     pub(super) hasher: NodeHasher,
     pub(super) leaf: SubKey,
