@@ -2031,23 +2031,9 @@ fn sync_together(files: &[(&File, &PathBuf)]) -> Result<()> {
     if let [(f, p)] = files {
         return f.sync_data().map_err(io_at(p));
     }
-    std::thread::scope(|s| {
-        // A file whose thread cannot be started (the process's limit) is synced here.
-        let mut done = Vec::new();
-        let mut handles = Vec::new();
-        for (f, p) in files {
-            match std::thread::Builder::new()
-                .spawn_scoped(s, move || f.sync_data().map_err(io_at(p)))
-            {
-                Ok(h) => handles.push(h),
-                Err(_) => done.push(f.sync_data().map_err(io_at(p))),
-            }
-        }
-        done.extend(handles.into_iter().map(|h| {
-            h.join()
-                .unwrap_or_else(|_| Err(Error::Invalid("a sync panicked".into())))
-        }));
-        done.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
+    crate::store::on_threads(files, 1, |one| {
+        one.iter()
+            .try_for_each(|(f, p)| f.sync_data().map_err(io_at(p)))
     })
 }
 

@@ -529,27 +529,7 @@ impl UntrustedStore for LocalDirStore {
         if names.len() <= per_thread {
             self.sync_files(names)?;
         } else {
-            std::thread::scope(|s| {
-                // A share whose thread cannot be started (the process's limit) is synced
-                // here, after the others were started.
-                let mut here = Vec::new();
-                let mut threads = Vec::new();
-                for some in names.chunks(per_thread) {
-                    match std::thread::Builder::new().spawn_scoped(s, move || self.sync_files(some))
-                    {
-                        Ok(t) => threads.push(t),
-                        Err(_) => here.push(some),
-                    }
-                }
-                let mut done: Vec<Result<()>> =
-                    here.into_iter().map(|some| self.sync_files(some)).collect();
-                // Every thread is joined before the first error is returned.
-                done.extend(threads.into_iter().map(|t| {
-                    t.join()
-                        .unwrap_or_else(|_| Err(Error::Invalid("a sync thread panicked".into())))
-                }));
-                done.into_iter().collect::<Result<Vec<()>>>()
-            })?;
+            super::on_threads(names, per_thread, |some| self.sync_files(some))?;
         }
         for name in names {
             self.sync_dirs_for(name)?;

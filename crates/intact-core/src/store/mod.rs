@@ -233,8 +233,55 @@ pub fn check_name(name: &str) -> Result<()> {
 
 /// The contracts of [`UntrustedStore`], checked on every store of this module through the
 /// trait alone (and through an `Arc`, whose impl forwards every call).
+/// Runs `f` on each chunk of `per_thread` items of `items`, each chunk on a scoped thread of
+/// its own (for syncs: the device overlaps them, a journal commits them together); a chunk
+/// whose thread cannot be started (the process's limit) runs on the caller's thread. Every
+/// chunk runs to its end before the first error is returned.
+pub(crate) fn on_threads<T: Sync>(
+    items: &[T],
+    per_thread: usize,
+    f: impl Fn(&[T]) -> Result<()> + Sync,
+) -> Result<()> {
+    let f = &f;
+    std::thread::scope(|s| {
+        let mut here = Vec::new();
+        let mut threads = Vec::new();
+        for some in items.chunks(per_thread.max(1)) {
+            match std::thread::Builder::new().spawn_scoped(s, move || f(some)) {
+                Ok(t) => threads.push(t),
+                Err(_) => here.push(some),
+            }
+        }
+        let mut done: Vec<Result<()>> = here.into_iter().map(f).collect();
+        done.extend(threads.into_iter().map(|t| {
+            t.join()
+                .unwrap_or_else(|_| Err(crate::Error::Invalid("a sync thread panicked".into())))
+        }));
+        done.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    /// Every chunk runs, each once, and an error is returned after all of them ran.
+    #[test]
+    fn on_threads_runs_every_chunk_and_reports_an_error() {
+        let items: Vec<u32> = (0..50).collect();
+        let seen = std::sync::Mutex::new(Vec::new());
+        let r = on_threads(&items, 7, |some| {
+            seen.lock().unwrap().extend_from_slice(some);
+            match some.contains(&20) {
+                true => Err(crate::Error::Invalid("20".into())),
+                false => Ok(()),
+            }
+        });
+        assert!(matches!(r, Err(crate::Error::Invalid(m)) if m == "20"));
+        let mut seen = seen.into_inner().unwrap();
+        seen.sort();
+        assert_eq!(seen, items);
+        assert!(on_threads(&items, 1, |_| Ok(())).is_ok());
+    }
+
     use super::*;
     use crate::Error;
     use std::sync::Arc;
