@@ -73,7 +73,7 @@ fn a_full_cache_holds_at_most_its_bound_a_node_by_the_allocators_count() {
             let _ = c.get(&[(i % 7) as u8; 16], i);
         }
         check(&c, "touched");
-        c.remove_file(&[3; 16]);
+        c.remove_in(&[3; 16], 0..u64::MAX);
         for i in 0..nodes as u64 {
             c.insert(&[9; 16], i, [1; 32]);
         }

@@ -2,8 +2,8 @@
 //!
 //! Entries are keyed by `(file, flat index)` and hold the node's hash. Every value in the
 //! cache is trusted: it was either verified against a trusted root or computed by a trusted
-//! update. Callers therefore must keep it coherent (see [`NodeCache::remove_file`] when a
-//! file id is reused, and the tree operations which refresh changed nodes).
+//! update. Callers therefore must keep it coherent (see [`NodeCache::remove_in`] when a
+//! file is truncated, and the tree operations which refresh changed nodes).
 //!
 //! **Memory.** The size is counted as the paper counts it (Oprea and Reiter, §6: a cache of
 //! 1 KiB holds 32 nodes of 32 bytes), so `intact bench oprea-reiter` sweeps it in the
@@ -409,11 +409,6 @@ impl NodeCache {
         }
     }
 
-    /// Keeps only the nodes of `file` whose flat index satisfies `keep`.
-    pub fn retain(&self, file: &FileId, mut keep: impl FnMut(u64) -> bool) {
-        self.lock().retain(|(f, flat)| f != file || keep(*flat));
-    }
-
     /// Keeps, of `file`'s nodes with flat index in `flats`, only those that satisfy
     /// `keep`; nodes outside `flats` stay. It looks each index of the range up when that
     /// costs less than a pass over the whole cache (a lookup hashes its key: about eight
@@ -445,16 +440,6 @@ impl NodeCache {
     /// Removes `file`'s nodes with flat index in `flats` (see [`NodeCache::retain_in`]).
     pub fn remove_in(&self, file: &FileId, flats: std::ops::Range<u64>) {
         self.retain_in(file, flats, |_| false);
-    }
-
-    /// Removes the nodes of `file` with flat index `>= flat_first`.
-    pub fn remove_from(&self, file: &FileId, flat_first: u64) {
-        self.retain(file, |flat| flat < flat_first);
-    }
-
-    /// Removes every node of `file` (call when a file is deleted or its id reused).
-    pub fn remove_file(&self, file: &FileId) {
-        self.retain(file, |_| false);
     }
 
     /// Removes everything (hit and miss counters are kept).
@@ -604,14 +589,14 @@ mod tests {
             c.insert(&F, i, h(i as u8));
             c.insert(&G, i, h(i as u8));
         }
-        c.remove_from(&F, 5);
+        c.remove_in(&F, 5..u64::MAX);
         assert_eq!(c.get(&F, 4), Some(h(4)));
         assert_eq!(c.get(&F, 5), None);
         assert_eq!(c.get(&G, 9), Some(h(9)));
         c.refresh_run(&G, 8, &[h(80), h(90), h(100)]);
         assert_eq!(c.get(&G, 8), Some(h(80)));
         assert_eq!(c.get(&G, 10), None);
-        c.remove_file(&G);
+        c.remove_in(&G, 0..u64::MAX);
         assert_eq!(c.get(&G, 0), None);
         assert_eq!(c.len(), 5);
         assert_eq!(
@@ -711,7 +696,7 @@ mod tests {
             c.insert(&F, i, h(i as u8));
         }
         let cap = c.lock().slots.len();
-        c.remove_file(&F);
+        c.remove_in(&F, 0..u64::MAX);
         for i in 0..8 {
             c.insert(&G, i, h(i as u8));
         }
@@ -848,11 +833,11 @@ mod tests {
                             m.0.retain(|e| e.0 != (fid(f), k));
                         }
                         Op::RemoveFrom(f, k) => {
-                            c.remove_from(&fid(f), k);
+                            c.remove_in(&fid(f), k..u64::MAX);
                             m.0.retain(|e| e.0.0 != fid(f) || e.0.1 < k);
                         }
                         Op::RemoveFile(f) => {
-                            c.remove_file(&fid(f));
+                            c.remove_in(&fid(f), 0..u64::MAX);
                             m.0.retain(|e| e.0.0 != fid(f));
                         }
                         Op::RetainIn(f, first, span, every) => {

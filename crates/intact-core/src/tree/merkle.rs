@@ -1298,7 +1298,7 @@ mod tests {
         let mut ts = TreeState::empty(&h, &FILE);
         let mut io = Recording::default();
         t.append(&mut ts, &mut io, &l).unwrap();
-        cache.remove_file(&FILE);
+        cache.remove_in(&FILE, 0..u64::MAX);
         t.verify(&ts, &mut io, 2, &l[2..6]).unwrap();
         io.reads = 0;
         t.verify(&ts, &mut io, 5, &l[5..6]).unwrap();
