@@ -586,6 +586,18 @@ mod tests {
         lazy.cbc().encrypt([1; 16], &mut a);
         eager.cbc().encrypt([1; 16], &mut b);
         assert_eq!(a, b);
+        // Any one group counts as derived.
+        let uses: [fn(&FileKeys); 4] = [
+            |k| drop(k.gcm()),
+            |k| drop(k.cbc()),
+            |k| drop(k.mac()),
+            |k| drop(k.wide()),
+        ];
+        for used in uses {
+            let one = FileKeys::new(std::sync::Arc::new(m.clone()), &[4; 16]);
+            used(&one);
+            assert!(one.derived());
+        }
     }
 
     /// Frozen vectors: these must never change, or existing volumes stop opening.
