@@ -588,10 +588,18 @@ mod tests {
         assert_eq!(a, b);
         // Any one group counts as derived.
         let uses: [fn(&FileKeys); 4] = [
-            |k| drop(k.gcm()),
-            |k| drop(k.cbc()),
-            |k| drop(k.mac()),
-            |k| drop(k.wide()),
+            |k| {
+                let _ = k.gcm();
+            },
+            |k| {
+                let _ = k.cbc();
+            },
+            |k| {
+                let _ = k.mac();
+            },
+            |k| {
+                let _ = k.wide();
+            },
         ];
         for used in uses {
             let one = FileKeys::new(std::sync::Arc::new(m.clone()), &[4; 16]);
