@@ -21,7 +21,14 @@ with `sync -f` + fsync of the mount's root directory (durable), reported as "dra
 With --dbench, `dbench -t SECS 4` runs on each mount too: throughput and Flush latency.
 With --xattr, N set-then-get pairs of extended attributes on one file (N = 1k, 2k, 4k, 8k),
 timed per N: linear means a flat cost per pair (intact is mounted with a limit that lets
-8k attributes fit; gocryptfs stores them in the backing ext4, whose limit may stop it).
+8k attributes fit; gocryptfs stores them in the backing ext4, whose limit may stop it). The
+names are "user." and two printable characters, so that 8k of them fit in the 64 KiB a
+listxattr can return. Then stress-ng's xattr stressor, 10 s per row. Its bogo op sets
+"user.var_N" attributes until the file system refuses one, then replaces, reads, lists and
+removes them all, so its ops/s depend on how many attributes a file holds: each row gives
+that count (probed first) and attributes per second (ops/s x count). The last row mounts
+intact with --xattr-max-bytes set to hold as many as gocryptfs's backing ext4 does: the same
+work per bogo op, the ratio to compare. --no-mixed skips the mixed load.
 """
 import argparse
 import os
@@ -100,6 +107,12 @@ def mount(system, base, extra=()):
     wait_mounted(mnt)
 
     def unmount():
+        if system.startswith("intact-"):
+            # Waits for the daemon to seal and exit, so that the next mount() can remove
+            # this volume without racing the daemon's last writes.
+            subprocess.run([intact_bin(), "--state", state, "umount", mnt], env=env,
+                           check=True)
+            return
         for _ in range(200):
             if subprocess.run(["fusermount3", "-u", mnt], stderr=subprocess.DEVNULL).returncode == 0:
                 break
@@ -239,17 +252,61 @@ def xattrs(system, base):
         t = time.perf_counter()
         done = n
         for i in range(n):
+            name = "user." + chr(0x21 + i // 94) + chr(0x21 + i % 94)
             try:
-                os.setxattr(p, f"user.k{i:05}", b"v" * 16)
+                os.setxattr(p, name, b"v" * 16)
             except OSError:
                 done = i
                 break
-            assert os.getxattr(p, f"user.k{i:05}") == b"v" * 16
+            assert os.getxattr(p, name) == b"v" * 16
         dt = time.perf_counter() - t
         row[f"{n}: s"] = f"{dt:.3f}" + ("" if done == n else f" (stopped at {done})")
         row[f"{n}: us/pair"] = dt / max(done, 1) * 1e6
     unmount()
     return row
+
+
+def stressor_names(i):
+    """The attribute stress-ng's xattr stressor sets i-th (name, value)."""
+    return f"user.var_{i}", f"orig-value-{i}".encode()
+
+
+def xattr_capacity(mnt):
+    """How many of the stressor's attributes one file on `mnt` holds (at most 4096)."""
+    p = os.path.join(mnt, "capacity-probe")
+    open(p, "w").close()
+    n = 0
+    while n < 4096:
+        try:
+            os.setxattr(p, *stressor_names(n))
+        except OSError:
+            break
+        n += 1
+    os.unlink(p)
+    return n
+
+
+def stress_xattr(system, base, extra=(), label=None, secs=10):
+    mnt, unmount = mount(system, base, extra)
+    count = xattr_capacity(mnt)
+    out = subprocess.run(["stress-ng", "--xattr", "1", "--timeout", f"{secs}s",
+                          "--metrics-brief", "--temp-path", mnt],
+                         capture_output=True, text=True)
+    unmount()
+    rate = None
+    for line in (out.stdout + out.stderr).splitlines():
+        w = line.split()
+        if "metrc:" in w and "xattr" in w:
+            rate = float(w[w.index("xattr") + 5])  # bogo ops/s (real time)
+    if rate is None or out.returncode != 0:
+        sys.exit(f"stress-ng --xattr on {system} failed:\n{out.stdout}{out.stderr}")
+    return {"system": label or system, "attrs per op": count, "bogo ops/s": rate,
+            "attrs/s": rate * count}
+
+
+def matched_limit(count):
+    """An intact --xattr-max-bytes that holds exactly `count` of the stressor's attributes."""
+    return sum(len(n) + len(v) for n, v in map(stressor_names, range(count + 1))) - 1
 
 
 def table(rows, cols):
@@ -268,14 +325,18 @@ def main():
     ap.add_argument("--systems", default="intact-mt-eint,gocryptfs")
     ap.add_argument("--dbench", action="store_true")
     ap.add_argument("--xattr", action="store_true")
+    ap.add_argument("--no-mixed", action="store_true")
     ap.add_argument("--out")
     a = ap.parse_args()
     base = os.environ.get("BENCH_DIR", "/var/tmp/intact-latency")
     os.makedirs(base, exist_ok=True)
-    rows = [run(s, base, a.secs, a.procs) for s in a.systems.split(",")]
-    text = (f"Mixed load: {a.procs} processes + 1 bulk writer, {a.secs} s; latencies in ms\n\n"
-            + table(rows, ["system", "requests", "p50", "p99", "p99.9", "max", "fsync p50",
-                           "fsync p99", "bulk MB/s", "bulk max", "drain s"]))
+    text = ""
+    if not a.no_mixed:
+        rows = [run(s, base, a.secs, a.procs) for s in a.systems.split(",")]
+        text = (f"Mixed load: {a.procs} processes + 1 bulk writer, {a.secs} s; "
+                "latencies in ms\n\n"
+                + table(rows, ["system", "requests", "p50", "p99", "p99.9", "max",
+                               "fsync p50", "fsync p99", "bulk MB/s", "bulk max", "drain s"]))
     if a.dbench:
         drows = [dbench(s, base, a.secs) for s in a.systems.split(",")]
         text += "\n\ndbench, 4 clients, %d s\n\n" % a.secs + table(
@@ -285,7 +346,21 @@ def main():
         cols = ["system"] + [f"{n}: {u}" for n in (1000, 2000, 4000, 8000)
                              for u in ("s", "us/pair")]
         text += "\n\nxattr set-then-get on one file\n\n" + table(xrows, cols)
-    print(text)
+        srows = [stress_xattr(s, base) for s in a.systems.split(",")]
+        goc = [r for r in srows if r["system"] == "gocryptfs"]
+        for s in a.systems.split(","):
+            if goc and s.startswith("intact-"):
+                n = goc[0]["attrs per op"]
+                r = stress_xattr(s, base, ("--xattr-max-bytes", str(matched_limit(n))),
+                                 f"{s}, limit holding {n}")
+                r["vs gocryptfs"] = r["bogo ops/s"] / goc[0]["bogo ops/s"]
+                srows.append(r)
+        for r in srows:
+            r.setdefault("vs gocryptfs", "")
+        text += ("\n\nstress-ng --xattr 1, 10 s\n\n"
+                 + table(srows, ["system", "attrs per op", "bogo ops/s", "attrs/s",
+                                 "vs gocryptfs"]))
+    print(text.strip())
     if a.out:
         with open(a.out, "w") as f:
             f.write(text + "\n")
