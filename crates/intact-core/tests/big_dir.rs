@@ -259,3 +259,93 @@ fn lookups_after_a_listing_are_served_from_the_metadata_cache() {
         "store bytes read by the lookups: {with} with the cache, {without} without"
     );
 }
+
+/// What a create, an unlink or a change of a record writes stays in the metadata cache as
+/// written (directory units whole, the record in its table piece, a small directory's
+/// single unit cut or grown to its new length): the lookups after them read nothing back,
+/// and they answer what a volume opened afresh, with no cache, reads from the store.
+#[test]
+fn what_operations_write_stays_in_the_metadata_cache_as_written() {
+    const N: usize = 2_000;
+    let store = Arc::new(CountingStore::new(MemStore::new()));
+    let trusted = MemTrusted::new();
+    drop(new_volume(store.clone(), &trusted, true));
+    let open = |meta: usize| {
+        let opts = intact_core::Options {
+            cache_bytes: 1 << 20,
+            // Few records resident: the stats below read records from the table.
+            records: 16,
+            meta_cache_bytes: meta,
+            ..intact_core::Options::default()
+        };
+        Volume::open(store.clone(), Box::new(trusted.clone()), PW, &opts).unwrap()
+    };
+    let vol = open(32 << 20);
+    vol.mkdir("/big").unwrap();
+    vol.mkdir("/small").unwrap();
+    let mut inos = Vec::new();
+    for i in 0..N {
+        inos.push(vol.create_file(&name(i), None).unwrap());
+    }
+    for n in ["a", "bb", "ccc"] {
+        vol.create_file(&format!("/small/{n}"), None).unwrap();
+    }
+    vol.sync().unwrap();
+    // Everything read once, so that the cache holds every unit and table piece.
+    for i in 0..N {
+        vol.stat(&name(i)).unwrap();
+    }
+    for n in ["a", "bb", "ccc"] {
+        vol.stat(&format!("/small/{n}")).unwrap();
+    }
+    // Changes of records, of big units and of the small directory's one unit (shorter,
+    // then longer).
+    for (i, &ino) in inos.iter().enumerate() {
+        let set = intact_core::volume::SetAttr {
+            mode: Some(0o600 | (i % 8) as u32),
+            ..Default::default()
+        };
+        vol.setattr(ino, &set).unwrap();
+    }
+    for i in (0..N).step_by(3) {
+        vol.unlink(&name(i)).unwrap();
+    }
+    for i in N..N + 100 {
+        vol.create_file(&name(i), None).unwrap();
+    }
+    vol.unlink("/small/bb").unwrap();
+    vol.create_file("/small/a-much-longer-name-than-before", None)
+        .unwrap();
+    vol.sync().unwrap();
+    let answers = |vol: &Volume| -> Vec<Option<(u64, u32)>> {
+        let small = ["a", "bb", "ccc", "a-much-longer-name-than-before"];
+        (0..N + 100)
+            .map(name)
+            .chain(small.iter().map(|n| format!("/small/{n}")))
+            .map(|p| vol.stat(&p).ok().map(|s| (s.ino, s.mode)))
+            .collect()
+    };
+    let misses = vol.meta_cache().misses;
+    let cached = answers(&vol);
+    assert_eq!(
+        vol.meta_cache().misses,
+        misses,
+        "lookups after the changes read units back"
+    );
+    drop(vol);
+    let fresh = answers(&open(0));
+    assert_eq!(cached, fresh);
+    // And the answers are the changes made.
+    for i in 0..N {
+        let want = (i % 3 != 0).then(|| (inos[i], 0o600 | (i % 8) as u32));
+        assert_eq!(
+            fresh[i].map(|(ino, m)| (ino, m & 0o7777)),
+            want,
+            "{}",
+            name(i)
+        );
+    }
+    assert!(fresh[N..N + 100].iter().all(Option::is_some));
+    let small: Vec<bool> = fresh[N + 100..].iter().map(Option::is_some).collect();
+    assert_eq!(small, [true, false, true, true]);
+}

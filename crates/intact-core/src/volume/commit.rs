@@ -274,12 +274,16 @@ impl Inner {
         self.changes.synced.clear();
         self.apply_auto_policy()?;
         // 1. Directory contents, then file data, then records into the inode table.
-        let dirty: Vec<u64> = self
+        let mut dirty: Vec<u64> = self
             .files
             .iter()
             .filter(|(_, f)| f.is_dirty())
             .map(|(i, _)| *i)
             .collect();
+        // In order of number: the records go into the table in order, so that a piece
+        // the table grows into is kept whole in the metadata cache
+        // (`Inner::write_raw_record`).
+        dirty.sort_unstable();
         let this_commit = self.commits_begun + 1;
         for ino in dirty {
             self.settle_slots(ino)?;

@@ -86,9 +86,11 @@ impl Inner {
             return Err(past_table_end(ino));
         };
         let id = self.itable.inode.id;
+        // A kept piece shorter than the record (the table grew past it since) is read
+        // again.
         let b = match self.units.get(&id, k) {
-            Some(b) => b,
-            None => {
+            Some(b) if b.len() >= at + RECORD_SIZE => b,
+            _ => {
                 let mut b = vec![0u8; unitcache::TABLE_PIECE];
                 let env = env!(self);
                 let n = file_read(
@@ -109,31 +111,36 @@ impl Inner {
             None => Err(past_table_end(ino)),
         }
     }
-    /// Drops the cached piece of the table that holds bytes `off .. off + len`.
-    fn table_changed(&mut self, off: u64, len: usize) {
-        let first = off / unitcache::TABLE_PIECE as u64;
-        let last = (off + len as u64).saturating_sub(1) / unitcache::TABLE_PIECE as u64;
-        let id = self.itable.inode.id;
-        for k in first..=last {
-            if let Ok(k) = u32::try_from(k) {
-                self.units.remove_range(&id, k, 1);
-            }
-        }
-    }
     pub(super) fn write_record(&mut self, ino: u64, inode: &Inode) -> Result<()> {
         self.write_raw_record(ino, &inode.encode())
     }
-    /// Writes record `ino`'s bytes.
+    /// Writes record `ino`'s bytes. A cached piece of the table that holds the record is
+    /// kept with the new bytes in place (what a read of the piece returns now); records
+    /// never straddle pieces.
     pub(super) fn write_raw_record(&mut self, ino: u64, b: &[u8; RECORD_SIZE]) -> Result<()> {
-        self.table_changed(ino * RECORD_SIZE as u64, RECORD_SIZE);
+        let off = ino * RECORD_SIZE as u64;
+        let piece = u32::try_from(off / unitcache::TABLE_PIECE as u64).ok();
+        let id = self.itable.inode.id;
+        let at = (off % unitcache::TABLE_PIECE as u64) as usize;
+        let kept = match piece.map(|k| (k, self.units.take(&id, k))) {
+            // A piece wholly past the table's end: it reads as zeros up to this record.
+            Some((_, None)) if off - at as u64 >= self.itable.inode.size => {
+                Some(Arc::from(&[][..]))
+            }
+            p => p.and_then(|(_, b)| b),
+        };
         let env = env!(self);
-        file_write(
-            &env,
-            &mut self.tx,
-            &mut self.itable,
-            ino * RECORD_SIZE as u64,
-            b,
-        )
+        file_write(&env, &mut self.tx, &mut self.itable, off, b)?;
+        if let (Some(k), Some(old)) = (piece, kept) {
+            let mut new = old.to_vec();
+            if new.len() < at + RECORD_SIZE {
+                // The record grew the table: the piece now reaches its end.
+                new.resize(at + RECORD_SIZE, 0);
+            }
+            new[at..at + RECORD_SIZE].copy_from_slice(b);
+            self.units.put(&id, k, new.into());
+        }
+        Ok(())
     }
     pub(super) fn read_header(&mut self) -> Result<TableHeader> {
         let mut b = [0u8; RECORD_SIZE];
@@ -173,9 +180,8 @@ impl Inner {
         b[8..16].copy_from_slice(&self.header.free_head.to_le_bytes());
         b[16..24].copy_from_slice(&self.header.count.to_le_bytes());
         b[24..32].copy_from_slice(&self.header.unlinked_head.to_le_bytes());
-        self.table_changed(0, RECORD_SIZE);
-        let env = env!(self);
-        file_write(&env, &mut self.tx, &mut self.itable, 0, &b)
+        // The header is record 0.
+        self.write_raw_record(0, &b)
     }
     pub(super) fn check_writable(&self) -> Result<()> {
         if self.read_only {

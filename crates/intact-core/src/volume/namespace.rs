@@ -89,13 +89,39 @@ impl dirtree::Units for FileUnits<'_, '_> {
     }
     fn write(&mut self, k: u32, b: &[u8]) -> Result<()> {
         let units = b.len().div_ceil(self.unit).max(1) as u32;
-        self.cache.remove_range(&self.of.inode.id, k, units);
-        file_write(self.env, self.tx, self.of, k as u64 * self.unit as u64, b)
+        let id = self.of.inode.id;
+        self.cache.remove_range(&id, k, units);
+        file_write(self.env, self.tx, self.of, k as u64 * self.unit as u64, b)?;
+        // What was written is what a read of each of these units returns now (the units
+        // are whole, or the last one ends the file): keep it, so that the operations after
+        // a create or an unlink meet the leaf it changed without reading it back.
+        let size = self.of.inode.size;
+        for (i, chunk) in b.chunks(self.unit).enumerate() {
+            let k = k + i as u32;
+            let whole = size
+                .saturating_sub(k as u64 * self.unit as u64)
+                .min(self.unit as u64);
+            if chunk.len() as u64 == whole {
+                self.cache.put(&id, k, chunk.into());
+            }
+        }
+        Ok(())
     }
     fn set_len(&mut self, len: u64) -> Result<()> {
         let first = (len / self.unit as u64).min(u32::MAX as u64) as u32;
-        self.cache.remove_from(&self.of.inode.id, first);
-        file_truncate(self.env, self.tx, self.of, len)
+        let id = self.of.inode.id;
+        let kept = self.cache.take(&id, first);
+        self.cache.remove_from(&id, first);
+        file_truncate(self.env, self.tx, self.of, len)?;
+        // The unit the new end falls in reads as its old bytes cut there, or, when the file
+        // grew from inside it, as its old bytes and zeros up to the end.
+        let rem = (len % self.unit as u64) as usize;
+        if let (Some(old), true) = (kept, rem > 0) {
+            let mut b = old.to_vec();
+            b.resize(rem, 0);
+            self.cache.put(&id, first, b.into());
+        }
+        Ok(())
     }
     fn malformed(&self, what: &str) -> Error {
         Error::tampered(Subject::Inode(self.ino), None, what)

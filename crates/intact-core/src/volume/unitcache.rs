@@ -13,8 +13,11 @@
 //!
 //! What it holds is what a read of the unit would return now, by these rules:
 //! - a write or a cut of a directory's file goes through [`super::namespace`]'s units,
-//!   which drop the units they change, and a record is written only by
-//!   `Inner::write_record`, which drops its piece;
+//!   which keep the bytes they wrote as whole units (a partly written unit is dropped)
+//!   and cut the unit the new end falls in, and a record is written only by
+//!   `Inner::write_raw_record`, which writes the new record into its cached piece: the
+//!   operations after a create or an unlink meet the leaf and the record it changed
+//!   without reading them back;
 //! - going back to the last seal after a failed commit, and replaying the log, change
 //!   objects below the units: both empty the cache;
 //! - an entry is keyed by the file id of the directory (or of the inode table), never
@@ -98,10 +101,16 @@ impl UnitCache {
     }
 
     fn remove(&mut self, file: &FileId, k: u32) {
-        if let Some((old, used)) = self.map.remove(&(*file, k)) {
-            self.order.remove(&used);
-            self.bytes -= old.len() + ENTRY_COST;
-        }
+        self.take(file, k);
+    }
+
+    /// Drops unit `k` of `file`, returning its bytes if it was kept (not counted as a
+    /// lookup).
+    pub(super) fn take(&mut self, file: &FileId, k: u32) -> Option<Arc<[u8]>> {
+        let (old, used) = self.map.remove(&(*file, k))?;
+        self.order.remove(&used);
+        self.bytes -= old.len() + ENTRY_COST;
+        Some(old)
     }
 
     /// Drops the units of `file` numbered `first` and up (a write or a cut changed them).
