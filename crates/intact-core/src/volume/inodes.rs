@@ -656,6 +656,29 @@ mod tests {
         }
     }
 
+    /// A kept piece of the table shorter than a record it holds now (kept before the table
+    /// grew past it) is read again, not taken as the table's end.
+    #[test]
+    fn a_kept_piece_shorter_than_its_record_is_read_again() {
+        let vol = crate::volume::test_volume(Arc::new(MemStore::new()), &MemTrusted::new());
+        for i in 0..20 {
+            vol.create_file(&format!("/f{i}"), None).unwrap();
+        }
+        vol.sync().unwrap();
+        let ino = vol.stat("/f19").unwrap().ino;
+        let mut g = vol.shared.lock();
+        let want = g.read_raw_record(ino).unwrap();
+        let off = ino * RECORD_SIZE as u64;
+        let (k, at) = (
+            (off / unitcache::TABLE_PIECE as u64) as u32,
+            (off % unitcache::TABLE_PIECE as u64) as usize,
+        );
+        let id = g.itable.inode.id;
+        let piece = g.units.take(&id, k).expect("kept by the read");
+        g.units.put(&id, k, piece[..at].into());
+        assert_eq!(g.read_raw_record(ino).unwrap(), want);
+    }
+
     /// The objects of a new file, and of a file re-encrypted under a new id, are said
     /// absent to the store before they exist (S3 then lists nothing before their first
     /// write), and nothing that exists is.

@@ -92,18 +92,15 @@ impl dirtree::Units for FileUnits<'_, '_> {
         let id = self.of.inode.id;
         self.cache.remove_range(&id, k, units);
         file_write(self.env, self.tx, self.of, k as u64 * self.unit as u64, b)?;
-        // What was written is what a read of each of these units returns now (the units
-        // are whole, or the last one ends the file): keep it, so that the operations after
-        // a create or an unlink meet the leaf it changed without reading it back.
-        let size = self.of.inode.size;
-        for (i, chunk) in b.chunks(self.unit).enumerate() {
-            let k = k + i as u32;
-            let whole = size
-                .saturating_sub(k as u64 * self.unit as u64)
-                .min(self.unit as u64);
-            if chunk.len() as u64 == whole {
-                self.cache.put(&id, k, chunk.into());
-            }
+        // What was written is what a read of the unit returns now when it is the whole
+        // unit, or ends the file: keep it, so that the operations after a create or an
+        // unlink meet the leaf it changed without reading it back. (The tree writes one
+        // unit at a time; a longer write is only dropped.)
+        let whole = (self.of.inode.size)
+            .saturating_sub(k as u64 * self.unit as u64)
+            .min(self.unit as u64);
+        if b.len() as u64 == whole {
+            self.cache.put(&id, k, b.into());
         }
         Ok(())
     }
