@@ -26,6 +26,16 @@ pub(super) fn decode_record(ino: u64, b: &[u8]) -> Result<Inode> {
     })
 }
 
+/// The piece of the inode table ([`unitcache::TABLE_PIECE`]) that holds record `ino`,
+/// and the record's offset in it (records never straddle pieces).
+fn piece_of(ino: u64) -> (u64, usize) {
+    let off = ino * RECORD_SIZE as u64;
+    (
+        off / unitcache::TABLE_PIECE as u64,
+        (off % unitcache::TABLE_PIECE as u64) as usize,
+    )
+}
+
 impl Inner {
     pub(super) fn empty_tree(&self, s: SchemeId, id: &FileId) -> crate::tree::TreeState {
         let env = env!(self);
@@ -77,11 +87,7 @@ impl Inner {
     }
     /// Record `ino`'s bytes ([`Inner::read_record`] without the decoding).
     pub(super) fn read_raw_record(&mut self, ino: u64) -> Result<[u8; RECORD_SIZE]> {
-        let off = ino * RECORD_SIZE as u64;
-        let (piece, at) = (
-            off / unitcache::TABLE_PIECE as u64,
-            (off % unitcache::TABLE_PIECE as u64) as usize,
-        );
+        let (piece, at) = piece_of(ino);
         let Ok(k) = u32::try_from(piece) else {
             return Err(past_table_end(ino));
         };
@@ -119,9 +125,9 @@ impl Inner {
     /// never straddle pieces.
     pub(super) fn write_raw_record(&mut self, ino: u64, b: &[u8; RECORD_SIZE]) -> Result<()> {
         let off = ino * RECORD_SIZE as u64;
-        let piece = u32::try_from(off / unitcache::TABLE_PIECE as u64).ok();
+        let (piece, at) = piece_of(ino);
+        let piece = u32::try_from(piece).ok();
         let id = self.itable.inode.id;
-        let at = (off % unitcache::TABLE_PIECE as u64) as usize;
         let kept = match piece.map(|k| (k, self.units.take(&id, k))) {
             // A piece wholly past the table's end: it reads as zeros up to this record.
             Some((_, None)) if off - at as u64 >= self.itable.inode.size => {
@@ -668,11 +674,8 @@ mod tests {
         let ino = vol.stat("/f19").unwrap().ino;
         let mut g = vol.shared.lock();
         let want = g.read_raw_record(ino).unwrap();
-        let off = ino * RECORD_SIZE as u64;
-        let (k, at) = (
-            (off / unitcache::TABLE_PIECE as u64) as u32,
-            (off % unitcache::TABLE_PIECE as u64) as usize,
-        );
+        let (k, at) = piece_of(ino);
+        let k = k as u32;
         let id = g.itable.inode.id;
         let piece = g.units.take(&id, k).expect("kept by the read");
         g.units.put(&id, k, piece[..at].into());
