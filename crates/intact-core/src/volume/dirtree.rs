@@ -62,6 +62,12 @@ pub(super) trait Units {
     fn set_len(&mut self, len: u64) -> Result<()>;
     /// What an error names.
     fn malformed(&self, what: &str) -> Error;
+    /// Unit `k`'s checked node, if one was kept with the bytes [`Units::read`] returns now.
+    fn kept(&mut self, _k: u32) -> Option<Arc<Unit>> {
+        None
+    }
+    /// Keeps `u`, decoded and checked from `b` (unit `k`'s bytes as read), beside them.
+    fn keep(&mut self, _k: u32, _b: &Arc<[u8]>, _u: &Arc<Unit>) {}
 }
 
 /// One entry.
@@ -134,23 +140,72 @@ impl Node {
     }
 }
 
-/// A node as read from its unit: an inner node decoded, a leaf checked in place (a lookup
-/// compares names in the unit's bytes, with no allocation per entry).
-#[derive(Clone)]
-enum Read {
+/// A node as read from its unit and checked whole, once: its layout, the strict order of
+/// its keys (a leaf's entries by key, then name), the zero padding after it. A lookup then
+/// binary-searches it. The metadata cache keeps it beside the unit's bytes
+/// ([`Units::keep`]), so a unit that many paths cross is parsed and checked when it is
+/// read, not at every visit (issue 18: a lookup among 10^6 names crosses three units);
+/// what each visit still checks is that its keys lie within the bounds its parent gives
+/// it, which, the keys being in order, its first and last key tell.
+pub(super) enum Read {
     Leaf(RawLeaf),
     Inner { keys: Vec<u64>, kids: Vec<u32> },
 }
 
+impl Read {
+    /// The first and last key (`None`: an empty leaf).
+    fn key_span(&self) -> Option<(u64, u64)> {
+        let keys = match self {
+            Read::Leaf(l) => &l.keys,
+            Read::Inner { keys, .. } => keys,
+        };
+        Some((*keys.first()?, *keys.last()?))
+    }
+
+    /// What keeping it costs beside the unit's bytes.
+    pub(super) fn cost(&self) -> usize {
+        match self {
+            Read::Leaf(l) => 12 * l.keys.len(),
+            Read::Inner { keys, kids } => 8 * keys.len() + 4 * kids.len(),
+        }
+    }
+}
+
+/// A unit's checked node and, for unit 0, the header before it.
+pub(super) struct Unit {
+    header: Header,
+    node: Read,
+}
+
+impl Unit {
+    /// What keeping it costs beside the unit's bytes.
+    pub(super) fn cost(&self) -> usize {
+        self.node.cost()
+    }
+
+    /// An inner node of `n` keys (for the cache's tests).
+    #[cfg(test)]
+    pub(super) fn inner_for_test(n: usize) -> Arc<Unit> {
+        Arc::new(Unit {
+            header: Header::default(),
+            node: Read::Inner {
+                keys: (0..n as u64).collect(),
+                kids: (0..=n as u32).collect(),
+            },
+        })
+    }
+}
+
 /// A leaf's entries in its unit's bytes, checked to parse (kinds, lengths; a name's UTF-8
-/// is checked when it is taken out, [`RawLeaf::owned`]).
-#[derive(Clone)]
-struct RawLeaf {
+/// is checked when it is taken out, [`RawLeaf::owned`]), with each entry's key and offset.
+pub(super) struct RawLeaf {
     b: Arc<[u8]>,
     start: usize,
     /// Where the entries end (the padding begins).
     end: usize,
     n: usize,
+    keys: Vec<u64>,
+    offs: Vec<u32>,
 }
 
 /// One entry of a [`RawLeaf`].
@@ -162,23 +217,30 @@ struct RawEnt<'a> {
 }
 
 impl RawLeaf {
-    fn entries(&self) -> impl Iterator<Item = RawEnt<'_>> {
+    fn entry(&self, i: usize) -> RawEnt<'_> {
         let b = &self.b;
-        let mut at = self.start;
-        (0..self.n).map(move |_| {
-            let key = u64::from_le_bytes(b[at..at + 8].try_into().expect("checked"));
-            let kind = Kind::of_entry(b[at + 8]).expect("checked");
-            let ino = u64::from_le_bytes(b[at + 9..at + 17].try_into().expect("checked"));
-            let nl = b[at + 17] as usize;
-            let name = &b[at + 18..at + 18 + nl];
-            at += 18 + nl;
-            RawEnt {
-                key,
-                kind,
-                ino,
-                name,
-            }
-        })
+        let at = self.offs[i] as usize;
+        let nl = b[at + 17] as usize;
+        RawEnt {
+            key: self.keys[i],
+            kind: Kind::of_entry(b[at + 8]).expect("checked"),
+            ino: u64::from_le_bytes(b[at + 9..at + 17].try_into().expect("checked")),
+            name: &b[at + 18..at + 18 + nl],
+        }
+    }
+
+    fn entries(&self) -> impl Iterator<Item = RawEnt<'_>> {
+        (0..self.n).map(|i| self.entry(i))
+    }
+
+    /// The entry `name` of key `key`: a binary search for the key, then the few names
+    /// that share it.
+    fn find(&self, key: u64, name: &[u8]) -> Option<RawEnt<'_>> {
+        let first = self.keys.partition_point(|&k| k < key);
+        (first..self.n)
+            .take_while(|&i| self.keys[i] == key)
+            .map(|i| self.entry(i))
+            .find(|e| e.name == name)
     }
 
     /// The entries, owned (`None`: a name is not UTF-8).
@@ -198,7 +260,8 @@ impl RawEnt<'_> {
     }
 }
 
-/// Decodes the node at `at` of unit bytes `b`, which must end in zero bytes.
+/// Decodes and checks the node at `at` of unit bytes `b`, which must end in zero bytes
+/// ([`Read`]).
 fn decode_node(b: Arc<[u8]>, at: usize) -> Option<Read> {
     let mut r = crate::tx::Reader { b: &b, pos: at };
     let tag = r.take(1)?[0];
@@ -206,16 +269,32 @@ fn decode_node(b: Arc<[u8]>, at: usize) -> Option<Read> {
     match tag {
         TAG_LEAF => {
             let start = r.pos;
+            let mut keys = Vec::with_capacity(n);
+            let mut offs = Vec::with_capacity(n);
+            let mut prev: Option<(u64, &[u8])> = None;
             for _ in 0..n {
-                r.u64()?;
+                offs.push(u32::try_from(r.pos).ok()?);
+                let key = r.u64()?;
                 Kind::of_entry(r.take(1)?[0])?;
                 r.u64()?;
                 let nl = r.take(1)?[0] as usize;
-                r.take(nl)?;
+                let name = r.take(nl)?;
+                if prev.is_some_and(|p| p >= (key, name)) {
+                    return None;
+                }
+                prev = Some((key, name));
+                keys.push(key);
             }
             padding_ok(&b[r.pos..]).then_some(())?;
             let end = r.pos;
-            Some(Read::Leaf(RawLeaf { b, start, end, n }))
+            Some(Read::Leaf(RawLeaf {
+                b,
+                start,
+                end,
+                n,
+                keys,
+                offs,
+            }))
         }
         TAG_INNER if n >= 1 => {
             let mut kids = Vec::with_capacity(n + 1);
@@ -226,6 +305,7 @@ fn decode_node(b: Arc<[u8]>, at: usize) -> Option<Read> {
             for _ in 0..n {
                 keys.push(r.u64()?);
             }
+            keys.is_sorted_by(|a, b| a < b).then_some(())?;
             padding_ok(&b[r.pos..]).then_some(())?;
             Some(Read::Inner { keys, kids })
         }
@@ -255,10 +335,19 @@ pub(super) struct DirTree<'a, U: Units> {
 /// What a descent found: the path's inner nodes (unit, node, child taken), the leaf, and
 /// the smallest key past it (`None`: the last leaf).
 struct Path {
-    inner: Vec<(u32, Node, usize)>,
+    inner: Vec<(u32, Arc<Unit>, usize)>,
     leaf_unit: u32,
-    leaf: RawLeaf,
+    leaf: Arc<Unit>,
     upper: Option<u64>,
+}
+
+impl Path {
+    fn leaf(&self) -> &RawLeaf {
+        match &self.leaf.node {
+            Read::Leaf(l) => l,
+            Read::Inner { .. } => unreachable!("a descent ends at a leaf"),
+        }
+    }
 }
 
 impl<U: Units> DirTree<'_, U> {
@@ -271,7 +360,10 @@ impl<U: Units> DirTree<'_, U> {
     }
 
     /// Unit 0: the header and the root (an empty directory: no units, an empty leaf).
-    fn root(&mut self) -> Result<(Header, Read)> {
+    fn root(&mut self) -> Result<Arc<Unit>> {
+        if let Some(u) = self.units.kept(0) {
+            return Ok(u);
+        }
         let b = self.units.read(0)?;
         if b.is_empty() {
             let empty = RawLeaf {
@@ -279,8 +371,13 @@ impl<U: Units> DirTree<'_, U> {
                 start: 0,
                 end: 0,
                 n: 0,
+                keys: Vec::new(),
+                offs: Vec::new(),
             };
-            return Ok((Header::default(), Read::Leaf(empty)));
+            return Ok(Arc::new(Unit {
+                header: Header::default(),
+                node: Read::Leaf(empty),
+            }));
         }
         let bad = || self.units.malformed("malformed directory header");
         let mut r = crate::tx::Reader { b: &b, pos: 0 };
@@ -302,27 +399,38 @@ impl<U: Units> DirTree<'_, U> {
             })
         })();
         let h = fixed.ok_or_else(bad)?;
-        let node = decode_node(b, HEADER_LEN).ok_or_else(bad)?;
+        let node = decode_node(Arc::clone(&b), HEADER_LEN).ok_or_else(bad)?;
         if h.units == 0 || subdirs_over(&h) {
             return Err(bad());
         }
         if (h.depth == 0) != matches!(node, Read::Leaf(_)) {
             return Err(bad());
         }
-        Ok((h, node))
+        let u = Arc::new(Unit { header: h, node });
+        self.units.keep(0, &b, &u);
+        Ok(u)
     }
 
-    fn node(&mut self, h: &Header, k: u32) -> Result<Read> {
+    fn node(&mut self, h: &Header, k: u32) -> Result<Arc<Unit>> {
         if k == 0 || k >= h.units {
             return Err(self
                 .units
                 .malformed(&format!("directory node names unit {k} of {}", h.units)));
         }
+        if let Some(u) = self.units.kept(k) {
+            return Ok(u);
+        }
         let b = self.units.read(k)?;
-        decode_node(b, 0).ok_or_else(|| {
+        let node = decode_node(Arc::clone(&b), 0).ok_or_else(|| {
             self.units
                 .malformed(&format!("malformed directory unit {k}"))
-        })
+        })?;
+        let u = Arc::new(Unit {
+            header: Header::default(),
+            node,
+        });
+        self.units.keep(k, &b, &u);
+        Ok(u)
     }
 
     fn put(&mut self, h: &Header, k: u32, node: &Node) -> Result<()> {
@@ -350,16 +458,19 @@ impl<U: Units> DirTree<'_, U> {
 
     /// Descends to the leaf that holds `key`, checking each node against the bounds its
     /// parent gives it.
-    fn descend(&mut self, h: &Header, root: Read, key: u64) -> Result<Path> {
+    fn descend(&mut self, h: &Header, root: Arc<Unit>, key: u64) -> Result<Path> {
         let mut inner = Vec::new();
         let (mut lo, mut hi) = (0u64, None::<u64>);
         let mut unit = 0u32;
         let mut node = root;
         for level in 0..=h.depth {
-            let in_bounds = |k: u64| k >= lo && hi.is_none_or(|h| k < h);
-            match node {
+            let in_bounds = node
+                .node
+                .key_span()
+                .is_none_or(|(a, z)| a >= lo && hi.is_none_or(|h| z < h));
+            match &node.node {
                 Read::Inner { keys, kids } if level < h.depth => {
-                    if !keys.is_sorted_by(|a, b| a < b) || !keys.iter().all(|&k| in_bounds(k)) {
+                    if !in_bounds {
                         return Err(self.units.malformed("directory keys out of order"));
                     }
                     let i = keys.partition_point(|&k| k <= key);
@@ -370,16 +481,12 @@ impl<U: Units> DirTree<'_, U> {
                         hi = Some(keys[i]);
                     }
                     let next = kids[i];
-                    inner.push((unit, Node::Inner { keys, kids }, i));
+                    inner.push((unit, Arc::clone(&node), i));
                     node = self.node(h, next)?;
                     unit = next;
                 }
-                Read::Leaf(es) if level == h.depth => {
-                    let sorted = es
-                        .entries()
-                        .map(|e| (e.key, e.name))
-                        .is_sorted_by(|a, b| a < b);
-                    if !sorted || !es.entries().all(|e| in_bounds(e.key)) {
+                Read::Leaf(_) if level == h.depth => {
+                    if !in_bounds {
                         return Err(self
                             .units
                             .malformed(&format!("directory unit {unit} out of order")));
@@ -387,7 +494,7 @@ impl<U: Units> DirTree<'_, U> {
                     return Ok(Path {
                         inner,
                         leaf_unit: unit,
-                        leaf: es,
+                        leaf: node,
                         upper: hi,
                     });
                 }
@@ -408,19 +515,15 @@ impl<U: Units> DirTree<'_, U> {
 
     /// The counts of unit 0.
     pub(super) fn header(&mut self) -> Result<Header> {
-        Ok(self.root()?.0)
+        Ok(self.root()?.header)
     }
 
     /// The entry `name`.
     pub(super) fn get(&mut self, name: &str) -> Result<Option<(u64, Kind)>> {
-        let (h, root) = self.root()?;
+        let root = self.root()?;
         let key = name_key(self.key, name);
-        let p = self.descend(&h, root, key)?;
-        let found = p
-            .leaf
-            .entries()
-            .find(|e| e.key == key && e.name == name.as_bytes())
-            .map(|e| (e.ino, e.kind));
+        let p = self.descend(&root.header, Arc::clone(&root), key)?;
+        let found = p.leaf().find(key, name.as_bytes()).map(|e| (e.ino, e.kind));
         Ok(found)
     }
 
@@ -428,10 +531,11 @@ impl<U: Units> DirTree<'_, U> {
     /// The leaf is edited in its unit's bytes ([`Node::RawLeaf`]); its entries are taken
     /// out only if it must split.
     pub(super) fn set(&mut self, name: &str, target: Option<(u64, Kind)>) -> Result<bool> {
-        let (mut h, root) = self.root()?;
+        let root = self.root()?;
+        let mut h = root.header;
         let key = name_key(self.key, name);
         let p = self.descend(&h, root, key)?;
-        let leaf = &p.leaf;
+        let leaf = p.leaf();
         // The entry's place in the sorted leaf (by key, then name): the offset of the first
         // entry not below it, and the entry there if it is this name.
         let (mut at, mut same) = (leaf.start, None);
@@ -489,7 +593,22 @@ impl<U: Units> DirTree<'_, U> {
             encode_entry(key, kind, ino, name, &mut b);
         }
         b.extend_from_slice(&leaf.b[at + removed..leaf.end]);
-        self.store(h, p.inner, p.leaf_unit, Node::RawLeaf(b))?;
+        let path = p
+            .inner
+            .into_iter()
+            .map(|(unit, n, i)| match &n.node {
+                Read::Inner { keys, kids } => (
+                    unit,
+                    Node::Inner {
+                        keys: keys.clone(),
+                        kids: kids.clone(),
+                    },
+                    i,
+                ),
+                Read::Leaf(_) => unreachable!("the path holds inner nodes"),
+            })
+            .collect();
+        self.store(h, path, p.leaf_unit, Node::RawLeaf(b))?;
         Ok(was)
     }
 
@@ -602,14 +721,15 @@ impl<U: Units> DirTree<'_, U> {
     /// Up to `max` entries whose cookies follow `after` (0: from the start), in cookie
     /// order, each with its cookie. Fewer than `max` (possibly none): the end.
     pub(super) fn page(&mut self, after: u64, max: usize) -> Result<Vec<(u64, Ent)>> {
-        let (h, root) = self.root()?;
+        let root = self.root()?;
+        let h = root.header;
         let mut out = Vec::new();
         let mut key = after.saturating_sub(FIRST_COOKIE) >> 2;
         loop {
             // Unit 0 is read once a page; each next leaf descends from its copy.
-            let p = self.descend(&h, root.clone(), key)?;
-            let cookies = cookies(p.leaf.entries().map(|e| e.key));
-            for (c, e) in cookies.zip(p.leaf.entries()) {
+            let p = self.descend(&h, Arc::clone(&root), key)?;
+            let cookies = cookies(p.leaf().entries().map(|e| e.key));
+            for (c, e) in cookies.zip(p.leaf().entries()) {
                 if c > after {
                     let e = e.owned().ok_or_else(|| self.not_utf8(p.leaf_unit))?;
                     out.push((c, e));
@@ -658,20 +778,35 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// Units in memory: the file's bytes.
+    /// Units in memory: the file's bytes, and the checked nodes kept as the metadata
+    /// cache keeps them (`kept`: `None` keeps none).
     struct Mem {
         bytes: Vec<u8>,
         unit: usize,
         writes: usize,
+        reads: usize,
+        kept: Option<std::collections::HashMap<u32, Arc<Unit>>>,
     }
 
     impl Units for Mem {
         fn read(&mut self, k: u32) -> Result<Arc<[u8]>> {
+            self.reads += 1;
             let s = (k as usize * self.unit).min(self.bytes.len());
             let e = (s + self.unit).min(self.bytes.len());
             Ok(self.bytes[s..e].into())
         }
+        fn kept(&mut self, k: u32) -> Option<Arc<Unit>> {
+            self.kept.as_ref()?.get(&k).cloned()
+        }
+        fn keep(&mut self, k: u32, _b: &Arc<[u8]>, u: &Arc<Unit>) {
+            if let Some(m) = self.kept.as_mut() {
+                m.insert(k, Arc::clone(u));
+            }
+        }
         fn write(&mut self, k: u32, b: &[u8]) -> Result<()> {
+            if let Some(m) = self.kept.as_mut() {
+                m.clear();
+            }
             let s = k as usize * self.unit;
             if self.bytes.len() < s + b.len() {
                 self.bytes.resize(s + b.len(), 0);
@@ -681,6 +816,9 @@ mod tests {
             Ok(())
         }
         fn set_len(&mut self, len: u64) -> Result<()> {
+            if let Some(m) = self.kept.as_mut() {
+                m.clear();
+            }
             self.bytes.resize(len as usize, 0);
             Ok(())
         }
@@ -698,6 +836,8 @@ mod tests {
             bytes: Vec::new(),
             unit: MIN_UNIT,
             writes: 0,
+            reads: 0,
+            kept: None,
         }
     }
 
@@ -830,6 +970,81 @@ mod tests {
         assert!(listed.windows(2).all(|w| w[0].0 < w[1].0));
     }
 
+    /// A node is parsed and checked whole when it is read (the order of its keys, and of
+    /// its names): kept beside its unit, lookups read no unit again. At every visit, kept
+    /// or not, its keys must lie within the bounds its parent gives: two leaves swapped
+    /// (each in order by itself) answer no lookup wrongly, nor does a leaf with two entries
+    /// swapped.
+    #[test]
+    fn nodes_are_checked_once_and_bounded_at_every_visit() {
+        const N: u64 = 2000;
+        let k = key();
+        let mut m = mem();
+        for i in 0..N {
+            DirTree {
+                units: &mut m,
+                key: &k,
+                unit: MIN_UNIT,
+            }
+            .set(&format!("n{i:04}"), Some((i + 2, Kind::File)))
+            .unwrap();
+        }
+        let get_all = |m: &mut Mem| -> Vec<Result<Option<(u64, Kind)>>> {
+            let mut t = DirTree {
+                units: m,
+                key: &k,
+                unit: MIN_UNIT,
+            };
+            (0..N).map(|i| t.get(&format!("n{i:04}"))).collect()
+        };
+        let h = DirTree {
+            units: &mut m,
+            key: &k,
+            unit: MIN_UNIT,
+        }
+        .header()
+        .unwrap();
+        assert_eq!(h.depth, 1, "{h:?}");
+        m.kept = Some(Default::default());
+        for r in [get_all(&mut m), get_all(&mut m)] {
+            for (i, r) in r.into_iter().enumerate() {
+                assert_eq!(r.unwrap(), Some((i as u64 + 2, Kind::File)));
+            }
+        }
+        let reads = m.reads;
+        get_all(&mut m);
+        assert_eq!(m.reads, reads, "lookups over kept nodes read units");
+        // Leaf units 1 and 2 swapped; then, in unit 1, its first two entries (names of
+        // five bytes, so the layout stays whole).
+        let u = MIN_UNIT;
+        let mut swapped = m.bytes.clone();
+        let (a, b) = swapped[u..].split_at_mut(u);
+        a.swap_with_slice(&mut b[..u]);
+        let mut reordered = m.bytes.clone();
+        let first = &m.bytes[u + 3..u + 3 + 23];
+        let second = &m.bytes[u + 3 + 23..u + 3 + 46];
+        assert_eq!((first[17], second[17]), (5, 5), "names of five bytes");
+        reordered[u + 3..u + 3 + 46].copy_from_slice(&[second, first].concat());
+        for (what, bytes) in [("leaves swapped", swapped), ("entries swapped", reordered)] {
+            for keep in [false, true] {
+                let mut bad = Mem {
+                    bytes: bytes.clone(),
+                    kept: keep.then(Default::default),
+                    ..mem()
+                };
+                let mut alarms = 0;
+                for (i, r) in get_all(&mut bad).into_iter().enumerate() {
+                    match r {
+                        Ok(v) => assert_eq!(v, Some((i as u64 + 2, Kind::File)), "{what}"),
+                        Err(Error::Tampered { .. }) => alarms += 1,
+                        Err(e) => panic!("{what}: {e}"),
+                    }
+                }
+                assert!(alarms > 0, "{what}, kept nodes: {keep}");
+            }
+        }
+    }
+
     #[test]
     fn a_damaged_unit_is_named_not_a_panic() {
         let k = key();
@@ -853,8 +1068,7 @@ mod tests {
         ] {
             let mut bad = Mem {
                 bytes: m.bytes.clone(),
-                unit: MIN_UNIT,
-                writes: 0,
+                ..mem()
             };
             bad.bytes[at] = v;
             let mut t = DirTree {

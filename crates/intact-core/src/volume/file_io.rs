@@ -1361,14 +1361,22 @@ mod tests {
         let vol = Volume::open(store, Box::new(trusted), b"pw", &Options::default()).unwrap();
         let derived = |vol: &Volume| {
             let g = vol.shared.lock();
-            let derived = g.files[&ino].state.get().keys.derived();
+            let derived = g.files.get(&ino).map(|f| f.state.get().keys.derived());
             derived
         };
         assert_eq!(vol.stat("/g").unwrap().size, 2 * 4096);
-        assert!(!derived(&vol), "a stat derived the file's keys");
+        assert_eq!(vol.attr(ino).unwrap().size, 2 * 4096);
+        // A stat answers from the record: nothing opened, no key derived.
+        assert_eq!(derived(&vol), None, "a stat opened the file");
+        vol.open_handle(ino).unwrap();
+        assert_eq!(
+            derived(&vol),
+            Some(false),
+            "an open derived the file's keys"
+        );
         let mut buf = vec![0; 4096];
         vol.read_path("/g", 0, &mut buf).unwrap();
-        assert!(derived(&vol));
+        assert_eq!(derived(&vol), Some(true));
         assert_eq!(buf, blocks(2, 1));
     }
 

@@ -36,6 +36,89 @@ fn piece_of(ino: u64) -> (u64, usize) {
     )
 }
 
+/// The blocks a record's file holds, as [`FileState::blocks`] gives them once it is open:
+/// the counter intervals' under a scheme whose tree covers only some blocks, the tree's
+/// leaves otherwise.
+fn record_blocks(i: &Inode) -> u64 {
+    if !i.scheme.partial_tree() {
+        return i.tree.leaves;
+    }
+    match &i.counters {
+        TrustedCounters::Inline(c) => c.blocks(),
+        TrustedCounters::Spilled { blocks, .. } | TrustedCounters::Segmented { blocks, .. } => {
+            *blocks
+        }
+    }
+}
+
+/// The blocks of a record's file that are stored (not holes), as [`stored_blocks`] counts
+/// them for an open file with nothing dirty; `None` when that needs the counters' spilled
+/// arrays.
+fn record_stored_blocks(i: &Inode) -> Option<u64> {
+    let blocks = record_blocks(i);
+    if !i.scheme.uses_counter_intervals() {
+        return Some(blocks);
+    }
+    match &i.counters {
+        TrustedCounters::Inline(c) => Some(
+            c.runs(0, blocks)
+                .filter(|r| r.2 != 0)
+                .map(|r| r.1)
+                .sum::<u64>(),
+        ),
+        _ => None,
+    }
+}
+
+/// What `intact stat` shows of record `i` of `ino`, its file holding `blocks` blocks.
+fn stat_of(ino: u64, i: &Inode, blocks: u64, bs: u64) -> Stat {
+    let (intervals, spilled) = match &i.counters {
+        TrustedCounters::Inline(c) => (c.intervals() as u64, false),
+        TrustedCounters::Spilled { intervals, .. }
+        | TrustedCounters::Segmented { intervals, .. } => (*intervals as u64, true),
+    };
+    Stat {
+        ino,
+        kind: i.kind,
+        size: i.size,
+        mode: i.mode,
+        mtime_ns: i.mtime_ns,
+        ctime_ns: i.ctime_ns,
+        scheme: i.scheme.name().to_string(),
+        auto: i.auto,
+        file_id: hex::encode(i.id),
+        blocks: blocks.max(i.size.div_ceil(bs)),
+        counter_intervals: intervals,
+        counters_spilled: spilled,
+        rdev: if i.kind.is_device() { i.link as u32 } else { 0 },
+    }
+}
+
+/// The attributes of record `i` of `ino`, with link count `nlink` and `stored` blocks
+/// stored ([`stored_blocks`]).
+fn attr_of(ino: u64, i: &Inode, nlink: u32, stored: u64, bs: u64) -> Attr {
+    Attr {
+        ino,
+        generation: u64::from_le_bytes(i.id[..8].try_into().expect("8")),
+        kind: i.kind,
+        size: i.size,
+        mode: i.mode,
+        uid: i.uid,
+        gid: i.gid,
+        nlink,
+        atime_ns: i.atime_ns,
+        mtime_ns: i.mtime_ns,
+        ctime_ns: i.ctime_ns,
+        // An inline file's bytes are all stored (none is a hole): tools that take a
+        // file with fewer blocks than its size for a sparse one then read it whole.
+        stored_bytes: match &i.inline_data {
+            Some(_) => i.size,
+            None => stored.min(i.size.div_ceil(bs)) * bs,
+        },
+        rdev: if i.kind.is_device() { i.link as u32 } else { 0 },
+    }
+}
+
 impl Inner {
     pub(super) fn empty_tree(&self, s: SchemeId, id: &FileId) -> crate::tree::TreeState {
         let env = env!(self);
@@ -209,6 +292,20 @@ impl Inner {
         if self.files.contains_key(&ino) {
             return Ok(());
         }
+        let mut inode = self.checked_record(ino, read)?;
+        self.load_inline(ino, &mut inode)?;
+        let of = OpenFile::load(inode, &self.keys, &mut self.tx, Subject::Inode(ino))?;
+        self.files.insert(ino, of);
+        Ok(())
+    }
+
+    /// The record of `ino`, not resident, read with `read` and checked to be one an entry
+    /// may name (in the table, not discarded, not free, not a slot of inline data).
+    fn checked_record(
+        &mut self,
+        ino: u64,
+        read: impl FnOnce(&mut Self, u64) -> Result<Inode>,
+    ) -> Result<Inode> {
         if self.stale.contains(&ino) {
             return Err(self
                 .discarded(ino)
@@ -221,7 +318,7 @@ impl Inner {
                 "directory entry points outside the inode table",
             ));
         }
-        let mut inode = read(self, ino)?;
+        let inode = read(self, ino)?;
         if inode.kind == Kind::Free {
             return Err(Error::tampered(
                 Subject::Inode(ino),
@@ -236,10 +333,21 @@ impl Inner {
                 "directory entry points to a slot of inline data",
             ));
         }
-        self.load_inline(ino, &mut inode)?;
-        let of = OpenFile::load(inode, &self.keys, &mut self.tx, Subject::Inode(ino))?;
-        self.files.insert(ino, of);
-        Ok(())
+        Ok(inode)
+    }
+
+    /// The record of `ino` as a stat or a lookup shows it: `None` when it is resident (in
+    /// `files`), or else the record read from the table and checked as
+    /// [`Inner::ensure_open`] checks it, with no open-file state built (issue 18: a `find`,
+    /// an `ls -l` or a lookup among 10^6 names neither loads scheme state and keys nor
+    /// leaves a record to evict). The record is authenticated by the table as on every
+    /// read; what an open adds (the counters' spilled arrays read and checked against it,
+    /// the inline data's bytes) no attribute needs.
+    pub(super) fn peek_record(&mut self, ino: u64) -> Result<Option<Inode>> {
+        if self.files.contains_key(&ino) {
+            return Ok(None);
+        }
+        self.checked_record(ino, Self::read_record).map(Some)
     }
     /// At the end of a request, once `files` holds [`Inner::evict_at`] records, drops the
     /// idle ones (issue 18: memory bounded by the caches, not by the files a `find` or a
@@ -305,32 +413,20 @@ impl Inner {
         }
     }
     pub(super) fn stat_ino(&mut self, ino: u64) -> Result<Stat> {
-        let bs = self.bs as u64;
-        let of = self.open_ino(ino)?;
-        let (intervals, spilled) = match &of.inode.counters {
-            TrustedCounters::Inline(c) => (c.intervals() as u64, false),
-            TrustedCounters::Spilled { intervals, .. }
-            | TrustedCounters::Segmented { intervals, .. } => (*intervals as u64, true),
+        let (inode, blocks);
+        let i = match self.peek_record(ino)? {
+            Some(rec) => {
+                blocks = record_blocks(&rec);
+                inode = rec;
+                &inode
+            }
+            None => {
+                let of = self.files.get(&ino).expect("resident");
+                blocks = of.state.blocks();
+                &of.inode
+            }
         };
-        Ok(Stat {
-            ino,
-            kind: of.inode.kind,
-            size: of.inode.size,
-            mode: of.inode.mode,
-            mtime_ns: of.inode.mtime_ns,
-            ctime_ns: of.inode.ctime_ns,
-            scheme: of.inode.scheme.name().to_string(),
-            auto: of.inode.auto,
-            file_id: hex::encode(of.inode.id),
-            blocks: of.state.blocks().max(of.inode.size.div_ceil(bs)),
-            counter_intervals: intervals,
-            counters_spilled: spilled,
-            rdev: if of.inode.kind.is_device() {
-                of.inode.link as u32
-            } else {
-                0
-            },
-        })
+        Ok(stat_of(ino, i, blocks, self.bs as u64))
     }
     pub(super) fn alloc_ino(&mut self) -> Result<u64> {
         let ino = if self.header.free_head != 0 && !self.stale.contains(&self.header.free_head) {
@@ -511,33 +607,24 @@ impl Inner {
     }
     pub(super) fn attr(&mut self, ino: u64) -> Result<Attr> {
         let bs = self.bs as u64;
+        // A record not resident answers from itself, unless it is a directory (its link
+        // count is in its tree's header) or its counters are spilled (their arrays say
+        // which blocks are holes): those are opened.
+        if let Some(rec) = self.peek_record(ino)? {
+            let stored = (rec.kind != Kind::Dir)
+                .then(|| record_stored_blocks(&rec))
+                .flatten();
+            if let Some(stored) = stored {
+                return Ok(attr_of(ino, &rec, rec.nlink, stored, bs));
+            }
+        }
         let nlink = match self.open_ino(ino)?.inode.kind {
             // As on ext4: its entry in the parent, its `.`, and each subdirectory's `..`.
             Kind::Dir => 2u32.saturating_add(self.subdirs(ino)?),
             _ => self.open_ino(ino)?.inode.nlink,
         };
         let of = self.open_ino(ino)?;
-        let i = &of.inode;
-        Ok(Attr {
-            ino,
-            generation: u64::from_le_bytes(i.id[..8].try_into().expect("8")),
-            kind: i.kind,
-            size: i.size,
-            mode: i.mode,
-            uid: i.uid,
-            gid: i.gid,
-            nlink,
-            atime_ns: i.atime_ns,
-            mtime_ns: i.mtime_ns,
-            ctime_ns: i.ctime_ns,
-            // An inline file's bytes are all stored (none is a hole): tools that take a
-            // file with fewer blocks than its size for a sparse one then read it whole.
-            stored_bytes: match &i.inline_data {
-                Some(_) => i.size,
-                None => stored_blocks(of).min(i.size.div_ceil(bs)) * bs,
-            },
-            rdev: if i.kind.is_device() { i.link as u32 } else { 0 },
-        })
+        Ok(attr_of(ino, &of.inode, nlink, stored_blocks(of), bs))
     }
     pub(super) fn setattr(&mut self, ino: u64, set: &SetAttr) -> Result<()> {
         self.check_writable()?;

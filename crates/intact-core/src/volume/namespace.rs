@@ -123,6 +123,12 @@ impl dirtree::Units for FileUnits<'_, '_> {
     fn malformed(&self, what: &str) -> Error {
         Error::tampered(Subject::Inode(self.ino), None, what)
     }
+    fn kept(&mut self, k: u32) -> Option<Arc<dirtree::Unit>> {
+        self.cache.node(&self.of.inode.id, k)
+    }
+    fn keep(&mut self, k: u32, b: &Arc<[u8]>, u: &Arc<dirtree::Unit>) {
+        self.cache.keep_node(&self.of.inode.id, k, b, u);
+    }
 }
 
 impl Inner {
@@ -339,7 +345,10 @@ impl Inner {
         let (ino, kind) = self
             .dir_get(pino, name, "")?
             .ok_or_else(|| Error::fs(name, FsErrorKind::NotFound))?;
-        let actual = self.open_ino(ino)?.inode.kind;
+        let actual = match self.peek_record(ino)? {
+            Some(rec) => rec.kind,
+            None => self.files[&ino].inode.kind,
+        };
         if actual != kind {
             return Err(Error::tampered(
                 Subject::Inode(pino),

@@ -23,31 +23,42 @@
 //! - an entry is keyed by the file id of the directory (or of the inode table), never
 //!   reused, so a freed or re-encrypted directory's units cannot be served for another.
 
+use super::dirtree;
 use crate::crypto::FileId;
 use std::sync::Arc;
 
 /// The inode table is cached in pieces of this many bytes (16 records), whatever the
 /// volume's block size.
 pub(super) const TABLE_PIECE: usize = 4096;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
-/// What an entry costs beside its bytes (its places in the map and in the use order), so
+/// What an entry costs beside its bytes (its place in the map and in the use order), so
 /// that empty units count too.
 const ENTRY_COST: usize = 64;
 
-/// A unit's verified bytes (shared with the readers that took them: a hit copies no bytes)
-/// and the clock value of its last use.
-type Kept = (Arc<[u8]>, u64);
+/// A unit's verified bytes (shared with the readers that took them: a hit copies no
+/// bytes) and the directory node checked from them if one was kept ([`dirtree::Unit`]).
+struct Kept {
+    b: Arc<[u8]>,
+    node: Option<Arc<dirtree::Unit>>,
+}
 
-/// Verified plaintext of directory units, least recently used first out.
-#[derive(Default)]
+impl Kept {
+    fn cost(&self) -> usize {
+        self.b.len() + ENTRY_COST + self.node.as_ref().map_or(0, |n| n.cost())
+    }
+}
+
+/// Verified plaintext of directory units, least recently used first out (the `lru`
+/// crate's map: a use moves an entry to the front of a linked list in O(1)).
 pub(super) struct UnitCache {
     cap: usize,
     bytes: usize,
-    clock: u64,
-    map: HashMap<(FileId, u32), Kept>,
-    /// Use order: clock value of the last use → key.
-    order: BTreeMap<u64, (FileId, u32)>,
+    map: lru::LruCache<(FileId, u32), Kept>,
+    /// For each file with units kept: how many, and the highest unit number kept since it
+    /// had none (so that dropping a file's units from one on visits those numbers, not
+    /// every entry of the cache).
+    files: HashMap<FileId, (usize, u32)>,
     hits: u64,
     misses: u64,
 }
@@ -57,21 +68,25 @@ impl UnitCache {
     pub(super) fn new(cap: usize) -> Self {
         UnitCache {
             cap,
-            ..Default::default()
+            bytes: 0,
+            map: lru::LruCache::unbounded(),
+            files: HashMap::new(),
+            hits: 0,
+            misses: 0,
         }
+    }
+
+    /// The entry of unit `k` of `file`, marked used now.
+    fn touch(&mut self, file: &FileId, k: u32) -> Option<&Kept> {
+        self.map.get(&(*file, k))
     }
 
     /// Unit `k` of directory `file`, if kept.
     pub(super) fn get(&mut self, file: &FileId, k: u32) -> Option<Arc<[u8]>> {
-        self.clock += 1;
-        let now = self.clock;
-        match self.map.get_mut(&(*file, k)) {
-            Some((b, used)) => {
-                self.order.remove(used);
-                *used = now;
-                self.order.insert(now, (*file, k));
+        match self.touch(file, k).map(|e| Arc::clone(&e.b)) {
+            Some(b) => {
                 self.hits += 1;
-                Some(Arc::clone(b))
+                Some(b)
             }
             None => {
                 self.misses += 1;
@@ -80,23 +95,56 @@ impl UnitCache {
         }
     }
 
+    /// The checked node of unit `k` of directory `file`, if one is kept with its bytes
+    /// (counted as a hit; without one, the read of the bytes that follows counts).
+    pub(super) fn node(&mut self, file: &FileId, k: u32) -> Option<Arc<dirtree::Unit>> {
+        let n = self.touch(file, k).and_then(|e| e.node.clone());
+        self.hits += u64::from(n.is_some());
+        n
+    }
+
+    /// Keeps `node`, checked from `b`, beside unit `k` of `file` if `b` is still what the
+    /// cache holds for it.
+    pub(super) fn keep_node(
+        &mut self,
+        file: &FileId,
+        k: u32,
+        b: &Arc<[u8]>,
+        node: &Arc<dirtree::Unit>,
+    ) {
+        let Some(e) = self.map.peek_mut(&(*file, k)) else {
+            return;
+        };
+        if !Arc::ptr_eq(&e.b, b) || e.node.is_some() {
+            return;
+        }
+        e.node = Some(Arc::clone(node));
+        self.bytes += node.cost();
+        self.shrink();
+    }
+
     /// Keeps `b`, the verified bytes of unit `k` of `file`.
     pub(super) fn put(&mut self, file: &FileId, k: u32, b: Arc<[u8]>) {
         if b.len() + ENTRY_COST > self.cap {
             return;
         }
         self.remove(file, k);
-        self.clock += 1;
-        self.bytes += b.len() + ENTRY_COST;
-        self.map.insert((*file, k), (b, self.clock));
-        self.order.insert(self.clock, (*file, k));
+        let e = Kept { b, node: None };
+        self.bytes += e.cost();
+        self.map.put((*file, k), e);
+        let f = self.files.entry(*file).or_insert((0, 0));
+        f.0 += 1;
+        f.1 = f.1.max(k);
+        self.shrink();
+    }
+
+    /// Drops the least recently used entries until the budget holds.
+    fn shrink(&mut self) {
         while self.bytes > self.cap {
-            let Some((_, key)) = self.order.pop_first() else {
+            let Some(&(file, k)) = self.map.peek_lru().map(|(key, _)| key) else {
                 break;
             };
-            if let Some((old, _)) = self.map.remove(&key) {
-                self.bytes -= old.len() + ENTRY_COST;
-            }
+            self.take(&file, k);
         }
     }
 
@@ -107,21 +155,26 @@ impl UnitCache {
     /// Drops unit `k` of `file`, returning its bytes if it was kept (not counted as a
     /// lookup).
     pub(super) fn take(&mut self, file: &FileId, k: u32) -> Option<Arc<[u8]>> {
-        let (old, used) = self.map.remove(&(*file, k))?;
-        self.order.remove(&used);
-        self.bytes -= old.len() + ENTRY_COST;
-        Some(old)
+        let e = self.map.pop(&(*file, k))?;
+        self.bytes -= e.cost();
+        if let Some(f) = self.files.get_mut(file) {
+            f.0 -= 1;
+            if f.0 == 0 {
+                self.files.remove(file);
+            }
+        }
+        Some(e.b)
     }
 
     /// Drops the units of `file` numbered `first` and up (a write or a cut changed them).
     pub(super) fn remove_from(&mut self, file: &FileId, first: u32) {
-        let gone: Vec<u32> = self
-            .map
-            .keys()
-            .filter(|(f, k)| f == file && *k >= first)
-            .map(|(_, k)| *k)
-            .collect();
-        for k in gone {
+        let Some(&(_, hi)) = self.files.get(file) else {
+            return;
+        };
+        for k in first..=hi {
+            if !self.files.contains_key(file) {
+                return;
+            }
             self.remove(file, k);
         }
     }
@@ -136,7 +189,7 @@ impl UnitCache {
     /// Drops everything.
     pub(super) fn clear(&mut self) {
         self.map.clear();
-        self.order.clear();
+        self.files.clear();
         self.bytes = 0;
     }
 
@@ -207,6 +260,55 @@ mod tests {
         }
         assert_eq!(few.bytes(), 10 * ENTRY_COST);
         assert_eq!(few.map.len(), 10);
+    }
+
+    /// A checked node is kept only beside the very bytes it was checked from, counts
+    /// in the budget, and goes with them (a new put of the unit, a drop, an eviction).
+    #[test]
+    fn a_checked_node_is_kept_with_its_bytes_only() {
+        let node = dirtree::Unit::inner_for_test(10);
+        let node_cost = node.cost();
+        assert_eq!(node_cost, 10 * 8 + 11 * 4);
+        let mut c = UnitCache::new(2 * cost(100) + node_cost);
+        let b: Arc<[u8]> = [7; 100][..].into();
+        // Not kept: no unit, or other bytes than the cache holds.
+        c.keep_node(&A, 0, &b, &node);
+        assert!(c.node(&A, 0).is_none());
+        c.put(&A, 0, [7; 100][..].into());
+        c.keep_node(&A, 0, &b, &node);
+        assert!(c.node(&A, 0).is_none());
+        assert_eq!(c.bytes(), cost(100));
+        c.put(&A, 0, Arc::clone(&b));
+        c.keep_node(&A, 0, &b, &node);
+        assert!(Arc::ptr_eq(&c.node(&A, 0).unwrap(), &node));
+        assert_eq!(c.bytes(), cost(100) + node_cost);
+        // Kept once.
+        c.keep_node(&A, 0, &b, &node);
+        assert_eq!(c.bytes(), cost(100) + node_cost);
+        // A new put of the unit drops it.
+        c.put(&A, 0, Arc::clone(&b));
+        assert!(c.node(&A, 0).is_none());
+        assert_eq!(c.bytes(), cost(100));
+        c.keep_node(&A, 0, &b, &node);
+        // It counts in the budget: a third unit evicts the least recently used.
+        c.put(&B, 0, [1; 100][..].into());
+        assert_eq!(c.bytes(), 2 * cost(100) + node_cost);
+        c.put(&B, 1, [2; 100][..].into());
+        assert!(c.node(&A, 0).is_none() && c.get(&A, 0).is_none());
+        assert_eq!(c.bytes(), 2 * cost(100));
+        // Taken with its unit.
+        let b2: Arc<[u8]> = [3; 100][..].into();
+        c.put(&B, 1, Arc::clone(&b2));
+        c.keep_node(&B, 1, &b2, &node);
+        assert_eq!(c.bytes(), 2 * cost(100) + node_cost);
+        c.remove_from(&B, 1);
+        assert_eq!(c.bytes(), cost(100));
+        // A node too big for what the budget leaves evicts the others, then itself.
+        let big = dirtree::Unit::inner_for_test(1000);
+        let b3: Arc<[u8]> = [4; 100][..].into();
+        c.put(&A, 5, Arc::clone(&b3));
+        c.keep_node(&A, 5, &b3, &big);
+        assert!(c.bytes() <= 2 * cost(100) + node_cost, "{}", c.bytes());
     }
 
     #[test]
