@@ -600,7 +600,45 @@ pub(super) fn flush_data(
     let bs = env.bs as u64;
     let dirty = std::mem::take(&mut of.dirty);
     let mut st = of.state.get();
+    let inside = st.blocks();
+    // The runs over the file's blocks go to the scheme together (`write_runs`: MT-EINT
+    // updates its tree once for all of them; a checkpoint of a big directory writes
+    // hundreds of scattered leaves of it); the runs that grow the file then go one by one.
+    // A lone run is gathered in `run`, as before; among several, a run of one block is its
+    // dirty block itself and a longer one gets a buffer of its exact size, each block
+    // dropped once copied, and each run's buffer once written, so the dirty bytes are held
+    // once, not beside what the transaction keeps of them.
+    let mut spans: Vec<(u64, usize)> = Vec::new();
+    for &b in dirty.range(..inside).map(|(b, _)| b) {
+        match spans.last_mut() {
+            Some((first, count)) if *first + *count as u64 == b => *count += 1,
+            _ => spans.push((b, 1)),
+        }
+    }
     let mut it = dirty.into_iter().peekable();
+    fn gather(it: &mut impl Iterator<Item = (u64, Vec<u8>)>, buf: &mut Vec<u8>, count: usize) {
+        for _ in 0..count {
+            buf.extend_from_slice(&it.next().expect("counted").1);
+        }
+    }
+    if let [(first, count)] = spans[..] {
+        run.clear();
+        gather(&mut it, run, count);
+        sch.write_blocks(env, &mut st, tx, first, run)?;
+    } else if !spans.is_empty() {
+        let mut runs: Vec<(u64, Vec<u8>)> = Vec::with_capacity(spans.len());
+        for &(first, count) in &spans {
+            let data = if count == 1 {
+                it.next().expect("counted").1
+            } else {
+                let mut data = Vec::with_capacity(count * env.bs);
+                gather(&mut it, &mut data, count);
+                data
+            };
+            runs.push((first, data));
+        }
+        sch.write_runs(env, &mut st, tx, runs)?;
+    }
     while let Some((first, blk)) = it.next() {
         run.clear();
         run.extend_from_slice(&blk);
