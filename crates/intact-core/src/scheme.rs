@@ -163,10 +163,7 @@ pub trait Scheme: Sync {
         tx: &mut Tx,
         runs: Vec<(u64, Vec<u8>)>,
     ) -> Result<()> {
-        for (first, mut data) in runs {
-            self.write_blocks(env, f, tx, first, &mut data)?;
-        }
-        Ok(())
+        runs_one_by_one(self, env, f, tx, runs)
     }
     /// Delete (generalised): truncates to `blocks`, or extends with holes.
     fn resize(&self, env: &Env, f: &mut FileState, tx: &mut Tx, blocks: u64) -> Result<()>;
@@ -518,6 +515,21 @@ impl Scheme for Aead {
 
 // ---------------------------------------------------------------------------------------
 // mt-eint
+
+/// [`Scheme::write_runs`] without sharing: each run through [`Scheme::write_blocks`], its
+/// buffer dropped once written.
+fn runs_one_by_one<S: Scheme + ?Sized>(
+    sch: &S,
+    env: &Env,
+    f: &mut FileState,
+    tx: &mut Tx,
+    runs: Vec<(u64, Vec<u8>)>,
+) -> Result<()> {
+    for (first, mut data) in runs {
+        sch.write_blocks(env, f, tx, first, &mut data)?;
+    }
+    Ok(())
+}
 
 /// MT-EINT (Oprea–Reiter §5.1, Fig. 7): blocks encrypted length-preservingly under a write
 /// counter and authenticated by a Merkle tree (§3.1, Fig. 1–2) whose root is in TS_F.
@@ -1286,10 +1298,7 @@ impl Scheme for MtEint {
         let n = f.tree.leaves;
         let inside = |r: &(u64, Vec<u8>)| r.0.saturating_add((r.1.len() / env.bs) as u64) <= n;
         if runs.len() < 2 || !Self::in_object(f) || !runs.iter().all(inside) {
-            for (first, mut data) in runs {
-                self.write_blocks(env, f, tx, first, &mut data)?;
-            }
-            return Ok(());
+            return runs_one_by_one(self, env, f, tx, runs);
         }
         let mut leaves = Vec::with_capacity(runs.len());
         for (first, mut data) in runs {

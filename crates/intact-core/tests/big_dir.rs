@@ -367,17 +367,7 @@ fn a_stat_or_lookup_answers_from_the_record_without_opening_it() {
     vol.mkdir("/f/sub").unwrap();
     vol.mkdir("/f/sub/inner").unwrap();
     let bs = vol.block_size() as u64;
-    let block = |seed: u8| -> Vec<u8> {
-        let mut x = 0x9e37_79b9u32.wrapping_mul(u32::from(seed) + 1);
-        (0..bs)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                x as u8
-            })
-            .collect()
-    };
+    let block = |seed: u8| noise(seed, bs as usize);
     let mut files = vec![];
     for s in SchemeId::ALL {
         let p = |what: &str| format!("/f/{}-{what}", s.name());

@@ -203,7 +203,7 @@ pub(super) struct RawLeaf {
     start: usize,
     /// Where the entries end (the padding begins).
     end: usize,
-    n: usize,
+    /// Each entry's key, in order (their count is the leaf's).
     keys: Vec<u64>,
     offs: Vec<u32>,
 }
@@ -230,14 +230,14 @@ impl RawLeaf {
     }
 
     fn entries(&self) -> impl Iterator<Item = RawEnt<'_>> {
-        (0..self.n).map(|i| self.entry(i))
+        (0..self.keys.len()).map(|i| self.entry(i))
     }
 
     /// The entry `name` of key `key`: a binary search for the key, then the few names
     /// that share it.
     fn find(&self, key: u64, name: &[u8]) -> Option<RawEnt<'_>> {
         let first = self.keys.partition_point(|&k| k < key);
-        (first..self.n)
+        (first..self.keys.len())
             .take_while(|&i| self.keys[i] == key)
             .map(|i| self.entry(i))
             .find(|e| e.name == name)
@@ -291,7 +291,6 @@ fn decode_node(b: Arc<[u8]>, at: usize) -> Option<Read> {
                 b,
                 start,
                 end,
-                n,
                 keys,
                 offs,
             }))
@@ -370,7 +369,6 @@ impl<U: Units> DirTree<'_, U> {
                 b,
                 start: 0,
                 end: 0,
-                n: 0,
                 keys: Vec::new(),
                 offs: Vec::new(),
             };
@@ -564,13 +562,13 @@ impl<U: Units> DirTree<'_, U> {
                     self.units.set_len(0)?;
                     return Ok(true);
                 }
-                (leaf.n - 1, len, None)
+                (leaf.keys.len() - 1, len, None)
             }
             (Some((kind, len)), Some((ino, new))) => {
                 h.subdirs = (h.subdirs + dir(new))
                     .checked_sub(dir(kind))
                     .ok_or_else(miscounted)?;
-                (leaf.n, len, Some((ino, new)))
+                (leaf.keys.len(), len, Some((ino, new)))
             }
             (None, Some((ino, kind))) => {
                 if group >= GROUP_MAX {
@@ -581,7 +579,7 @@ impl<U: Units> DirTree<'_, U> {
                 if h.units == 0 {
                     h.units = 1;
                 }
-                (leaf.n + 1, 0, Some((ino, kind)))
+                (leaf.keys.len() + 1, 0, Some((ino, kind)))
             }
         };
         let n = u16::try_from(n).map_err(|_| self.units.malformed("directory leaf too full"))?;

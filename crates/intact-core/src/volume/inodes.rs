@@ -617,6 +617,8 @@ impl Inner {
             if let Some(stored) = stored {
                 return Ok(attr_of(ino, &rec, rec.nlink, stored, bs));
             }
+            // Opened from the record just read, not read again.
+            self.ensure_open_with(ino, |_, _| Ok(rec))?;
         }
         let nlink = match self.open_ino(ino)?.inode.kind {
             // As on ext4: its entry in the parent, its `.`, and each subdirectory's `..`.
