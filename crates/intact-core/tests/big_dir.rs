@@ -434,6 +434,13 @@ fn a_stat_or_lookup_answers_from_the_record_without_opening_it() {
     for (a, b) in open.iter().zip(&from_records) {
         assert_eq!(a, b);
     }
+    // And the figures themselves, from a record: five whole blocks stored are five blocks'
+    // bytes, a file with one byte at block 10 stores that block alone (a freshness scheme
+    // keeps the holes before it unstored).
+    let five = vol.lookup(dir, "mt-eint-five").unwrap();
+    assert_eq!(five.stored_bytes, 5 * bs, "{five:?}");
+    let sparse = vol.lookup(dir, "mt-eint-sparse").unwrap();
+    assert_eq!(sparse.stored_bytes, bs, "{sparse:?}");
     // Only the four directories on the paths (the root, /f, /f/sub and /f/sub/inner), and
     // the files whose counters spilled (a lookup counts their holes in the arrays), were
     // opened.
