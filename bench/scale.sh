@@ -11,13 +11,34 @@
 #
 #   bench/scale.sh [N...]        (default: 10000 100000; 1000000 is the long mode, about
 #                                 45 minutes for both systems on this machine)
+#
+#   bench/scale.sh dir [N]       one directory grown to N entries (default 1000000) through
+#                                the mount. At every power of ten from 1,000, three samples
+#                                each of OPS (default 1000) operations, per operation:
+#     create    a new empty file (open O_CREAT|O_EXCL, close), the sample ended by an fsync
+#               of the directory (durable)
+#     lookup    a stat of a random existing name, the kernel's dentries and inodes dropped
+#               first (echo 2 > drop_caches, then 2 s for the FORGETs this sends the
+#               daemon: every stat reaches the daemon, the backing store's pages stay
+#               cached, as in a directory in use)
+#     unlink    of a random existing name (looked up before the timed region, as the name
+#               of a file in use is), the sample ended by an fsync of the directory
+#   and the ratio of each to the 1,000 row (worst over best, best over worst). Then the
+#   daemon's RSS and the backing directory's allocated bytes.
 # Environment: BENCH_DIR (default /var/tmp/intact-scale, on a real disk), INTACT_BIN,
 # INTACT_SCHEME (default mt-eint), ONLY (e.g. ONLY=intact). Needs root (FUSE,
 # drop_caches), fusermount3, python3, GNU time, and gocryptfs.
 set -euo pipefail
 
+MODE=files
+if [ "${1:-}" = dir ]; then MODE=dir; shift; fi
 SIZES=("$@")
-[ ${#SIZES[@]} -gt 0 ] || SIZES=(10000 100000)
+if [ $MODE = dir ]; then
+    [ ${#SIZES[@]} -gt 0 ] || SIZES=(1000000)
+elif [ ${#SIZES[@]} -eq 0 ]; then
+    SIZES=(10000 100000)
+fi
+OPS=${OPS:-1000}
 BENCH_DIR=${BENCH_DIR:-/var/tmp/intact-scale}
 INTACT_BIN=${INTACT_BIN:-/work/target-rel/release/intact}
 [ -x "$INTACT_BIN" ] || INTACT_BIN=$(command -v intact || true)
@@ -109,6 +130,101 @@ elif op == "read":
             if f.read() != data[k * size:(k + 1) * size]:
                 sys.exit("scale: %s differs from what was written" % path(k))
 EOF
+
+if [ $MODE = dir ]; then
+    DPY=$BENCH_DIR/scale_dir.py
+    cat >"$DPY" <<'EOF'
+import os, random, sys, time
+root, target, ops, system = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+d = os.path.join(root, "d")
+os.mkdir(d)
+rng = random.Random(42)
+live = []            # numbers of the names present
+nxt = 0              # the next name's number
+def name(i):
+    return os.path.join(d, "entry-%010d" % i)
+def fsync_dir():
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    os.fsync(fd)
+    os.close(fd)
+def create(k):
+    global nxt
+    for _ in range(k):
+        os.close(os.open(name(nxt), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        live.append(nxt)
+        nxt += 1
+def pick(k):
+    return rng.sample(range(len(live)), k)
+def drop_dentries():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("2\n")
+    # The kernel's FORGETs for what it dropped reach the daemon now: not in the timing.
+    time.sleep(2)
+def us(t0, t1):
+    return (t1 - t0) * 1e6 / ops
+rows = []
+n = 1000
+while n <= target:
+    create(n - len(live))
+    fsync_dir()
+    drop_dentries()
+    c, l, u = [], [], []
+    for _ in range(3):
+        t0 = time.monotonic(); create(ops); fsync_dir(); c.append(us(t0, time.monotonic()))
+        victims = [name(live[p]) for p in pick(ops)]
+        drop_dentries()
+        t0 = time.monotonic()
+        for v in victims:
+            os.stat(v)
+        l.append(us(t0, time.monotonic()))
+        pos = sorted(pick(ops), reverse=True)
+        victims = [name(live[p]) for p in pos]
+        for v in victims:
+            os.stat(v)
+        t0 = time.monotonic()
+        for v in victims:
+            os.unlink(v)
+        fsync_dir()
+        u.append(us(t0, time.monotonic()))
+        for p in pos:
+            live[p] = live[-1]
+            live.pop()
+    rows.append((n, c, l, u))
+    print("%s: %d entries done" % (system, n), file=sys.stderr, flush=True)
+    n *= 10
+def show(v):
+    return "%.1f-%.1f" % (min(v), max(v))
+def ratio(v, b):
+    return "%.2f-%.2f" % (min(v) / max(b), max(v) / min(b))
+b = rows[0]
+for n, c, l, u in rows:
+    print("%-10s %9d %13s %13s %13s %11s %11s %11s" % (system, n, show(c), show(l), show(u),
+          ratio(c, b[1]), ratio(l, b[2]), ratio(u, b[3])), flush=True)
+EOF
+    printf '%-10s %9s %13s %13s %13s %11s %11s %11s\n' system entries "create us/op" "lookup us/op" "unlink us/op" "create/10^3" "lookup/10^3" "unlink/10^3"
+    for s in $SYSTEMS; do
+        d=$BENCH_DIR/$s
+        rm -rf "$d"; mkdir -p "$d/cipher" "$d/mnt"
+        case $s in
+            gocryptfs) gocryptfs -init -q -extpass "echo $PW" "$d/cipher" 2>/dev/null ;;
+            intact) INTACT_PASSWORD=$PW "$INTACT_BIN" --state "$d/state" init "$d/cipher" \
+                        --scheme "$INTACT_SCHEME" --kdf-memory 65536 >/dev/null ;;
+        esac
+        do_mount "$s" "$d"
+        t0=$(now)
+        python3 "$DPY" "$d/mnt" "${SIZES[0]}" "$OPS" "$s"
+        rss=$(( $(daemon_rss_kib "$d") / 1024 ))
+        do_umount "$s" "$d"
+        if [ "$s" = intact ] && grep -qiE "integrity failure|ERROR" "$d/mount.log"; then
+            die "intact: errors in its mount log: $(grep -iE 'integrity failure|ERROR' "$d/mount.log" | head -3)"
+        fi
+        echo "$s: whole run $(secs "$t0" "$(now)") s, daemon RSS at the end $rss MB, store $(du -s -B1 "$d/cipher" | cut -f1) bytes allocated"
+        rm -rf "$d"
+    done
+    [ -n "${KEEP:-}" ] || rm -rf "$BENCH_DIR"
+    exit 0
+fi
 
 printf '%-10s %9s %9s %9s %9s %9s %9s %14s %14s %9s %9s\n' system N create "+1 fsync" RSS "ls -lR" "read all" allocated apparent fsck "fsck RSS"
 printf '%-10s %9s %9s %9s %9s %9s %9s %14s %14s %9s %9s\n' "" files s ms MB s s bytes bytes s MB
