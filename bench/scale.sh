@@ -26,7 +26,8 @@
 #   and the ratio of each to the 1,000 row (worst over best, best over worst). Then the
 #   daemon's RSS and the backing directory's allocated bytes.
 # Environment: BENCH_DIR (default /var/tmp/intact-scale, on a real disk), INTACT_BIN,
-# INTACT_SCHEME (default mt-eint), ONLY (e.g. ONLY=intact). Needs root (FUSE,
+# INTACT_SCHEME (default mt-eint), INTACT_ARGS (global options of intact's mount, e.g.
+# "--meta-cache-bytes 536870912"), ONLY (e.g. ONLY=intact). Needs root (FUSE,
 # drop_caches), fusermount3, python3, GNU time, and gocryptfs.
 set -euo pipefail
 
@@ -43,6 +44,7 @@ BENCH_DIR=${BENCH_DIR:-/var/tmp/intact-scale}
 INTACT_BIN=${INTACT_BIN:-/work/target-rel/release/intact}
 [ -x "$INTACT_BIN" ] || INTACT_BIN=$(command -v intact || true)
 INTACT_SCHEME=${INTACT_SCHEME:-mt-eint}
+INTACT_ARGS=${INTACT_ARGS:-}
 SYSTEMS=${ONLY:-gocryptfs intact}
 SYSTEMS=${SYSTEMS//,/ }
 PW=intact-bench-password
@@ -68,7 +70,7 @@ do_mount() { # SYS DIR
     local s=$1 d=$2 i
     case $s in
         gocryptfs) gocryptfs -q -extpass "echo $PW" "$d/cipher" "$d/mnt" 2>/dev/null ;;
-        intact) INTACT_PASSWORD=$PW "$INTACT_BIN" --state "$d/state" mount "$d/cipher" "$d/mnt" \
+        intact) INTACT_PASSWORD=$PW "$INTACT_BIN" --state "$d/state" $INTACT_ARGS mount "$d/cipher" "$d/mnt" \
                     --log "$d/mount.log" >"$d/mount.out" 2>&1 || { cat "$d/mount.out" >&2; die "intact mount failed"; } ;;
     esac
     for ((i = 0; i < 300; i++)); do mountpoint -q "$d/mnt" && break; sleep 0.1; done

@@ -157,6 +157,22 @@ pub fn mount(cli: &Cli, a: &MountArgs) -> Result<ExitCode> {
     if let Some(r) = cli.records {
         cmd.arg("--records").arg(r.to_string());
     }
+    if let Some(m) = cli.meta_cache_bytes {
+        cmd.arg("--meta-cache-bytes").arg(m.to_string());
+    }
+    // Where the anchor lives and the keys that sign and check it: given as flags, they
+    // reach the daemon only here (as variables of the environment, it inherits them).
+    // Without them a `mount --ro --verify-key` took unsigned roots, and a writer's
+    // `--sign-key` left its roots unsigned.
+    if let Some(anchor) = &cli.anchor {
+        cmd.arg("--anchor").arg(anchor);
+    }
+    if let Some(k) = &cli.sign_key {
+        cmd.arg("--sign-key").arg(k);
+    }
+    if let Some(k) = &cli.verify_key {
+        cmd.arg("--verify-key").arg(k);
+    }
     if cli.accept_stale {
         cmd.arg("--accept-stale");
     }

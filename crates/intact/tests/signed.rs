@@ -290,3 +290,39 @@ fn an_rsa_key_of_15360_bits_made_by_openssl_is_imported_and_signs() {
     assert!(r.stderr.contains("PKCS#1 too"), "{}", r.stderr);
     assert!(!out.exists(), "nothing written for a bad key");
 }
+
+/// A mount without `-f` runs its daemon as a process of its own, which reads its own
+/// command line: the keys given as flags must reach it. A reader's `--verify-key` of
+/// another key is refused before anything is mounted (exit 10), and a writer's
+/// `--sign-key` signs the roots its daemon stores, which a reader holding only the public
+/// key then opens. (The daemon took neither: the reader mounted unsigned roots, the
+/// writer stored them unsigned.)
+#[test]
+fn a_mount_daemon_gets_the_keys_given_as_flags() {
+    if !common::need(&["fusermount3"]) {
+        return;
+    }
+    let v = Vol::new();
+    let (key, pubk) = keygen(&v, "ed25519", "writer");
+    let (_, other) = keygen(&v, "ed25519", "other");
+    v.init(None);
+    v.put_with(&["--sign-key", &key], "/f", b"signed").ok();
+    let mnt = v.dir.path().join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let (c, m) = (v.cipher(), mnt.to_str().unwrap());
+    let c = c.to_str().unwrap();
+    let r = v.run(&["--verify-key", &other, "mount", c, m, "--ro"]);
+    let mounted = common::is_mounted(&mnt);
+    if mounted {
+        v.run(&["umount", m]).ok();
+    }
+    assert_eq!(r.code, INTEGRITY, "{}", r.stderr);
+    assert!(!mounted, "a reader under another key mounted");
+    v.run(&["--sign-key", &key, "mount", c, m]).ok();
+    let wrote = std::fs::write(mnt.join("g"), b"through the daemon");
+    v.run(&["umount", m]).ok();
+    wrote.unwrap();
+    let r = v.run(&["--verify-key", &pubk, "cat", "/g"]);
+    assert_eq!(r.code, 0, "the daemon's roots are signed: {}", r.stderr);
+    assert_eq!(r.stdout, "through the daemon");
+}
