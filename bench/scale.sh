@@ -84,6 +84,20 @@ do_umount() { # SYS DIR
     pgrep -f -- "$d/cipher" >/dev/null && die "$s: daemon still running after unmount"
     MOUNTED=${MOUNTED//" $d/mnt"/}
 }
+new_volume() { # SYS DIR: an empty volume in DIR/cipher, and DIR/mnt
+    local s=$1 d=$2
+    rm -rf "$d"; mkdir -p "$d/cipher" "$d/mnt"
+    case $s in
+        gocryptfs) gocryptfs -init -q -extpass "echo $PW" "$d/cipher" 2>/dev/null ;;
+        intact) INTACT_PASSWORD=$PW "$INTACT_BIN" --state "$d/state" init "$d/cipher" \
+                    --scheme "$INTACT_SCHEME" --kdf-memory 65536 >/dev/null ;;
+    esac
+}
+check_log() { # SYS DIR: no integrity failure or error in intact's mount log
+    if [ "$1" = intact ] && grep -qiE "integrity failure|ERROR" "$2/mount.log"; then
+        die "intact: errors in its mount log: $(grep -iE 'integrity failure|ERROR' "$2/mount.log" | head -3)"
+    fi
+}
 daemon_rss_kib() { # DIR
     local pid
     pid=$(pgrep -f -- "$1/cipher" | head -1)
@@ -207,20 +221,13 @@ EOF
     printf '%-10s %9s %13s %13s %13s %11s %11s %11s\n' system entries "create us/op" "lookup us/op" "unlink us/op" "create/10^3" "lookup/10^3" "unlink/10^3"
     for s in $SYSTEMS; do
         d=$BENCH_DIR/$s
-        rm -rf "$d"; mkdir -p "$d/cipher" "$d/mnt"
-        case $s in
-            gocryptfs) gocryptfs -init -q -extpass "echo $PW" "$d/cipher" 2>/dev/null ;;
-            intact) INTACT_PASSWORD=$PW "$INTACT_BIN" --state "$d/state" init "$d/cipher" \
-                        --scheme "$INTACT_SCHEME" --kdf-memory 65536 >/dev/null ;;
-        esac
+        new_volume "$s" "$d"
         do_mount "$s" "$d"
         t0=$(now)
         python3 "$DPY" "$d/mnt" "${SIZES[0]}" "$OPS" "$s"
         rss=$(( $(daemon_rss_kib "$d") / 1024 ))
         do_umount "$s" "$d"
-        if [ "$s" = intact ] && grep -qiE "integrity failure|ERROR" "$d/mount.log"; then
-            die "intact: errors in its mount log: $(grep -iE 'integrity failure|ERROR' "$d/mount.log" | head -3)"
-        fi
+        check_log "$s" "$d"
         echo "$s: whole run $(secs "$t0" "$(now)") s, daemon RSS at the end $rss MB, store $(du -s -B1 "$d/cipher" | cut -f1) bytes allocated"
         rm -rf "$d"
     done
@@ -235,12 +242,7 @@ for n in "${SIZES[@]}"; do
     head -c $((n * SIZE)) /dev/urandom >"$SRC"
     for s in $SYSTEMS; do
         d=$BENCH_DIR/$s
-        rm -rf "$d"; mkdir -p "$d/cipher" "$d/mnt"
-        case $s in
-            gocryptfs) gocryptfs -init -q -extpass "echo $PW" "$d/cipher" 2>/dev/null ;;
-            intact) INTACT_PASSWORD=$PW "$INTACT_BIN" --state "$d/state" init "$d/cipher" \
-                        --scheme "$INTACT_SCHEME" --kdf-memory 65536 >/dev/null ;;
-        esac
+        new_volume "$s" "$d"
         do_mount "$s" "$d"
         t0=$(now)
         python3 "$PY" create "$d/mnt" "$n" $SIZE $PER "$SRC"
@@ -265,9 +267,7 @@ for n in "${SIZES[@]}"; do
         do_umount "$s" "$d"
         alloc=$(du -s -B1 "$d/cipher" | cut -f1)
         app=$(du -s -b --apparent-size "$d/cipher" | cut -f1)
-        if [ "$s" = intact ] && grep -qiE "integrity failure|ERROR" "$d/mount.log"; then
-            die "intact: errors in its mount log: $(grep -iE 'integrity failure|ERROR' "$d/mount.log" | head -3)"
-        fi
+        check_log "$s" "$d"
         sync; echo 3 >/proc/sys/vm/drop_caches
         t0=$(now)
         case $s in

@@ -644,7 +644,6 @@ impl<'a> Nodes<'a> {
     /// record keeps.
     fn spill(&mut self) -> std::io::Result<()> {
         let io = std::io::Error::other;
-        self.window = None;
         if let Some(nodes) = self.mem.take() {
             if self.tx.len(self.name).map_err(io)?.is_some_and(|l| l > 0) {
                 self.tx.set_len(self.name, 0).map_err(io)?;
