@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Benchmarks.
-#[derive(Subcommand)]
+#[derive(Debug, Subcommand)]
 pub enum BenchCmd {
     /// Every scheme on the same data sets, in one process: write and read throughput,
     /// integrity bandwidth, storage for integrity, trusted bytes per file, time by phase
@@ -72,7 +72,7 @@ pub enum BenchCmd {
 }
 
 /// Arguments of `intact bench schemes`.
-#[derive(Args)]
+#[derive(Debug, Args)]
 pub struct SchemesArgs {
     /// Data set: low (text and source files), high (already-compressed files), or both.
     #[arg(long, default_value = "both", value_parser = ["low", "high", "both"])]

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Arguments of `intact bench attacks`.
-#[derive(Args)]
+#[derive(Debug, Args)]
 pub struct AttacksArgs {
     /// Comma-separated schemes to attack [default: all eight].
     #[arg(long, value_delimiter = ',')]

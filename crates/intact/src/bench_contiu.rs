@@ -33,7 +33,7 @@ use std::process::Command;
 use std::time::Instant;
 
 /// Arguments of `intact bench contiu`.
-#[derive(Args)]
+#[derive(Debug, Args)]
 pub struct ContiuArgs {
     /// Runs of every measurement (the tables give the range over them).
     #[arg(long, default_value_t = 3)]

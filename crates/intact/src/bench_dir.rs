@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Arguments of `intact bench dir`.
-#[derive(Args)]
+#[derive(Debug, Args)]
 pub struct DirArgs {
     /// Entries to grow the directory to (measured at every power of ten from 1,000).
     #[arg(long, default_value_t = 1_000_000)]

@@ -20,7 +20,7 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 /// Arguments of `intact bench oprea-reiter`.
-#[derive(Args)]
+#[derive(Debug, Args)]
 pub struct OpreaReiterArgs {
     /// At most this many MiB per corpus.
     #[arg(long, default_value_t = 32)]

@@ -19,7 +19,7 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 /// Arguments of `intact bench report`.
-#[derive(Args)]
+#[derive(Debug, Args)]
 pub struct ReportArgs {
     /// The small run (minutes; CI runs it): small corpora, traces at 2 %, one run each.
     #[arg(long)]

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Arguments of `intact bench traces`.
-#[derive(Args)]
+#[derive(Debug, Args)]
 pub struct TracesArgs {
     /// Comma-separated synthetic traces to run: LAIR, DEASNA, HOME02 [default: all three;
     /// none when --trace is given].

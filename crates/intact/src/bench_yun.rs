@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Arguments of `intact bench yun`.
-#[derive(Args)]
+#[derive(Debug, Args)]
 pub struct YunArgs {
     /// MiB written and read (the paper: a 2 GB file).
     #[arg(long, default_value_t = 256)]

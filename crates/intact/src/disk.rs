@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-#[derive(Subcommand)]
+#[derive(Debug, Subcommand)]
 pub enum DiskCmd {
     /// Create a disk: PATH (a sparse file of SIZE bytes of ciphertext) and PATH.meta,
     /// PATH.tree, PATH.sealed, PATH.intent, PATH.intact beside it; its anchor goes to the

@@ -21,7 +21,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[derive(clap::Args)]
+#[derive(Debug, clap::Args)]
 pub struct BenchArgs {
     /// Which experiments: headline (every mode at the defaults), rate (Fig. 10), fsync
     /// (Fig. 11), capacity (Fig. 12), cache (Fig. 14), zipf (Fig. 16), mix (Fig. 17: read

@@ -45,7 +45,7 @@ pub(crate) mod code {
     pub const OTHER: u8 = 1;
 }
 
-#[derive(Parser)]
+#[derive(Debug, Parser)]
 #[command(
     name = "intact",
     version,
@@ -104,7 +104,7 @@ struct Cli {
     cmd: Cmd,
 }
 
-#[derive(Subcommand)]
+#[derive(Debug, Subcommand)]
 enum Cmd {
     /// Create a new volume in DIR (created if missing; must be empty), or under
     /// s3://BUCKET[/PREFIX][?endpoint=URL&region=R] in an S3-compatible bucket.
@@ -481,7 +481,7 @@ fn password(cli: &Cli, confirm: bool) -> Result<zeroize::Zeroizing<String>> {
     Ok(p)
 }
 
-#[derive(Subcommand)]
+#[derive(Debug, Subcommand)]
 enum AnchorCmd {
     /// Move the anchor (the volume must not be open anywhere). Afterwards every command
     /// finds it there without `--anchor`.
@@ -1275,20 +1275,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Mount {
             cipherdir,
             mountpoint,
-            foreground,
-            allow_other,
-            ro,
-            follow,
-            scheme,
-            threads,
-            commit_interval,
-            xattr_max_bytes,
-            log,
-            direct_io,
-            on_alarm,
-            scrub_every,
-            scrub_rate,
-            daemon_child,
+            ..
         } => {
             // Absolute paths: the daemon and `intact stat` find the mount by them.
             let abs = |p: &PathBuf| {
@@ -1301,27 +1288,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 None => abs(cipherdir)?,
             };
             let mountpoint = &abs(mountpoint)?;
-            return mount::mount(
-                &cli,
-                &mount::MountArgs {
-                    cipherdir,
-                    mountpoint,
-                    foreground: *foreground,
-                    allow_other: *allow_other,
-                    ro: *ro,
-                    follow: follow.map(std::time::Duration::from_secs),
-                    scheme: scheme.as_deref(),
-                    threads: *threads,
-                    commit_interval: *commit_interval,
-                    xattr_max_bytes: *xattr_max_bytes,
-                    log: log.as_deref(),
-                    direct_io: *direct_io,
-                    on_alarm: on_alarm.as_deref(),
-                    scrub_every: *scrub_every,
-                    scrub_rate: *scrub_rate,
-                    daemon_child: *daemon_child,
-                },
-            );
+            let a = mount::MountArgs::of(&cli.cmd, cipherdir, mountpoint).expect("a mount");
+            return mount::mount(&cli, &a);
         }
         Cmd::Stat { path: None, .. } => {
             let (_, state) = locate(&cli)?;

@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use intact_core::format::SchemeId;
 use intact_core::store::{FaultPlan, FaultStore, UntrustedStore};
 use intact_core::{Options, Volume};
+use std::ffi::OsString;
 use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -34,6 +35,52 @@ pub struct MountArgs<'a> {
     pub scrub_every: Option<Duration>,
     pub scrub_rate: f64,
     pub daemon_child: bool,
+}
+
+impl<'a> MountArgs<'a> {
+    /// The arguments of a parsed `mount` command, with its cipher directory and mount
+    /// point as the caller resolved them (`None` for another command).
+    pub fn of(cmd: &'a Cmd, cipherdir: &'a Path, mountpoint: &'a Path) -> Option<Self> {
+        let Cmd::Mount {
+            cipherdir: _,
+            mountpoint: _,
+            foreground,
+            allow_other,
+            ro,
+            follow,
+            scheme,
+            threads,
+            commit_interval,
+            xattr_max_bytes,
+            log,
+            direct_io,
+            on_alarm,
+            scrub_every,
+            scrub_rate,
+            daemon_child,
+        } = cmd
+        else {
+            return None;
+        };
+        Some(MountArgs {
+            cipherdir,
+            mountpoint,
+            foreground: *foreground,
+            allow_other: *allow_other,
+            ro: *ro,
+            follow: follow.map(Duration::from_secs),
+            scheme: scheme.as_deref(),
+            threads: *threads,
+            commit_interval: *commit_interval,
+            xattr_max_bytes: *xattr_max_bytes,
+            log: log.as_deref(),
+            direct_io: *direct_io,
+            on_alarm: on_alarm.as_deref(),
+            scrub_every: *scrub_every,
+            scrub_rate: *scrub_rate,
+            daemon_child: *daemon_child,
+        })
+    }
 }
 
 /// The status file a mount keeps beside its anchor (read by `intact stat`).
@@ -147,69 +194,7 @@ pub fn mount(cli: &Cli, a: &MountArgs) -> Result<ExitCode> {
         .with_context(|| format!("opening the log {}", log.display()))?;
     let exe = std::env::current_exe().context("locating the intact binary")?;
     let mut cmd = Command::new(exe);
-    cmd.arg("--volume")
-        .arg(a.cipherdir)
-        .arg("--state")
-        .arg(state_dir(cli));
-    if let Some(c) = cli.cache_bytes {
-        cmd.arg("--cache-bytes").arg(c.to_string());
-    }
-    if let Some(r) = cli.records {
-        cmd.arg("--records").arg(r.to_string());
-    }
-    if let Some(m) = cli.meta_cache_bytes {
-        cmd.arg("--meta-cache-bytes").arg(m.to_string());
-    }
-    // Where the anchor lives and the keys that sign and check it: given as flags, they
-    // reach the daemon only here (as variables of the environment, it inherits them).
-    // Without them a `mount --ro --verify-key` took unsigned roots, and a writer's
-    // `--sign-key` left its roots unsigned.
-    if let Some(anchor) = &cli.anchor {
-        cmd.arg("--anchor").arg(anchor);
-    }
-    if let Some(k) = &cli.sign_key {
-        cmd.arg("--sign-key").arg(k);
-    }
-    if let Some(k) = &cli.verify_key {
-        cmd.arg("--verify-key").arg(k);
-    }
-    if cli.accept_stale {
-        cmd.arg("--accept-stale");
-    }
-    cmd.arg("mount")
-        .arg(a.cipherdir)
-        .arg(a.mountpoint)
-        .arg("--daemon-child")
-        .arg("--threads")
-        .arg(a.threads.to_string())
-        .arg("--commit-interval")
-        .arg(a.commit_interval.to_string())
-        .arg("--xattr-max-bytes")
-        .arg(a.xattr_max_bytes.to_string())
-        .arg("--log")
-        .arg(&log);
-    if a.allow_other {
-        cmd.arg("--allow-other");
-    }
-    if a.ro {
-        cmd.arg("--ro");
-    }
-    if let Some(f) = a.follow {
-        cmd.arg(format!("--follow={}", f.as_secs()));
-    }
-    if a.direct_io {
-        cmd.arg("--direct-io");
-    }
-    if let Some(s) = a.scheme {
-        cmd.arg("--scheme").arg(s);
-    }
-    if let Some(c) = a.on_alarm {
-        cmd.arg("--on-alarm").arg(c);
-    }
-    if let Some(e) = a.scrub_every {
-        cmd.arg("--scrub-every").arg(format!("{}s", e.as_secs()));
-        cmd.arg("--scrub-rate").arg(a.scrub_rate.to_string());
-    }
+    cmd.args(daemon_args(cli, a, &log));
     use std::os::unix::process::CommandExt;
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -282,6 +267,75 @@ fn child(cli: &Cli, a: &MountArgs, scheme: Option<SchemeId>) -> Result<ExitCode>
     }
     report_faults(faults.as_deref());
     r.map(|()| ExitCode::SUCCESS)
+}
+
+/// The daemon's command line: every global option the parent was given but `--passfile`
+/// (the password goes on a pipe) and `--json` (it shapes only the parent's message), and
+/// every option of `mount` but `-f`, then `--daemon-child`. The daemon is a process of its
+/// own that reads only this: a flag left out here was silently dropped (`--verify-key`,
+/// `--sign-key`, `--anchor` and `--meta-cache-bytes` once were), so a test parses the line
+/// back and compares it with the parent's whole parsed command.
+fn daemon_args(cli: &Cli, a: &MountArgs, log: &Path) -> Vec<OsString> {
+    let mut v: Vec<OsString> = Vec::new();
+    fn opt(v: &mut Vec<OsString>, name: &str, value: impl AsRef<std::ffi::OsStr>) {
+        v.push(name.into());
+        v.push(value.as_ref().to_os_string());
+    }
+    opt(&mut v, "--volume", a.cipherdir);
+    opt(&mut v, "--state", state_dir(cli));
+    if let Some(c) = cli.cache_bytes {
+        opt(&mut v, "--cache-bytes", c.to_string());
+    }
+    if let Some(r) = cli.records {
+        opt(&mut v, "--records", r.to_string());
+    }
+    if let Some(m) = cli.meta_cache_bytes {
+        opt(&mut v, "--meta-cache-bytes", m.to_string());
+    }
+    // Where the anchor lives and the keys that sign and check it: as variables of the
+    // environment, the daemon inherits them; given as flags, they reach it only here.
+    if let Some(anchor) = &cli.anchor {
+        opt(&mut v, "--anchor", anchor);
+    }
+    if let Some(k) = &cli.sign_key {
+        opt(&mut v, "--sign-key", k);
+    }
+    if let Some(k) = &cli.verify_key {
+        opt(&mut v, "--verify-key", k);
+    }
+    if cli.accept_stale {
+        v.push("--accept-stale".into());
+    }
+    opt(&mut v, "mount", a.cipherdir);
+    v.push(a.mountpoint.into());
+    v.push("--daemon-child".into());
+    opt(&mut v, "--threads", a.threads.to_string());
+    opt(&mut v, "--commit-interval", a.commit_interval.to_string());
+    opt(&mut v, "--xattr-max-bytes", a.xattr_max_bytes.to_string());
+    opt(&mut v, "--log", log);
+    if let Some(s) = a.scheme {
+        opt(&mut v, "--scheme", s);
+    }
+    if let Some(c) = a.on_alarm {
+        opt(&mut v, "--on-alarm", c);
+    }
+    if let Some(e) = a.scrub_every {
+        opt(&mut v, "--scrub-every", format!("{}s", e.as_secs()));
+        opt(&mut v, "--scrub-rate", a.scrub_rate.to_string());
+    }
+    if let Some(f) = a.follow {
+        v.push(format!("--follow={}", f.as_secs()).into());
+    }
+    for (set, flag) in [
+        (a.allow_other, "--allow-other"),
+        (a.ro, "--ro"),
+        (a.direct_io, "--direct-io"),
+    ] {
+        if set {
+            v.push(flag.into());
+        }
+    }
+    v
 }
 
 /// A daemon's password: the first line of stdin, written there by the parent (`mount`,
@@ -708,7 +762,89 @@ pub fn umount(state_root: &Path, mountpoint: &Path) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_writers, unescape_mountinfo, Writer};
+    use super::*;
+    use clap::Parser;
+
+    /// The daemon's command line, parsed again, is the parent's whole command but what the
+    /// parent keeps to itself (`--passfile`, `--json`) and what only the daemon is told
+    /// (`--daemon-child`, the log's default path): with every option set, and with none.
+    #[test]
+    fn the_daemon_is_given_every_option_of_the_parent() {
+        let every = [
+            "intact",
+            "--volume",
+            "/c",
+            "--passfile",
+            "/pw",
+            "--state",
+            "/s",
+            "--anchor",
+            "etcd://h:1/k",
+            "--sign-key",
+            "/sk",
+            "--verify-key",
+            "/vk",
+            "--json",
+            "--cache-bytes",
+            "7",
+            "--records",
+            "9",
+            "--meta-cache-bytes",
+            "11",
+            "--accept-stale",
+            "mount",
+            "/c",
+            "/m",
+            "--allow-other",
+            "--ro",
+            "--follow=12",
+            "--scheme",
+            "aead",
+            "--threads",
+            "3",
+            "--commit-interval",
+            "4",
+            "--xattr-max-bytes",
+            "5",
+            "--log",
+            "/l",
+            "--direct-io",
+            "--on-alarm",
+            "true",
+            "--scrub-every",
+            "60s",
+            "--scrub-rate",
+            "2.5",
+        ];
+        let none = ["intact", "--state", "/s", "mount", "/c", "/m"];
+        for argv in [&every[..], &none[..]] {
+            let mut parent = Cli::try_parse_from(argv).unwrap();
+            let child = {
+                let Cmd::Mount {
+                    cipherdir,
+                    mountpoint,
+                    ..
+                } = &parent.cmd
+                else {
+                    unreachable!()
+                };
+                let a = MountArgs::of(&parent.cmd, cipherdir, mountpoint).unwrap();
+                let argv = daemon_args(&parent, &a, Path::new("/l"));
+                Cli::try_parse_from(std::iter::once(OsString::from("intact")).chain(argv)).unwrap()
+            };
+            parent.passfile = None;
+            parent.json = false;
+            parent.volume = Some(PathBuf::from("/c"));
+            if let Cmd::Mount {
+                daemon_child, log, ..
+            } = &mut parent.cmd
+            {
+                *daemon_child = true;
+                *log = Some(PathBuf::from("/l"));
+            }
+            assert_eq!(format!("{child:?}"), format!("{parent:?}"), "{argv:?}");
+        }
+    }
 
     #[test]
     fn the_daemons_list_of_writers_is_parsed() {
