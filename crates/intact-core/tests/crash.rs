@@ -351,6 +351,62 @@ fn a_periodic_seal_seals_the_log_without_a_checkpoint() {
     assert!(e.is_tampered(), "{e}");
 }
 
+/// A sync of the log (an fsync of a directory, `intact sync`) keeps what a checkpoint
+/// keeps without running one: no journal is written, and a power cut right after it (only
+/// what was synced survives) loses nothing: appends, an overwrite, a new file, a rename
+/// and an unlink are all there, with no alarm. A rollback of the log is detected.
+#[test]
+fn a_sync_of_the_log_keeps_everything_without_a_checkpoint() {
+    let store = Arc::new(FaultStore::new_mem());
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
+    vol.create_file("/a", None).unwrap();
+    vol.write_path("/a", 0, &pattern(1, 50_000)).unwrap();
+    vol.create_file("/gone", None).unwrap();
+    vol.sync().unwrap();
+    let old = store.crash_image(CrashImage::DurableOnly);
+    vol.write_path("/a", 100, &pattern(3, 5_000)).unwrap();
+    vol.write_path("/a", 50_000, &pattern(2, 20_000)).unwrap();
+    vol.create_file("/b", None).unwrap();
+    vol.write_path("/b", 0, &pattern(4, 9_000)).unwrap();
+    vol.create_file("/c", None).unwrap();
+    vol.write_path("/c", 0, &pattern(5, 3_000)).unwrap();
+    vol.rename("/c", "/d").unwrap();
+    vol.unlink("/gone").unwrap();
+    let journals = |s: &FaultStore<MemStore>| {
+        ["journal.0", "journal.1"].map(|j| s.inner().read_all(j).unwrap())
+    };
+    let before = journals(&store);
+    vol.sync_log().unwrap();
+    assert_eq!(journals(&store), before, "no checkpoint ran");
+    let mut a = pattern(1, 50_000);
+    a[100..5_100].copy_from_slice(&pattern(3, 5_000));
+    a.extend_from_slice(&pattern(2, 20_000));
+    let durable = Arc::new(store.crash_image(CrashImage::DurableOnly));
+    vol.set_seal_on_drop(false);
+    drop(vol);
+    let at_crash = trusted.snapshot();
+    let v = open(durable, &trusted).unwrap();
+    assert_eq!(read_all(&v, "/a").unwrap(), a);
+    assert_eq!(read_all(&v, "/b").unwrap(), pattern(4, 9_000));
+    assert_eq!(read_all(&v, "/d").unwrap(), pattern(5, 3_000));
+    let mut names: Vec<String> = v
+        .readdir("/")
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a", "b", "d"]);
+    assert!(v.fsck(&mut |_| {}).unwrap().is_empty());
+    drop(v);
+    trusted.restore(at_crash);
+    let e = open(Arc::new(old), &trusted)
+        .and_then(|v| read_all(&v, "/a"))
+        .unwrap_err();
+    assert!(e.is_tampered(), "{e}");
+}
+
 /// A directory that grows past one unit, splits, shrinks and takes renames in and out
 /// (its entries in a B+-tree of units, docs/file-format.md §5.2), crashed at every write:
 /// the recovered tree is that of the last sync or a later operation, with no alarm, under

@@ -1,8 +1,11 @@
 //! `intact bench dir`: one directory grown to many entries through the engine (issue 18,
 //! "one directory of 10^6 entries"), on the local-directory store on disk. At each power of
 //! ten it measures, per operation: a create, a lookup and an unlink (creates and unlinks
-//! timed up to the seal that makes them durable), and the bytes written to the store per
-//! create (counted by [`CountingStore`]). Each figure is the range over `--samples`
+//! timed up to the seal that makes them durable: [`Volume::sync_log`], what an fsync of the
+//! directory runs), the checkpoint that then folds those changes in (per change), the
+//! sustained cost of a create while the directory grows to that size (its checkpoints
+//! included), and the bytes written to the store per change, the checkpoint's included
+//! (counted by [`CountingStore`]). Each figure is the range over `--samples`
 //! samples of `--ops` operations, and the last columns are the ratios to the first row, so
 //! the table shows directly whether a directory of 10^6 entries costs what one of 10^3
 //! does. `--format list` runs the whole-list directories of volumes made before
@@ -71,7 +74,13 @@ struct Row {
     create_us: Range,
     lookup_us: Range,
     unlink_us: Range,
-    create_bytes: Range,
+    /// The checkpoint after the samples, per create or unlink in them.
+    checkpoint_us: f64,
+    /// Growing the directory from the previous row's size to this one, per create, the
+    /// checkpoints that came due and the last one included.
+    grow_us: f64,
+    /// Bytes written per create or unlink of the samples, their checkpoint included.
+    change_bytes: f64,
 }
 
 fn name(i: u64) -> String {
@@ -124,22 +133,24 @@ pub fn dir(a: &DirArgs, cache_bytes: usize, meta_cache_bytes: usize, json: bool)
     let mut at = 1000u64;
     let started = Instant::now();
     while at <= a.entries {
+        let t = Instant::now();
+        let grown = at - next;
         while next < at {
             vol.create_file(&name(next), None)?;
             next += 1;
         }
         vol.sync()?;
-        let (mut c, mut l, mut u, mut b) = (vec![], vec![], vec![], vec![]);
+        let grow_us = t.elapsed().as_secs_f64() * 1e6 / grown as f64;
+        let (mut c, mut l, mut u) = (vec![], vec![], vec![]);
+        let before = store.stats().total();
         for s in 0..a.samples as u64 {
-            let before = store.stats().total();
             let t = Instant::now();
             for _ in 0..a.ops {
                 vol.create_file(&name(next), None)?;
                 next += 1;
             }
-            vol.sync()?;
+            vol.sync_log()?;
             c.push(t.elapsed().as_secs_f64() * 1e6 / a.ops as f64);
-            b.push(store.stats().total().since(&before).write_bytes as f64 / a.ops as f64);
             let t = Instant::now();
             for k in 0..a.ops {
                 let i = pick(s * a.ops + k + 1, next);
@@ -152,16 +163,23 @@ pub fn dir(a: &DirArgs, cache_bytes: usize, meta_cache_bytes: usize, json: bool)
             for k in 0..a.ops {
                 vol.unlink(&name(next - 1 - k))?;
             }
-            vol.sync()?;
+            vol.sync_log()?;
             u.push(t.elapsed().as_secs_f64() * 1e6 / a.ops as f64);
             next -= a.ops;
         }
+        let changes = (2 * a.ops * a.samples as u64) as f64;
+        let t = Instant::now();
+        vol.sync()?;
+        let checkpoint_us = t.elapsed().as_secs_f64() * 1e6 / changes;
+        let change_bytes = store.stats().total().since(&before).write_bytes as f64 / changes;
         rows.push(Row {
             entries: at,
             create_us: Range::of(&c),
             lookup_us: Range::of(&l),
             unlink_us: Range::of(&u),
-            create_bytes: Range::of(&b),
+            checkpoint_us,
+            grow_us,
+            change_bytes,
         });
         if !json {
             eprintln!(
@@ -177,25 +195,31 @@ pub fn dir(a: &DirArgs, cache_bytes: usize, meta_cache_bytes: usize, json: bool)
     }
     println!(
         "one directory, {} format, {} ops x {} samples per row (ranges over samples; \
-         create and unlink timed to the seal that makes them durable)",
+         create and unlink timed to the seal of the log that makes them durable, as an \
+         fsync of the directory; then the checkpoint that folds them in, per change; \
+         growing to the row's size, per create, checkpoints included)",
         a.format, a.ops, a.samples
     );
     println!(
-        "| entries | create µs/op | lookup µs/op | unlink µs/op | bytes written per create | create vs first row | lookup vs first | unlink vs first |"
+        "| entries | create µs/op | lookup µs/op | unlink µs/op | checkpoint µs/change | grow µs/create | bytes written per change | create vs first row | lookup vs first | unlink vs first | checkpoint vs first | grow vs first |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let base = rows[0].clone();
     for r in &rows {
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {:.1} | {:.1} | {:.0} | {} | {} | {} | {:.2} | {:.2} |",
             r.entries,
             r.create_us.show(),
             r.lookup_us.show(),
             r.unlink_us.show(),
-            r.create_bytes.show(),
+            r.checkpoint_us,
+            r.grow_us,
+            r.change_bytes,
             r.create_us.ratio(&base.create_us),
             r.lookup_us.ratio(&base.lookup_us),
             r.unlink_us.ratio(&base.unlink_us),
+            r.checkpoint_us / base.checkpoint_us,
+            r.grow_us / base.grow_us,
         );
     }
     Ok(())

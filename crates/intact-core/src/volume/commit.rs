@@ -406,6 +406,36 @@ impl Volume {
         self.note(self.seal_until(g, need, true))
     }
 
+    /// [`Volume::sync`]'s guarantee by a seal of the log instead of a checkpoint (what
+    /// an fsync of a directory and `intact sync` ask for): every file's data written
+    /// directly and not yet synced (appends, twin writes) is synced, then the log is
+    /// sealed in the anchor. After it returns a crash loses nothing written before, and a
+    /// rollback of any of it is detected, as after a checkpoint; the checkpoint that
+    /// folds the log in runs when one is due ([`Volume::seal_periodic`]), not here, so
+    /// its cost (a directory of 10^6 names: a leaf of its tree per name changed) is shared
+    /// by everything changed between checkpoints. A checkpoint instead when one is due
+    /// now: the log or the staged changes past their limits, or a volume that keeps no log
+    /// (docs/design.md, "What a sync of the volume writes").
+    ///
+    /// Reports earlier failures once, as [`Volume::sync`] does.
+    pub fn sync_log(&self) -> Result<()> {
+        let generation = self.shared.lock().unsealed.generation();
+        let r = (|| {
+            let g = self.lock()?;
+            if g.read_only {
+                return Ok(());
+            }
+            let due = g.checkpoint_due();
+            self.seal_with_data(g, due, true)
+        })();
+        let mut g = self.shared.lock();
+        if r.is_err() {
+            g.unsealed.reported();
+            return r;
+        }
+        g.unsealed.report(generation)
+    }
+
     /// The periodic seal (it has no user to tell of earlier failures): seals the log, like
     /// a journaling file system's periodic commit, without syncing any file's data (the
     /// kernel writes it back at its pace: a burst of it here would stall every fsync
@@ -415,21 +445,30 @@ impl Volume {
     /// log or the staged changes past their limits, or the last checkpoint older than 30 s
     /// (deleted files' objects go, and everything is synced, at checkpoints).
     pub fn seal_periodic(&self) -> Result<()> {
-        let mut g = self.lock()?;
+        let g = self.lock()?;
         if g.read_only {
             return Ok(());
         }
+        let due = g.checkpoint_due() || g.checkpointed_at.elapsed() >= CHECKPOINT_AGE;
+        // The log alone would name appends that die with this process (S3): their data
+        // objects are synced first, as fsync does for one file, so that a crash after
+        // this tick loses none of them.
+        let data = g.store.unsynced_writes_die_with_the_process();
+        self.seal_with_data(g, due, data)
+    }
+
+    /// A checkpoint if `full`, else a seal of the log, preceded (`data`) by a sync of the
+    /// data objects written directly since the last seal.
+    fn seal_with_data<'a>(
+        &'a self,
+        mut g: MutexGuard<'a, Inner>,
+        full: bool,
+        data: bool,
+    ) -> Result<()> {
         g.probe_if_full();
         // A seal in flight began before this call and may miss what it must seal.
         let need = g.commits_begun + 1;
-        let due = !g.logging()
-            || g.commit_wanted
-            || g.wal.as_ref().is_some_and(|w| w.bytes >= LOG_LIMIT)
-            || g.checkpointed_at.elapsed() >= CHECKPOINT_AGE;
-        if !due && g.store.unsynced_writes_die_with_the_process() {
-            // The log alone would name appends that die with this process (S3): sync the
-            // data objects written directly since the last seal first, as fsync does for
-            // one file, so that a crash after this tick loses none of them.
+        if !full && data {
             let log_end = g.wal.as_ref().map(|w| w.end).unwrap_or_default();
             let pending: Vec<(u64, [String; 2])> = g
                 .files
@@ -455,10 +494,10 @@ impl Volume {
                     .extend(pending.into_iter().map(|(ino, _)| (ino, log_end)));
                 // A seal begun while the lock was let go may miss those.
                 let need = g.commits_begun + 1;
-                return self.note(self.seal_until(g, need, due));
+                return self.note(self.seal_until(g, need, full));
             }
         }
-        self.note(self.seal_until(g, need, due))
+        self.note(self.seal_until(g, need, full))
     }
 
     /// Reports, once, that a failed commit discarded unsealed changes of `ino` (the FUSE

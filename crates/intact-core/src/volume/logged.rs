@@ -891,6 +891,17 @@ impl Inner {
         self.wal.is_some() && self.log_requests
     }
 
+    /// Whether a seal must be a checkpoint whatever its caller asked: a volume that keeps
+    /// no log, or the dirty limits or the log past their limits.
+    pub(super) fn checkpoint_due(&self) -> bool {
+        !self.logging()
+            || self.commit_wanted
+            || self
+                .wal
+                .as_ref()
+                .is_some_and(|w| w.bytes >= super::LOG_LIMIT)
+    }
+
     /// Notes that `ino`'s record changed in this request.
     pub(super) fn note_record(&mut self, ino: u64) {
         if self.logging() {
