@@ -33,6 +33,10 @@ pub struct CounterIntervals {
     starts: Vec<u64>,
     ctrs: Vec<u64>,
     blocks: u64,
+    /// Blocks with counter 0 (holes), kept as the intervals change, so that a file's count
+    /// of stored blocks (its `st_blocks`, asked at every `stat`) costs nothing however
+    /// many intervals it has (derived from the value: equality ignores it).
+    holes: u64,
     /// The segments ([`SEG_BLOCKS`]) changed since [`CounterIntervals::take_touched`], as
     /// half-open ranges of segment numbers (not part of the value: equality ignores it).
     touched: Vec<(u64, u64)>,
@@ -158,6 +162,11 @@ impl CounterIntervals {
         self.blocks
     }
 
+    /// Number of blocks with a counter other than 0 (not holes), in O(1).
+    pub fn stored(&self) -> u64 {
+        self.blocks - self.holes
+    }
+
     /// Number of intervals.
     pub fn intervals(&self) -> usize {
         self.starts.len()
@@ -205,6 +214,8 @@ impl CounterIntervals {
         // A gap before `first` becomes a hole (nothing when there is none).
         self.extend(first);
         self.touch(first, end);
+        let was_holes = self.holes_in(first, end);
+        self.holes = self.holes - was_holes + if ctr == 0 { count } else { 0 };
         let tail = (end < self.blocks).then(|| self.get(end));
         let lo = self.starts.partition_point(|&s| s < first);
         let hi = self.starts.partition_point(|&s| s <= end);
@@ -229,6 +240,7 @@ impl CounterIntervals {
         }
         // The segments of the blocks cut, and the one that now ends the file (shorter).
         self.touch(blocks.saturating_sub(1), self.blocks);
+        self.holes -= self.holes_in(blocks, self.blocks);
         let k = self.starts.partition_point(|&s| s < blocks);
         self.starts.truncate(k);
         self.ctrs.truncate(k);
@@ -243,11 +255,24 @@ impl CounterIntervals {
         // The new blocks' segments, from the one that held the last block if it was not
         // full (a full segment does not change).
         self.touch(self.blocks, blocks);
+        self.holes += blocks - self.blocks;
         if self.ctrs.last() != Some(&0) {
             self.starts.push(self.blocks);
             self.ctrs.push(0);
         }
         self.blocks = blocks;
+    }
+
+    /// Holes among the blocks `[first, end)` that exist (in the intervals that cover them).
+    fn holes_in(&self, first: u64, end: u64) -> u64 {
+        let end = end.min(self.blocks);
+        if first >= end {
+            return 0;
+        }
+        self.runs(first, end - first)
+            .filter(|r| r.2 == 0)
+            .map(|r| r.1)
+            .sum()
     }
 
     /// Maximum counter over the blocks `[first, first + count)` (0 if empty).
@@ -347,6 +372,7 @@ impl CounterIntervals {
                 .collect(),
             ctrs: self.ctrs[lo..hi].to_vec(),
             blocks: end - first,
+            holes: self.holes_in(first, end),
             touched: Vec::new(),
         }
     }
@@ -370,6 +396,7 @@ impl CounterIntervals {
                 out.ctrs.push(c);
             }
             out.blocks = base + seg.blocks;
+            out.holes += seg.holes;
         }
         Ok(out)
     }
@@ -412,12 +439,15 @@ impl CounterIntervals {
         if ctrs.windows(2).any(|w| w[0] == w[1]) {
             return Err(malformed("adjacent intervals with equal counters"));
         }
-        Ok(CounterIntervals {
+        let mut c = CounterIntervals {
             starts,
             ctrs,
             blocks,
+            holes: 0,
             touched: Vec::new(),
-        })
+        };
+        c.holes = c.holes_in(0, blocks);
+        Ok(c)
     }
 
     /// Decodes [`encode`](Self::encode)'s form, validating every invariant; never panics.
@@ -1348,6 +1378,17 @@ mod tests {
                 prop_assert_eq!(total, 20);
                 prop_assert_eq!(CounterIntervals::decode(&c.encode()).unwrap(), c.clone());
                 prop_assert_eq!(c.max_all(), model.iter().copied().max().unwrap_or(0));
+                let stored = model.iter().filter(|&&v| v != 0).count() as u64;
+                prop_assert_eq!(c.stored(), stored);
+                prop_assert_eq!(CounterIntervals::decode(&c.encode()).unwrap().stored(), stored);
+                let segs: Vec<_> = (0..c.segments()).map(|k| c.segment(k)).collect();
+                prop_assert_eq!(
+                    segs.iter().map(CounterIntervals::stored).sum::<u64>(),
+                    stored
+                );
+                if !segs.is_empty() {
+                    prop_assert_eq!(CounterIntervals::from_segments(&segs).unwrap().stored(), stored);
+                }
             }
         }
 
@@ -1420,7 +1461,14 @@ mod tests {
                 check_invariants(s);
             }
             if c.blocks() > 0 {
-                prop_assert_eq!(&CounterIntervals::from_segments(&segs).unwrap(), &c);
+                let joined = CounterIntervals::from_segments(&segs).unwrap();
+                prop_assert_eq!(&joined, &c);
+                // The count of stored blocks, kept as the intervals change, is the
+                // count over the blocks, in the segments and joined again.
+                let stored = (0..c.blocks()).filter(|&i| c.get(i) != 0).count() as u64;
+                prop_assert_eq!(c.stored(), stored);
+                prop_assert_eq!(joined.stored(), stored);
+                prop_assert_eq!(segs.iter().map(CounterIntervals::stored).sum::<u64>(), stored);
             }
             c.take_touched();
             for o in &after {
