@@ -415,7 +415,7 @@ impl Volume {
     /// its cost (a directory of 10^6 names: a leaf of its tree per name changed) is shared
     /// by everything changed between checkpoints. A checkpoint instead when one is due
     /// now: the log or the staged changes past their limits, or a volume that keeps no log
-    /// (docs/design.md, "What a sync of the volume writes").
+    /// (docs/design.md, "FUSE").
     ///
     /// Reports earlier failures once, as [`Volume::sync`] does.
     pub fn sync_log(&self) -> Result<()> {
