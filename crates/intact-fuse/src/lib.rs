@@ -1513,7 +1513,7 @@ pub fn serve(
             }
         })?;
     ready();
-    let r = session.run();
+    let r = session_end(session.run());
     // The channel is gone; so is the notifier's use.
     vol.on_discard(Arc::new(|_| {}));
     handle.close();
@@ -1528,12 +1528,41 @@ pub fn serve(
     r
 }
 
+/// What the end of the session says of the mount. The kernel answers a worker that was
+/// reading a request as the connection ended (an unmount racing the read) with
+/// `ECONNABORTED` instead of `ENODEV` (`fuse_dev_do_read`), which fuser reports as an
+/// error: the mount is gone either way, and the daemon seals after it as after any end.
+/// A test's unmount once exited 1 with "Software caused connection abort".
+fn session_end(r: std::io::Result<()>) -> std::io::Result<()> {
+    match r {
+        Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {
+            tracing::info!("the kernel ended the connection as a request was read");
+            Ok(())
+        }
+        r => r,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use intact_core::crypto::KdfParams;
     use intact_core::store::{MemStore, MemTrusted, TrustedStore};
     use intact_core::{CreateOptions, Options};
+
+    /// A connection the kernel ended while a request was read is the end of the mount,
+    /// not a failure; every other error of the session still is.
+    #[test]
+    fn an_aborted_connection_ends_the_session_cleanly() {
+        let aborted = std::io::Error::from_raw_os_error(libc::ECONNABORTED);
+        assert!(session_end(Err(aborted)).is_ok());
+        assert!(session_end(Ok(())).is_ok());
+        let other = std::io::Error::from_raw_os_error(libc::EIO);
+        assert_eq!(
+            session_end(Err(other)).unwrap_err().raw_os_error(),
+            Some(libc::EIO)
+        );
+    }
 
     /// The kernel's references decide when the engine frees an unlinked file: not while any
     /// is left (a lookup counted twice and forgotten once), at once when the last goes.
