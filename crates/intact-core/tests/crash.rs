@@ -287,6 +287,11 @@ fn crash_during_create_never_looks_like_tampering() {
     }
 }
 
+/// The checkpoint journals' bytes: a checkpoint writes one of them.
+fn journals(s: &FaultStore<MemStore>) -> [Option<Vec<u8>>; 2] {
+    ["journal.0", "journal.1"].map(|j| s.inner().read_all(j).unwrap())
+}
+
 /// The periodic seal seals the log when no checkpoint is due, like a journaling file
 /// system's periodic commit: no checkpoint runs (no journal written), and no file's data
 /// is synced. A power cut right after it (only what was synced survives) keeps the names
@@ -307,9 +312,6 @@ fn a_periodic_seal_seals_the_log_without_a_checkpoint() {
     vol.write_path("/a", 50_000, &pattern(2, 20_000)).unwrap();
     vol.create_file("/b", None).unwrap();
     vol.write_path("/b", 0, &pattern(4, 9_000)).unwrap();
-    let journals = |s: &FaultStore<MemStore>| {
-        ["journal.0", "journal.1"].map(|j| s.inner().read_all(j).unwrap())
-    };
     let before = journals(&store);
     vol.seal_periodic().unwrap();
     assert_eq!(journals(&store), before, "no checkpoint ran");
@@ -373,9 +375,6 @@ fn a_sync_of_the_log_keeps_everything_without_a_checkpoint() {
     vol.write_path("/c", 0, &pattern(5, 3_000)).unwrap();
     vol.rename("/c", "/d").unwrap();
     vol.unlink("/gone").unwrap();
-    let journals = |s: &FaultStore<MemStore>| {
-        ["journal.0", "journal.1"].map(|j| s.inner().read_all(j).unwrap())
-    };
     let before = journals(&store);
     vol.sync_log().unwrap();
     assert_eq!(journals(&store), before, "no checkpoint ran");

@@ -383,8 +383,13 @@ impl Volume {
     /// If a commit failed since the last call (its changes were discarded: see
     /// [`Error::Lost`]), this call reports it, once, as syncfs(2) reports writeback errors.
     pub fn sync(&self) -> Result<()> {
+        self.reporting(|| self.seal())
+    }
+    /// Runs `seal`, then reports, once, changes discarded since the call began (or the
+    /// seal's own failure), as syncfs(2) reports writeback errors.
+    fn reporting(&self, seal: impl FnOnce() -> Result<()>) -> Result<()> {
         let generation = self.shared.lock().unsealed.generation();
-        let r = self.seal();
+        let r = seal();
         let mut g = self.shared.lock();
         if r.is_err() {
             g.unsealed.reported();
@@ -419,21 +424,14 @@ impl Volume {
     ///
     /// Reports earlier failures once, as [`Volume::sync`] does.
     pub fn sync_log(&self) -> Result<()> {
-        let generation = self.shared.lock().unsealed.generation();
-        let r = (|| {
+        self.reporting(|| {
             let g = self.lock()?;
             if g.read_only {
                 return Ok(());
             }
             let due = g.checkpoint_due();
             self.seal_with_data(g, due, true)
-        })();
-        let mut g = self.shared.lock();
-        if r.is_err() {
-            g.unsealed.reported();
-            return r;
-        }
-        g.unsealed.report(generation)
+        })
     }
 
     /// The periodic seal (it has no user to tell of earlier failures): seals the log, like
