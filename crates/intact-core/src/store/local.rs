@@ -57,6 +57,22 @@ pub struct LocalDirStore {
     /// Where the calls that change the file system are recorded, for the crash-state
     /// tests ([`LocalDirStore::open_logged`]).
     log: Option<Arc<FsLog>>,
+    /// Names the engine said do not exist ([`UntrustedStore::absent`]: a new file's
+    /// objects), so that their first use asks the file system nothing first (a `statx`
+    /// and a failed `open` per new file, before its create). At most [`ABSENT_KEPT`],
+    /// the oldest forgotten first; a name leaves once created.
+    absent: Mutex<Absent>,
+}
+
+/// Names kept by [`LocalDirStore`]'s hint of absent objects: four per new file, of which
+/// most small files never create any (their bytes are in the inode table).
+const ABSENT_KEPT: usize = 4096;
+
+/// [`LocalDirStore::absent`]: the names, and their order of arrival for forgetting.
+#[derive(Debug, Default)]
+struct Absent {
+    names: HashSet<String>,
+    order: std::collections::VecDeque<String>,
 }
 
 /// Objects per `sync` beyond which one `syncfs` replaces per-object `fdatasync`s.
@@ -142,7 +158,21 @@ impl LocalDirStore {
             root_fd,
             max_len: std::sync::OnceLock::new(),
             log: None,
+            absent: Mutex::new(Absent::default()),
         })
+    }
+
+    /// Whether the engine said `name` does not exist, and nothing created it since.
+    fn known_absent(&self, name: &str) -> bool {
+        self.absent.lock().unwrap().names.contains(name)
+    }
+
+    /// `name` exists now (created, or replaced whole).
+    fn present(&self, name: &str) {
+        let mut a = self.absent.lock().unwrap();
+        if !a.names.is_empty() {
+            a.names.remove(name);
+        }
     }
 
     /// Opens a store that records every call changing the file system in `log`, and
@@ -228,7 +258,14 @@ impl LocalDirStore {
             self.unlinks.load(Ordering::Relaxed)
         };
         let path = self.path_of(name);
-        let file = match OpenOptions::new().read(true).write(true).open(&path) {
+        // A new file's object: straight to its create (which falls back to an open if the
+        // hint was wrong), no open that fails first.
+        let opened = if self.known_absent(name) {
+            Err(io::Error::from(ErrorKind::NotFound))
+        } else {
+            OpenOptions::new().read(true).write(true).open(&path)
+        };
+        let file = match opened {
             Ok(f) => Handle {
                 file: Arc::new(f),
                 writable: true,
@@ -254,6 +291,7 @@ impl LocalDirStore {
                 }
                 .map_err(|e| Error::io(name, e))?;
                 self.mark_dirty(parent_of(&path));
+                self.present(name);
                 Handle {
                     file: Arc::new(f),
                     writable: true,
@@ -444,8 +482,25 @@ impl UntrustedStore for LocalDirStore {
         .map_err(|e| Error::io(name, e))
     }
 
+    fn absent(&self, name: &str) {
+        let mut a = self.absent.lock().unwrap();
+        if a.names.contains(name) {
+            return;
+        }
+        while a.order.len() >= ABSENT_KEPT {
+            if let Some(old) = a.order.pop_front() {
+                a.names.remove(&old);
+            }
+        }
+        a.names.insert(name.to_string());
+        a.order.push_back(name.to_string());
+    }
+
     fn len(&self, name: &str) -> Result<Option<u64>> {
         Self::check(name)?;
+        if self.known_absent(name) {
+            return Ok(None);
+        }
         match fs::metadata(self.path_of(name)) {
             Ok(m) if m.is_file() => Ok(Some(m.len())),
             Ok(_) => Ok(None),
@@ -586,6 +641,7 @@ impl UntrustedStore for LocalDirStore {
         self.forget_handle(name);
         let r = rename(log, &tmp, &path);
         self.forget_handle(name);
+        self.present(name);
         if let Err(e) = r {
             let _ = fs::remove_file(&tmp);
             return Err(Error::io(name, e));
@@ -971,6 +1027,42 @@ mod tests {
         // No unwritten extents: every block of the reservation is allocated.
         let meta = std::fs::metadata(s.path_of("n/x")).unwrap();
         assert!(std::os::unix::fs::MetadataExt::blocks(&meta) * 512 >= 600 << 10);
+    }
+
+    /// The hint of absent objects: a hinted name is absent without a look at the file
+    /// system (so even a wrong hint reads as absent: nothing read is trusted for it), its
+    /// first write creates it (over what a wrong hint hid, keeping the bytes past the
+    /// write), and then it is an object like any other; the hint keeps at most
+    /// `ABSENT_KEPT` names, the oldest forgotten first.
+    #[test]
+    fn absent_names_are_created_without_a_look_first() {
+        let (_d, s) = store();
+        s.absent("f/ab/new.d");
+        assert_eq!(s.len("f/ab/new.d").unwrap(), None);
+        s.write_at("f/ab/new.d", 0, b"hello").unwrap();
+        assert_eq!(s.len("f/ab/new.d").unwrap(), Some(5));
+        assert_eq!(s.read_all("f/ab/new.d").unwrap().unwrap(), b"hello");
+        // A wrong hint: the object exists.
+        s.write_at("f/cd/old.d", 0, b"0123456789").unwrap();
+        s.forget_handle("f/cd/old.d");
+        s.absent("f/cd/old.d");
+        assert_eq!(s.len("f/cd/old.d").unwrap(), None, "the hint is believed");
+        s.write_at("f/cd/old.d", 0, b"ab").unwrap();
+        assert_eq!(s.read_all("f/cd/old.d").unwrap().unwrap(), b"ab23456789");
+        assert_eq!(s.len("f/cd/old.d").unwrap(), Some(10));
+        // Bounded: the oldest hint goes first.
+        s.write_at("f/ef/real.d", 0, b"x").unwrap();
+        s.absent("f/ef/real.d");
+        assert_eq!(s.len("f/ef/real.d").unwrap(), None);
+        for i in 0..ABSENT_KEPT {
+            s.absent(&format!("f/00/n{i}.d"));
+        }
+        assert_eq!(s.len("f/ef/real.d").unwrap(), Some(1), "forgotten");
+        assert_eq!(
+            s.len(&format!("f/00/n{}.d", ABSENT_KEPT - 1)).unwrap(),
+            None
+        );
+        assert!(s.absent.lock().unwrap().order.len() <= ABSENT_KEPT);
     }
 
     #[test]
