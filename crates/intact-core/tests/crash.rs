@@ -406,6 +406,56 @@ fn a_sync_of_the_log_keeps_everything_without_a_checkpoint() {
     assert!(e.is_tampered(), "{e}");
 }
 
+/// A periodic seal runs a checkpoint once the last one is older than its age limit (what
+/// unlinks freed goes back to the store only at a checkpoint), even with the log far from
+/// its limits; and a sync of the log on a volume that logs no request (the CLI's
+/// all-or-nothing commands) is a checkpoint, since the log would keep nothing: a power cut
+/// right after it loses nothing.
+#[test]
+fn a_seal_checkpoints_when_the_log_cannot_carry_it() {
+    let store = Arc::new(FaultStore::new_mem());
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
+    vol.create_file("/a", None).unwrap();
+    vol.write_path("/a", 0, &pattern(1, 10_000)).unwrap();
+    vol.sync().unwrap();
+    vol.write_path("/a", 0, &pattern(2, 3_000)).unwrap();
+    let before = journals(&store);
+    vol.seal_periodic().unwrap();
+    assert_eq!(
+        journals(&store),
+        before,
+        "a young checkpoint: the log is sealed"
+    );
+    vol.write_path("/a", 4_000, &pattern(3, 3_000)).unwrap();
+    vol.age_last_checkpoint(std::time::Duration::from_secs(31));
+    vol.seal_periodic().unwrap();
+    let after_age = journals(&store);
+    assert_ne!(after_age, before, "an old checkpoint: a checkpoint ran");
+    // Just checkpointed: young again.
+    vol.write_path("/a", 8_000, &pattern(4, 100)).unwrap();
+    vol.seal_periodic().unwrap();
+    assert_eq!(journals(&store), after_age);
+
+    // No log: the sync of the log is a checkpoint.
+    vol.set_all_or_nothing(true);
+    vol.create_file("/b", None).unwrap();
+    vol.write_path("/b", 0, &pattern(5, 7_000)).unwrap();
+    vol.sync_log().unwrap();
+    assert_ne!(journals(&store), after_age, "a checkpoint ran");
+    let durable = Arc::new(store.crash_image(CrashImage::DurableOnly));
+    vol.set_seal_on_drop(false);
+    drop(vol);
+    let v = open(durable, &trusted).unwrap();
+    let mut a = pattern(1, 10_000);
+    a[..3_000].copy_from_slice(&pattern(2, 3_000));
+    a[4_000..7_000].copy_from_slice(&pattern(3, 3_000));
+    a[8_000..8_100].copy_from_slice(&pattern(4, 100));
+    assert_eq!(read_all(&v, "/a").unwrap(), a);
+    assert_eq!(read_all(&v, "/b").unwrap(), pattern(5, 7_000));
+    assert!(v.fsck(&mut |_| {}).unwrap().is_empty());
+}
+
 /// A directory that grows past one unit, splits, shrinks and takes renames in and out
 /// (its entries in a B+-tree of units, docs/file-format.md §5.2), crashed at every write:
 /// the recovered tree is that of the last sync or a later operation, with no alarm, under

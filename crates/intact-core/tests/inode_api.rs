@@ -576,3 +576,76 @@ fn a_read_of_a_directory_is_refused_and_names_it() {
         other => panic!("read of a directory: {other:?}"),
     }
 }
+
+/// The set-ID bits a write, truncate or chown clears (`killed_suidgid`, as Linux's
+/// `setattr_should_drop_suidgid`): set-user-ID always, set-group-ID only when the group
+/// may execute. `kill_suidgid` clears them and says so, and changes nothing (not even the
+/// ctime) on a file without them or on a directory; a setattr that asks for it clears
+/// them after its other changes. All of it survives a reopen.
+#[test]
+fn set_id_bits_are_cleared_where_linux_clears_them() {
+    use intact_core::volume::killed_suidgid;
+    assert_eq!(killed_suidgid(0o6755), 0o755);
+    assert_eq!(killed_suidgid(0o4644), 0o644);
+    assert_eq!(killed_suidgid(0o2745), 0o2745, "no group execute: kept");
+    assert_eq!(killed_suidgid(0o2710), 0o710);
+    assert_eq!(killed_suidgid(0o1777), 0o1777, "the sticky bit stays");
+    let store = Arc::new(MemStore::new());
+    let trusted = MemTrusted::new();
+    let vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, 4096);
+    let set_mode = |ino: u64, mode: u32| {
+        vol.setattr(
+            ino,
+            &SetAttr {
+                mode: Some(mode),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    };
+    let plain = file(&vol, ROOT_INO, "plain", b"p");
+    let before = vol.attr(plain).unwrap();
+    assert!(!vol.kill_suidgid(plain).unwrap());
+    assert_eq!(
+        vol.attr(plain).unwrap().ctime_ns,
+        before.ctime_ns,
+        "nothing changed"
+    );
+    let f = file(&vol, ROOT_INO, "f", b"f");
+    set_mode(f, 0o6755);
+    assert!(vol.kill_suidgid(f).unwrap());
+    assert_eq!(vol.attr(f).unwrap().mode, 0o755);
+    let g = file(&vol, ROOT_INO, "g", b"g");
+    set_mode(g, 0o2745);
+    assert!(!vol.kill_suidgid(g).unwrap());
+    assert_eq!(vol.attr(g).unwrap().mode, 0o2745);
+    let d = vol
+        .create_at(ROOT_INO, "d", Kind::Dir, 0o2755, 0, 0, None)
+        .unwrap()
+        .ino;
+    assert!(!vol.kill_suidgid(d).unwrap());
+    let chown = |ino: u64| {
+        vol.setattr(
+            ino,
+            &SetAttr {
+                gid: Some(7),
+                kill_suidgid: true,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    };
+    assert_eq!(chown(d).mode, 0o2755, "a directory keeps its bits");
+    let h = file(&vol, ROOT_INO, "h", b"h");
+    set_mode(h, 0o4711);
+    let a = chown(h);
+    assert_eq!((a.mode, a.gid), (0o711, 7));
+    vol.sync().unwrap();
+    drop(vol);
+    let vol = open(store, &trusted).unwrap();
+    let mode = |name: &str| vol.lookup(ROOT_INO, name).unwrap().mode;
+    assert_eq!(
+        [mode("f"), mode("g"), mode("d"), mode("h")],
+        [0o755, 0o2745, 0o2755, 0o711]
+    );
+}

@@ -15,7 +15,9 @@ use fuser::{
     ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
 };
 use intact_core::format::{Kind, SchemeId, ROOT_INO};
-use intact_core::volume::{Attr, Discarded, RenameMode, SetAttr, XattrMode, NAME_MAX};
+use intact_core::volume::{
+    killed_suidgid, Attr, Discarded, RenameMode, SetAttr, XattrMode, NAME_MAX,
+};
 use intact_core::{Error, FsErrorKind, Volume};
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -259,6 +261,8 @@ pub struct IntactFs {
     report: Reporter,
     /// The volume's block size (fixed; read once instead of locking the engine per reply).
     bs: u32,
+    /// Tells the kernel what it caches went stale (set by [`serve`] once the session is).
+    notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
 }
 
 /// What the adapter's threads share to report failures: the log, and the status file
@@ -529,6 +533,7 @@ impl IntactFs {
             trimmer: None,
             follower: None,
             bulk: None,
+            notifier: Arc::new(std::sync::OnceLock::new()),
             report: Reporter {
                 vol: vol.clone(),
                 status_file: opts.status_file.clone(),
@@ -658,6 +663,35 @@ impl IntactFs {
         }
     }
 
+    /// The kernel drops the attributes it caches of `ino`: the daemon changed its mode
+    /// where no reply carries attributes (the set-ID bits a write, an open with `O_TRUNC`
+    /// or a fallocate clears). Only the attributes: offset -1 keeps the pages.
+    fn attrs_changed(&self, ino: u64) {
+        if let Some(n) = self.notifier.get() {
+            if let Err(e) = n.inval_inode(INodeNo(ino), -1, 0) {
+                tracing::debug!(ino, error = %e, "attribute invalidation");
+            }
+        }
+    }
+
+    /// Clears the set-ID bits of `ino` that a write or fallocate by a caller without
+    /// `CAP_FSETID` clears, and tells the kernel when it did.
+    fn kill_suidgid(&self, ino: u64) -> intact_core::Result<()> {
+        if self.vol.kill_suidgid(ino)? {
+            self.attrs_changed(ino);
+        }
+        Ok(())
+    }
+
+    /// Whether a truncate or fallocate of `ino` by the caller must clear set-ID bits: the
+    /// file has some that Linux clears, and the caller lacks `CAP_FSETID`
+    /// ([`holds_fsetid`], asked only then).
+    fn kill_wanted(&self, req: &Request, ino: u64) -> bool {
+        self.vol
+            .attr(ino)
+            .is_ok_and(|a| killed_suidgid(a.mode) != a.mode && !holds_fsetid(req))
+    }
+
     fn new_fh(&self) -> FileHandle {
         FileHandle(self.next_fh.fetch_add(1, Ordering::Relaxed) << 1)
     }
@@ -726,7 +760,12 @@ impl Filesystem for IntactFs {
             | InitFlags::FUSE_MAX_PAGES
             | InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_READDIRPLUS_AUTO
-            | InitFlags::FUSE_CACHE_SYMLINKS;
+            | InitFlags::FUSE_CACHE_SYMLINKS
+            // The daemon clears set-user-ID and set-group-ID bits at writes, truncates and
+            // chowns ([`SetAttr::kill_suidgid`]). In return the kernel stops asking for
+            // `security.capability` before every write(2) (a GETXATTR round trip each)
+            // once it knows a file has none (docs/design.md, "Set-user-ID bits").
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         if self.opts.direct_io {
             want |= InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
         } else if !self.vol.is_read_only() {
@@ -839,7 +878,7 @@ impl Filesystem for IntactFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -862,6 +901,10 @@ impl Filesystem for IntactFs {
             size,
             atime_ns: atime.map(ns_of),
             mtime_ns: mtime.map(ns_of),
+            // As Linux: a chown always, a truncate by a caller without CAP_FSETID.
+            kill_suidgid: uid.is_some()
+                || gid.is_some()
+                || (size.is_some() && self.kill_wanted(req, ino.0)),
         };
         match self.vol.setattr(ino.0, &set) {
             Ok(a) => reply.attr(&self.opts.attr_ttl, &self.fuse_attr(&a)),
@@ -1017,18 +1060,22 @@ impl Filesystem for IntactFs {
         self.entry(self.vol.link_at(ino.0, newparent.0, name), reply, "link");
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         if let Err(e) = self.vol.open_handle(ino.0) {
             return reply.error(self.fail("open", e));
         }
         if flags.0 & libc::O_TRUNC != 0 && flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
             let set = SetAttr {
                 size: Some(0),
+                kill_suidgid: self.kill_wanted(req, ino.0),
                 ..SetAttr::default()
             };
             if let Err(e) = self.vol.setattr(ino.0, &set) {
                 let _ = self.vol.release_handle(ino.0);
                 return reply.error(self.fail("open", e));
+            }
+            if set.kill_suidgid {
+                self.attrs_changed(ino.0);
             }
         }
         // The page cache stays valid across opens: nobody else writes the volume.
@@ -1060,11 +1107,17 @@ impl Filesystem for IntactFs {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        // Set by the kernel for a caller without CAP_FSETID (FUSE_HANDLE_KILLPRIV_V2).
+        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            if let Err(e) = self.kill_suidgid(ino.0) {
+                return reply.error(self.fail("write", e));
+            }
+        }
         let reply = match &self.bulk {
             Some(bulk) if Volume::is_bulk_write(data.len()) => {
                 let w = BulkWrite {
@@ -1396,7 +1449,7 @@ impl Filesystem for IntactFs {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -1416,6 +1469,13 @@ impl Filesystem for IntactFs {
             return reply.error(Errno::EINVAL);
         }
         let keep = mode & KEEP_SIZE != 0;
+        // As ext4's fallocate (file_modified): the kernel leaves it to a daemon that
+        // handles the kill (FUSE_HANDLE_KILLPRIV_V2).
+        if self.kill_wanted(req, ino.0) {
+            if let Err(e) = self.kill_suidgid(ino.0) {
+                return reply.error(self.fail("fallocate", e));
+            }
+        }
         let r = match mode & !KEEP_SIZE {
             // Allocate: grow the size unless KEEP_SIZE (then nothing changes).
             0 => self.vol.attr(ino.0).and_then(|a| {
@@ -1437,6 +1497,21 @@ impl Filesystem for IntactFs {
         };
         self.empty(r, reply, "fallocate");
     }
+}
+
+/// Whether the caller holds `CAP_FSETID`, which lets it keep set-ID bits at a truncate
+/// or fallocate: FUSE sends its thread id, whose effective capabilities `/proc` shows. A
+/// caller whose status cannot be read (gone already) is judged by its uid: root holds it.
+/// (For writes the kernel tells: `FUSE_WRITE_KILL_SUIDGID`.)
+fn holds_fsetid(req: &Request) -> bool {
+    const CAP_FSETID: u32 = 4;
+    std::fs::read_to_string(format!("/proc/{}/status", req.pid()))
+        .ok()
+        .and_then(|s| {
+            let v = s.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+            u64::from_str_radix(v.trim(), 16).ok()
+        })
+        .map_or(req.uid() == 0, |caps| caps >> CAP_FSETID & 1 == 1)
 }
 
 fn xattr_reply(reply: ReplyXattr, size: u32, value: &[u8]) {
@@ -1485,7 +1560,9 @@ pub fn serve(
         )?;
     }
     let fs = IntactFs::new(vol.clone(), opts);
+    let notifier_slot = fs.notifier.clone();
     let mut session = fuser::Session::new(fs, mountpoint, &config)?;
+    let _ = notifier_slot.set(session.notifier());
     // After a failed commit the engine is back at its last seal: the kernel drops what it
     // caches of the discarded changes (pages, attributes, names).
     let notifier = session.notifier();

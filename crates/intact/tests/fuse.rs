@@ -1656,6 +1656,60 @@ fn a_full_backing_disk_fails_what_it_cannot_keep_and_the_mount_goes_on() {
     assert_eq!(fs::read(&got).unwrap(), keep);
 }
 
+/// What a write, truncate, fallocate, `open(O_TRUNC)` and chown do to set-user-ID and
+/// set-group-ID bits, through the mount and on the test's own temporary directory (ext4 on
+/// this machine) side by side: the same sequence gives the same modes. The daemon clears
+/// the bits itself (`FUSE_HANDLE_KILLPRIV_V2`), as the kernel asks: root keeps them at a
+/// write or truncate, a caller without CAP_FSETID (root with it dropped, by `setpriv`)
+/// loses them, set-group-ID stays on a file its group may not execute, a chown always
+/// clears them on a file and never on a directory. The cleared modes survive a remount.
+#[test]
+fn set_id_bits_are_cleared_as_on_ext4() {
+    if !need(&["setpriv", "fallocate", "truncate", "dd"]) {
+        return;
+    }
+    const SCRIPT: &str = r#"
+cd "$1" || exit 1
+NP="setpriv --bounding-set=-fsetid --inh-caps=-fsetid --"
+m() { stat -c %a "$1"; }
+echo a > f1; chmod 06755 f1; printf x >> f1; echo "root write $(m f1)"
+$NP sh -c 'printf x >> f1'; echo "write $(m f1)"
+echo a > f2; chmod 02745 f2; $NP sh -c 'printf x >> f2'; echo "sgid-no-gx write $(m f2)"
+echo a > f3; chmod 06755 f3; chown 0:1 f3; echo "chown $(m f3)"
+echo a > f4; chmod 06755 f4; truncate -s 3 f4; echo "root truncate $(m f4)"
+$NP truncate -s 1 f4; echo "truncate $(m f4)"
+echo a > f5; chmod 06755 f5; $NP sh -c ': > f5'; echo "open-trunc $(m f5)"
+echo a > f6; chmod 06755 f6; $NP fallocate -l 8192 f6; echo "fallocate $(m f6)"
+echo a > f7; chmod 06755 f7
+$NP dd if=/dev/zero of=f7 bs=4k count=1 oflag=direct conv=notrunc status=none
+echo "odirect $(m f7)"
+mkdir d; chmod 02755 d; chown 0:1 d; echo "dir-chown $(m d)"
+"#;
+    let run = |dir: &Path| sh(Command::new("sh").arg("-c").arg(SCRIPT).arg("sh").arg(dir));
+    let reference = tempfile::tempdir().unwrap();
+    let want = run(reference.path());
+    let expected = "root write 6755\nwrite 755\nsgid-no-gx write 2745\nchown 755\n\
+                    root truncate 6755\ntruncate 755\nopen-trunc 755\nfallocate 755\n\
+                    odirect 755\ndir-chown 2755\n";
+    assert_eq!(want, expected, "the reference file system");
+    let v = Vol::new("mt-eint");
+    let m = v.mount();
+    assert_eq!(run(&m.mnt), want, "through the mount");
+    m.unmount();
+    let m = v.mount();
+    let modes: Vec<String> = ["f1", "f2", "f3", "f4", "f5", "f6", "f7", "d"]
+        .iter()
+        .map(|f| {
+            let mode = fs::metadata(m.p(f)).unwrap().mode() & 0o7777;
+            format!("{mode:o}")
+        })
+        .collect();
+    assert_eq!(
+        modes,
+        ["755", "2745", "755", "755", "755", "755", "755", "2755"]
+    );
+}
+
 /// mknod(2) of every special type through the mount (as root, as CI runs): create,
 /// stat, rename, hard link, unlink, chmod and chown, `intact ls -l`, and all of it again
 /// after a remount; a unix socket accepts a connection. Directory link counts after

@@ -669,7 +669,22 @@ impl Inner {
         if let Some(t) = set.mtime_ns {
             of.inode.mtime_ns = t;
         }
+        if set.kill_suidgid && of.inode.kind != Kind::Dir {
+            of.inode.mode = super::killed_suidgid(of.inode.mode);
+        }
         Ok(())
+    }
+
+    /// [`Volume::kill_suidgid`].
+    pub(super) fn kill_suidgid(&mut self, ino: u64) -> Result<bool> {
+        let inode = &self.open_ino(ino)?.inode;
+        let mode = super::killed_suidgid(inode.mode);
+        if inode.kind == Kind::Dir || mode == inode.mode {
+            return Ok(false);
+        }
+        self.check_writable()?;
+        self.touch_record(ino)?.inode.mode = mode;
+        Ok(true)
     }
     /// A best-effort path of `ino`, for error messages.
     pub(super) fn path_of(&self, ino: u64) -> String {

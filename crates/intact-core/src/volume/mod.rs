@@ -329,6 +329,22 @@ pub struct SetAttr {
     pub atime_ns: Option<i64>,
     /// New modification time, ns.
     pub mtime_ns: Option<i64>,
+    /// Clear the set-user-ID bit, and the set-group-ID bit when the group may execute, of
+    /// a file that is not a directory, after the changes above: what Linux does at a
+    /// `chown`, and at a truncate or write by a caller without `CAP_FSETID` (a FUSE
+    /// mount that handles the kill itself, `FUSE_HANDLE_KILLPRIV_V2`, is asked to).
+    pub kill_suidgid: bool,
+}
+
+/// `mode` without the bits a write, truncate or `chown` clears: set-user-ID, and
+/// set-group-ID when the group may execute (without it the bit marks mandatory locking,
+/// which Linux keeps: `setattr_should_drop_sgid`).
+pub fn killed_suidgid(mode: u32) -> u32 {
+    let mut m = mode & !0o4000;
+    if m & 0o010 != 0 {
+        m &= !0o2000;
+    }
+    m
 }
 
 /// What a rename does when the target name exists.
@@ -1088,6 +1104,16 @@ impl Volume {
         self.seal_on_drop.store(seal, Ordering::Relaxed);
     }
 
+    /// Moves the last checkpoint's time back by `by`, as if it had run that long ago: a
+    /// test's way to reach [`Volume::seal_periodic`]'s age rule without waiting for it.
+    #[doc(hidden)]
+    pub fn age_last_checkpoint(&self, by: std::time::Duration) {
+        let mut g = self.shared.lock();
+        if let Some(t) = g.checkpointed_at.checked_sub(by) {
+            g.checkpointed_at = t;
+        }
+    }
+
     /// Makes each command all-or-nothing (the CLI): nothing is logged, so that a command
     /// that fails before its final [`Volume::sync`] leaves nothing that a reopen would
     /// replay (what it wrote directly is orphaned), and `fsync` seals the whole volume.
@@ -1489,6 +1515,13 @@ impl Volume {
                 kind,
             }))
         })
+    }
+
+    /// Clears what a write by a caller without `CAP_FSETID` clears ([`killed_suidgid`]),
+    /// when the file has any of it; otherwise changes nothing (no ctime, no record written).
+    /// Returns whether it cleared anything.
+    pub fn kill_suidgid(&self, ino: u64) -> Result<bool> {
+        self.with_ino_write(ino, |g| g.kill_suidgid(ino))
     }
 
     /// Changes attributes (a size truncates or extends the file) and returns the result.
