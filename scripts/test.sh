@@ -79,6 +79,7 @@ if [ $# -eq 0 ]; then
     direct_io_mount_serves_every_read_from_the_engine \
     sigkill_under_load_loses_no_fsynced_file_and_raises_no_alarm \
     bulk_writes_beside_small_requests_read_back a_follower_mount_reads_what_the_writer_seals_while_it_writes \
+    set_id_bits_are_cleared_as_on_ext4 \
     2>&1 | tee -a "$log" || status=$?
 fi
 # One closing line for the whole suite (cargo's last line is a doc-test binary's).
