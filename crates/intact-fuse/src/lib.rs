@@ -764,7 +764,7 @@ impl Filesystem for IntactFs {
             // The daemon clears set-user-ID and set-group-ID bits at writes, truncates and
             // chowns ([`SetAttr::kill_suidgid`]). In return the kernel stops asking for
             // `security.capability` before every write(2) (a GETXATTR round trip each)
-            // once it knows a file has none (docs/design.md, "Set-user-ID bits").
+            // once it knows a file has none (docs/design.md, "Set-ID bits").
             | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         if self.opts.direct_io {
             want |= InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;

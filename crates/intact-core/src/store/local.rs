@@ -169,10 +169,7 @@ impl LocalDirStore {
 
     /// `name` exists now (created, or replaced whole).
     fn present(&self, name: &str) {
-        let mut a = self.absent.lock().unwrap();
-        if !a.names.is_empty() {
-            a.names.remove(name);
-        }
+        self.absent.lock().unwrap().names.remove(name);
     }
 
     /// Opens a store that records every call changing the file system in `log`, and
@@ -641,11 +638,11 @@ impl UntrustedStore for LocalDirStore {
         self.forget_handle(name);
         let r = rename(log, &tmp, &path);
         self.forget_handle(name);
-        self.present(name);
         if let Err(e) = r {
             let _ = fs::remove_file(&tmp);
             return Err(Error::io(name, e));
         }
+        self.present(name);
         self.mark_dirty(dir);
         self.sync_dirs_for(name)
     }
