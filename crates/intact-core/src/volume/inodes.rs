@@ -180,17 +180,14 @@ impl Inner {
         let b = match self.units.get(&id, k) {
             Some(b) if b.len() >= at + RECORD_SIZE => b,
             _ => {
-                let mut b = vec![0u8; unitcache::TABLE_PIECE];
                 let env = env!(self);
-                let n = file_read(
+                let b = file_read_shared(
                     &env,
                     &mut self.tx,
                     &mut self.itable,
                     piece * unitcache::TABLE_PIECE as u64,
-                    &mut b,
+                    unitcache::TABLE_PIECE,
                 )?;
-                b.truncate(n);
-                let b: Arc<[u8]> = b.into();
                 self.units.put(&id, k, b.clone());
                 b
             }

@@ -81,9 +81,7 @@ impl dirtree::Units for FileUnits<'_, '_> {
         }
         let off = k as u64 * self.unit as u64;
         let len = self.of.inode.size.saturating_sub(off).min(self.unit as u64);
-        let mut buf = vec![0u8; len as usize];
-        file_read(self.env, self.tx, self.of, off, &mut buf)?;
-        let buf: Arc<[u8]> = buf.into();
+        let buf = file_read_shared(self.env, self.tx, self.of, off, len as usize)?;
         self.cache.put(&self.of.inode.id, k, buf.clone());
         Ok(buf)
     }
