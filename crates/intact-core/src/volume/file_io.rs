@@ -427,7 +427,10 @@ impl FileRead<'_> {
             return Ok(0);
         }
         let n = (buf.len() as u64).min(size - off) as usize;
-        let buf = &mut buf[..n];
+        // The caller's buffer (it may reach past the file's end) and its part that gets
+        // the file's bytes.
+        let full = buf;
+        let room = off.saturating_add(full.len() as u64);
         let bs = env.bs as u64;
         let sch = scheme(self.scheme);
         let (first, last) = (off / bs, (off + n as u64 - 1) / bs);
@@ -437,36 +440,33 @@ impl FileRead<'_> {
         let mut tmp = Vec::new();
         while b <= last {
             if let Some(d) = dirty.get(&b) {
-                copy_block_part(bs, b, d, off, buf);
+                copy_block_part(bs, b, d, off, &mut full[..n]);
                 b += 1;
                 continue;
             }
             if b >= stored {
-                let (to, _) = block_part(bs, b, off, buf.len());
-                buf[to].fill(0);
+                let (to, _) = block_part(bs, b, off, n);
+                full[to].fill(0);
                 b += 1;
                 continue;
             }
-            // A block the read covers whole goes straight into `buf` with the whole ones
-            // after it (no copy through `tmp`: the kernel's reads are page-aligned); a
-            // block it covers in part goes through `tmp` alone.
-            let whole = |k: u64| k * bs >= off && (k + 1) * bs <= off + n as u64;
             let mut e = b;
-            while e < last
-                && e + 1 < stored
-                && !dirty.contains_key(&(e + 1))
-                && e - b < 1023
-                && whole(b)
-                && whole(e + 1)
-            {
+            while e < last && e + 1 < stored && !dirty.contains_key(&(e + 1)) && e - b < 1023 {
                 e += 1;
             }
-            if whole(b) {
+            if b * bs >= off && (e + 1) * bs <= room {
+                // The run starts on a block boundary of the read (the kernel's reads are
+                // page-aligned) and the buffer has room for all of it: read in place, with
+                // no copy through `tmp`. What lies past the file's end in its last block
+                // does not stay there: the caller's bytes past `n` are put back.
                 let at = (b * bs - off) as usize;
-                let dst = &mut buf[at..at + ((e - b + 1) * bs) as usize];
-                sch.read_blocks(env, state, tx, b, dst)?;
+                let end = at + ((e - b + 1) * bs) as usize;
+                let kept = full[n.min(end)..end].to_vec();
+                let r = sch.read_blocks(env, state, tx, b, &mut full[at..end]);
+                full[n.min(end)..end].copy_from_slice(&kept);
+                r?;
                 if let Some(o) = obs.as_deref_mut() {
-                    o.observe(dst, env.bs);
+                    o.observe(&full[at..end], env.bs);
                 }
                 b = e + 1;
                 continue;
@@ -482,7 +482,7 @@ impl FileRead<'_> {
                     k,
                     &tmp[((k - b) * bs) as usize..((k - b + 1) * bs) as usize],
                     off,
-                    buf,
+                    &mut full[..n],
                 );
             }
             b = e + 1;
@@ -1425,9 +1425,10 @@ mod tests {
         (0..n * 4096).map(|i| byte ^ (i / 4096) as u8).collect()
     }
 
-    /// A read returns the file's bytes whatever its offset and length: blocks it covers
-    /// whole are read straight into the caller's buffer, blocks it covers in part through
-    /// a copy, dirty blocks from memory, and zeros nowhere but past the end.
+    /// A read returns the file's bytes whatever its offset and length: a run of stored
+    /// blocks that starts on a block boundary and fits in the caller's buffer is read in
+    /// place (the caller's bytes past the file's end put back), other runs through a
+    /// copy, dirty blocks from memory; and it changes nothing past what it returns.
     #[test]
     fn reads_at_any_offset_and_length_return_the_files_bytes() {
         let (vol, ino) = volume();
