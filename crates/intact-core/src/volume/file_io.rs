@@ -1467,6 +1467,28 @@ mod tests {
         }
     }
 
+    /// The metadata cache keeps a piece of the inode table exactly as long as the table's
+    /// bytes in it (`file_read_shared`), not padded to a whole piece: a record past them
+    /// is read again once the table has grown (`Inner::read_raw_record`).
+    #[test]
+    fn a_table_piece_is_kept_as_long_as_the_table() {
+        let vol = test_volume(Arc::new(MemStore::new()), &MemTrusted::new());
+        for name in ["/a", "/b", "/c"] {
+            vol.create_file(name, None).unwrap();
+        }
+        vol.sync().unwrap();
+        let mut g = vol.shared.lock();
+        let id = g.itable.inode.id;
+        let size = g.itable.inode.size as usize;
+        assert!(
+            size > 0 && size < unitcache::TABLE_PIECE,
+            "one partial piece: {size}"
+        );
+        g.units.remove_from(&id, 0);
+        g.read_raw_record(ROOT_INO).unwrap();
+        assert_eq!(g.units.get(&id, 0).map(|b| b.len()), Some(size));
+    }
+
     /// A file's keys are derived at their first use: looking at its attributes derives
     /// none, reading its data does.
     #[test]
