@@ -461,9 +461,12 @@ impl FileRead<'_> {
                 // does not stay there: the caller's bytes past `n` are put back.
                 let at = (b * bs - off) as usize;
                 let end = at + ((e - b + 1) * bs) as usize;
-                let kept = full[n.min(end)..end].to_vec();
+                // Kept in `tmp` (no allocation of its own per read): at most a block.
+                let past = n.min(end)..end;
+                tmp.clear();
+                tmp.extend_from_slice(&full[past.clone()]);
                 let r = sch.read_blocks(env, state, tx, b, &mut full[at..end]);
-                full[n.min(end)..end].copy_from_slice(&kept);
+                full[past].copy_from_slice(&tmp);
                 r?;
                 if let Some(o) = obs.as_deref_mut() {
                     o.observe(&full[at..end], env.bs);
