@@ -28,6 +28,7 @@ mod bench_trace;
 mod bench_yun;
 mod disk;
 mod disk_bench;
+mod hugepages;
 mod mount;
 mod nbd;
 mod plot;
@@ -334,6 +335,8 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
+    // Before anything else: the heap's allocator reads its tunables when the program starts.
+    hugepages::restart_with_huge_pages();
     let cli = Cli::parse();
     // A mount logs what it serves (integrity failures with path and block); one-shot
     // commands report errors themselves.

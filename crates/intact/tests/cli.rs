@@ -1596,3 +1596,86 @@ fn newest_slot(file: &[u8]) -> Vec<u8> {
     let len = u16::from_le_bytes(s[12..14].try_into().unwrap()) as usize;
     s[14..14 + len].to_vec()
 }
+
+/// The environment a running `intact` process started with (`/proc/PID/environ`), while it
+/// waits for its password on a pipe; `GLIBC_TUNABLES` as it was, or `None`.
+fn tunables_of_a_running_intact(env: &[(&str, &str)]) -> Option<String> {
+    let v = Vol::new();
+    let mut c = v.cmd(&["ls"]);
+    c.env_remove("INTACT_PASSWORD")
+        .env_remove("GLIBC_TUNABLES")
+        .env_remove("INTACT_HUGE_PAGES")
+        .envs(env.iter().copied())
+        .arg("--passfile")
+        .arg("/dev/stdin")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut child = c.spawn().expect("start intact");
+    let environ = format!("/proc/{}/environ", child.id());
+    let exe = std::fs::read_link(BIN).unwrap_or_else(|_| PathBuf::from(BIN));
+    // The process is ready once it runs this binary (not the test's fork before its exec)
+    // and reads its password: it is blocked reading the pipe then.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut seen = None;
+    while std::time::Instant::now() < until {
+        let wchan = std::fs::read_to_string(format!("/proc/{}/wchan", child.id()));
+        let runs = std::fs::read_link(format!("/proc/{}/exe", child.id())).is_ok_and(|e| e == exe);
+        if runs && wchan.is_ok_and(|w| w.contains("pipe")) {
+            seen = Some(std::fs::read(&environ).expect("read its environment"));
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let mut stdin = child.stdin.take().expect("piped");
+    writeln!(stdin, "{PW}").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().expect("wait for intact");
+    assert!(
+        out.status.success(),
+        "ls with the password on a pipe failed"
+    );
+    let seen = seen.expect("intact never waited for its password on the pipe");
+    seen.split(|&b| b == 0)
+        .filter_map(|kv| std::str::from_utf8(kv).ok())
+        .find_map(|kv| kv.strip_prefix("GLIBC_TUNABLES=").map(str::to_string))
+}
+
+/// Huge pages for the heap (crates/intact/src/hugepages.rs; docs/performance.md, "Huge
+/// pages for the heap"): where the kernel gives transparent huge pages only when asked,
+/// `intact` runs with glibc's tunable that asks, keeps the caller's other tunables, leaves
+/// a caller's own choice alone, and does nothing with `INTACT_HUGE_PAGES=0`.
+#[test]
+fn intact_asks_for_huge_pages_where_the_kernel_waits_to_be_asked() {
+    let mode =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    let asks = mode.contains("[madvise]");
+    let gnu = cfg!(target_env = "gnu");
+    let want = |s: &str| (asks && gnu).then(|| s.to_string());
+    assert_eq!(
+        tunables_of_a_running_intact(&[]),
+        want("glibc.malloc.hugetlb=1"),
+        "THP mode {mode:?}"
+    );
+    // The caller's tunables are kept, after this one (glibc cuts the variable at each `:`
+    // as it reads it: the process's environment shows the first).
+    let with_other =
+        tunables_of_a_running_intact(&[("GLIBC_TUNABLES", "glibc.malloc.arena_max=4")]);
+    if asks && gnu {
+        assert!(
+            with_other
+                .as_deref()
+                .is_some_and(|t| t.starts_with("glibc.malloc.hugetlb=1")),
+            "{with_other:?}"
+        );
+    } else {
+        assert_eq!(with_other.as_deref(), Some("glibc.malloc.arena_max=4"));
+    }
+    assert_eq!(
+        tunables_of_a_running_intact(&[("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0")]),
+        Some("glibc.malloc.hugetlb=0".into())
+    );
+    assert_eq!(
+        tunables_of_a_running_intact(&[("INTACT_HUGE_PAGES", "0")]),
+        None
+    );
+}
