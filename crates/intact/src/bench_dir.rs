@@ -92,7 +92,13 @@ fn pick(seed: u64, n: u64) -> u64 {
     (seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) % n
 }
 
-pub fn dir(a: &DirArgs, cache_bytes: usize, meta_cache_bytes: usize, json: bool) -> Result<()> {
+pub fn dir(
+    a: &DirArgs,
+    cache_bytes: usize,
+    meta_cache_bytes: usize,
+    records: usize,
+    json: bool,
+) -> Result<()> {
     if a.entries < 1000 || a.ops == 0 || a.samples == 0 {
         bail!("--entries must be at least 1000, --ops and --samples at least 1");
     }
@@ -123,6 +129,7 @@ pub fn dir(a: &DirArgs, cache_bytes: usize, meta_cache_bytes: usize, json: bool)
         &Options {
             cache_bytes,
             meta_cache_bytes,
+            records,
             ..Options::default()
         },
     )?;

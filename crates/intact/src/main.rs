@@ -1558,6 +1558,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             a,
             cli.cache_bytes.unwrap_or(16 << 20),
             meta_cache(&cli),
+            cli.records.unwrap_or(intact_core::volume::KEEP_OPEN),
             cli.json,
         )?,
         Cmd::Bench {
