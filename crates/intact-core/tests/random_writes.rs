@@ -271,3 +271,75 @@ fn counters_of_many_intervals_live_in_segments() {
     assert!(read_all(&vol, "/big").unwrap() == model, "after going back");
     assert!(vol.fsck(&mut |_| {}).unwrap().is_empty());
 }
+
+/// A file whose counters are in segments grows past its last segment and later shrinks
+/// (docs/file-format.md §9.2): the new segments are written whole, the segments it had are
+/// logged as edits of what they held, and after a crash the log's replay, and after a
+/// checkpoint the store, give the file's bytes back, at every step.
+#[test]
+fn segmented_counters_grow_into_new_segments_and_shrink() {
+    use intact_core::tree::{SEG_BLOCKS, SEG_MIN_INTERVALS};
+    let store = Arc::new(MemStore::new());
+    let trusted = MemTrusted::new();
+    let mut vol = create(store.clone(), &trusted, SchemeId::MtEintGcm, BS as u32);
+    vol.create_file("/big", None).unwrap();
+    let seg = SEG_BLOCKS as usize;
+    vol.truncate("/big", (2 * seg * BS) as u64).unwrap();
+    let mut model = vec![0u8; 2 * seg * BS];
+    for i in 0..SEG_MIN_INTERVALS / 2 + 100 {
+        overwrite(&vol, &mut model, 3 * i % (2 * seg), 1, i as u64);
+    }
+    vol.sync().unwrap();
+    // Each step, then a crash (the log replays it), then a checkpoint and a reopen.
+    type Step<'a> = &'a dyn Fn(&intact_core::Volume, &mut Vec<u8>);
+    let steps: [Step; 4] = [
+        // Writes past the end, into the two segments after the last one: a block of the
+        // third segment and blocks on both sides of the fourth's start.
+        &|v, m| {
+            let at = 2 * seg + 7;
+            m.resize((3 * seg + 3) * BS, 0);
+            overwrite(v, m, at, 1, 1_000);
+            overwrite(v, m, 3 * seg - 2, 5, 1_001);
+        },
+        // Overwrites in the old segments and the new ones in one request each.
+        &|v, m| {
+            for k in 0..8 {
+                overwrite(v, m, 1 + 450 * k, 1, 2_000 + k as u64);
+            }
+            overwrite(v, m, 3 * seg + 1, 1, 2_100);
+        },
+        // A cut inside the third segment: the fourth goes.
+        &|v, m| {
+            let len = (2 * seg + 11) * BS + 100;
+            v.truncate("/big", len as u64).unwrap();
+            m.truncate(len);
+        },
+        // And growing again past the cut, sparse.
+        &|v, m| {
+            m.resize((3 * seg + 32) * BS, 0);
+            overwrite(v, m, 3 * seg + 30, 2, 3_000);
+        },
+    ];
+    for (i, step) in steps.iter().enumerate() {
+        step(&vol, &mut model);
+        assert!(
+            vol.stat("/big").unwrap().counter_intervals > SEG_MIN_INTERVALS as u64,
+            "step {i}: still in segments"
+        );
+        vol.set_seal_on_drop(false);
+        drop(vol);
+        vol = open(store.clone() as Arc<dyn UntrustedStore>, &trusted).unwrap();
+        assert!(
+            read_all(&vol, "/big").unwrap() == model,
+            "step {i}: after the log's replay"
+        );
+        vol.sync().unwrap();
+        drop(vol);
+        vol = open(store.clone() as Arc<dyn UntrustedStore>, &trusted).unwrap();
+        assert!(
+            read_all(&vol, "/big").unwrap() == model,
+            "step {i}: after a checkpoint"
+        );
+        assert!(vol.fsck(&mut |_| {}).unwrap().is_empty(), "step {i}: fsck");
+    }
+}
