@@ -733,6 +733,20 @@ impl NodeIo for Nodes<'_> {
             .write_at(self.name, first * 32, nodes.as_flattened())
             .map_err(std::io::Error::other)
     }
+    fn write_scattered(&mut self, nodes: &[(u64, Hash)]) -> std::io::Result<()> {
+        // Kept in memory, or node 0 in the record: node by node, as `write_nodes` places them.
+        if self.mem.is_some() || (self.inline.is_some() && nodes.iter().any(|n| n.0 == 0)) {
+            for (flat, v) in nodes {
+                self.write_nodes(*flat, std::slice::from_ref(v))?;
+            }
+            return Ok(());
+        }
+        self.window = None;
+        let list: Vec<(u64, &[u8])> = nodes.iter().map(|(f, v)| (f * 32, &v[..])).collect();
+        self.tx
+            .write_list(self.name, &list)
+            .map_err(std::io::Error::other)
+    }
     fn truncate_nodes(&mut self, count: u64) -> std::io::Result<()> {
         let io = std::io::Error::other;
         self.window = None;

@@ -582,6 +582,45 @@ impl Tx {
         self.write(name, off, data, false)
     }
 
+    /// [`Tx::write_at`] of each `(off, data)` of `list`, in order. Writes to a metadata
+    /// object are always staged, so they are staged together: one lookup of the object
+    /// for all of them (the nodes of a tree's path, written by one update).
+    pub fn write_list(&mut self, name: &str, list: &[(u64, &[u8])]) -> Result<()> {
+        let class = ObjectClass::of(name);
+        if class == ObjectClass::Data {
+            for &(off, data) in list {
+                self.write(name, off, data, false)?;
+            }
+            return Ok(());
+        }
+        let st = self.state(name)?;
+        if st.deleted {
+            return Err(Error::Invalid(format!("write to deleted object {name}")));
+        }
+        let (mut added, mut end) = (0isize, st.len.unwrap_or(0));
+        for &(off, data) in list.iter().filter(|(_, d)| !d.is_empty()) {
+            crate::metrics::count_write(class, data.len());
+            added += insert_range(&mut st.ranges, off, data);
+            end = end.max(off + data.len() as u64);
+        }
+        if list.iter().any(|(_, d)| !d.is_empty()) {
+            st.len = Some(end);
+        }
+        self.overlay_bytes = self.overlay_bytes.saturating_add_signed(added);
+        if self.capturing {
+            self.captured.extend(
+                list.iter()
+                    .filter(|(_, d)| !d.is_empty())
+                    .map(|&(off, data)| LoggedOp::Write {
+                        name: name.to_string(),
+                        off,
+                        data: data.to_vec(),
+                    }),
+            );
+        }
+        Ok(())
+    }
+
     /// [`Tx::write_at`]; `twin`: direct whatever the object's lengths and ranges say
     /// ([`Tx::write_twin`]).
     fn write(&mut self, name: &str, off: u64, data: &[u8], twin: bool) -> Result<()> {
@@ -1273,8 +1312,33 @@ const RECENT_RANGES: usize = 1 << 16;
 /// Inserts `data` at `off` into a set of non-overlapping ranges, merging with neighbours it
 /// touches. Returns the change in held bytes.
 fn insert_range(ranges: &mut BTreeMap<u64, Vec<u8>>, off: u64, data: &[u8]) -> isize {
-    use std::ops::Bound::{Excluded, Included};
+    use std::ops::Bound::{Excluded, Included, Unbounded};
     let end = off + data.len() as u64;
+    // Most writes reach no later range (a tree's nodes, scattered blocks): the range that
+    // holds or touches `off` takes them where it lies, or they become a range of their
+    // own, with no range taken out of the map and put back (two lookups, not four).
+    let reaches_later = ranges
+        .range((Excluded(off), Unbounded))
+        .next()
+        .is_some_and(|(&k, _)| k <= end);
+    if !reaches_later {
+        return match ranges.range_mut(..=off).next_back() {
+            Some((&k, v)) if k + v.len() as u64 >= off => {
+                let (rel, before) = ((off - k) as usize, v.len());
+                if before >= rel + data.len() {
+                    v[rel..rel + data.len()].copy_from_slice(data);
+                } else {
+                    v.truncate(rel);
+                    v.extend_from_slice(data);
+                }
+                v.len() as isize - before as isize
+            }
+            _ => {
+                ranges.insert(off, data.to_vec());
+                data.len() as isize
+            }
+        };
+    }
     // The range that holds or touches `off` grows in place, so that a run of adjacent
     // writes (a sequential overwrite, the nodes of a tree) costs what it writes, not a
     // copy of everything staged before it: amortized O(len), not O(range) per write.
@@ -1438,6 +1502,49 @@ mod tests {
         let mut b = vec![0u8; len as usize];
         tx.read_at(name, 0, &mut b).unwrap();
         Some(b)
+    }
+
+    /// `write_list` leaves what the same writes one by one leave: the bytes, the length,
+    /// the overlay's count, the recorded operations and the commit; for a data object as
+    /// for a metadata one (whose writes are all staged), over an object that exists and one
+    /// that does not, with empty writes among them.
+    #[test]
+    fn write_list_is_write_at_of_each() {
+        let list: [(u64, &[u8]); 6] = [
+            (64, b"node-a"),
+            (0, b"leaf"),
+            (70, b"B"),
+            (200, b""),
+            (4, b"--"),
+            (500, b"far"),
+        ];
+        for name in ["f.m", "f.d", "new.m"] {
+            let run = |batched: bool| {
+                let store = Arc::new(MemStore::new());
+                store.write_at("f.m", 0, &[1u8; 100]).unwrap();
+                store.write_at("f.d", 0, &[2u8; 100]).unwrap();
+                let mut tx = Tx::new(store.clone());
+                tx.capture(true);
+                if batched {
+                    tx.write_list(name, &list).unwrap();
+                } else {
+                    for (off, data) in list {
+                        tx.write_at(name, off, data).unwrap();
+                    }
+                }
+                let bytes = read(&mut tx, name);
+                let (overlay, ops) = (tx.overlay_bytes(), tx.drain());
+                let c = tx.begin_commit(1, None).unwrap();
+                c.write_journal(store.as_ref(), &key()).unwrap();
+                c.apply(store.as_ref()).unwrap();
+                let mut stored = vec![0u8; store.len(name).unwrap().unwrap() as usize];
+                store.read_at(name, 0, &mut stored).unwrap();
+                (bytes, overlay, ops, stored)
+            };
+            let (one, all) = (run(false), run(true));
+            assert_eq!(all, one, "{name}");
+            assert_eq!(one.0.as_ref().map(Vec::len), Some(503), "{name}");
+        }
     }
 
     /// A transaction forgets the objects it only looked at once it knows many, and keeps

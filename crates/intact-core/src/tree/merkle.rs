@@ -228,6 +228,14 @@ pub trait NodeIo {
     fn write_nodes(&mut self, first: u64, nodes: &[Hash]) -> std::io::Result<()>;
     /// Truncates storage to `count` nodes.
     fn truncate_nodes(&mut self, count: u64) -> std::io::Result<()>;
+    /// Writes single nodes `(flat index, value)` at scattered positions, in order: what
+    /// [`NodeIo::write_nodes`] of each does, in one call (a store stages them together).
+    fn write_scattered(&mut self, nodes: &[(u64, Hash)]) -> std::io::Result<()> {
+        for (flat, v) in nodes {
+            self.write_nodes(*flat, std::slice::from_ref(v))?;
+        }
+        Ok(())
+    }
 }
 
 /// In-memory [`NodeIo`], for tests and benches.
@@ -575,10 +583,11 @@ impl<'a> Walk<'a> {
         for (start, nodes) in &self.runs {
             io.write_nodes(*start, nodes)?;
         }
-        for &(flat, v) in &self.extras {
-            debug_assert!(flat % 2 == 1, "an extra is an inner node");
-            io.write_nodes(flat, &[v])?;
-        }
+        debug_assert!(
+            self.extras.iter().all(|(flat, _)| flat % 2 == 1),
+            "an extra is an inner node"
+        );
+        io.write_scattered(&self.extras)?;
         Ok(())
     }
 
