@@ -1507,7 +1507,7 @@ mod tests {
     /// `write_list` leaves what the same writes one by one leave: the bytes, the length,
     /// the overlay's count, the recorded operations and the commit; for a data object as
     /// for a metadata one (whose writes are all staged), over an object that exists and one
-    /// that does not, with empty writes among them.
+    /// that does not, with and without an empty write among them.
     #[test]
     fn write_list_is_write_at_of_each() {
         let list: [(u64, &[u8]); 6] = [
@@ -1518,7 +1518,15 @@ mod tests {
             (4, b"--"),
             (500, b"far"),
         ];
-        for name in ["f.m", "f.d", "new.m"] {
+        let full: Vec<(u64, &[u8])> = list
+            .iter()
+            .copied()
+            .filter(|(_, d)| !d.is_empty())
+            .collect();
+        for (name, list) in ["f.m", "f.d", "new.m"]
+            .into_iter()
+            .flat_map(|n| [(n, &list[..]), (n, &full[..])])
+        {
             let run = |batched: bool| {
                 let store = Arc::new(MemStore::new());
                 store.write_at("f.m", 0, &[1u8; 100]).unwrap();
@@ -1526,9 +1534,9 @@ mod tests {
                 let mut tx = Tx::new(store.clone());
                 tx.capture(true);
                 if batched {
-                    tx.write_list(name, &list).unwrap();
+                    tx.write_list(name, list).unwrap();
                 } else {
-                    for (off, data) in list {
+                    for &(off, data) in list {
                         tx.write_at(name, off, data).unwrap();
                     }
                 }
