@@ -584,7 +584,8 @@ impl Tx {
 
     /// [`Tx::write_at`] of each `(off, data)` of `list`, in order. Writes to a metadata
     /// object are always staged, so they are staged together: one lookup of the object
-    /// for all of them (the nodes of a tree's path, written by one update).
+    /// for all of them (the nodes of a tree's path, written by one update). Every staged
+    /// write of a metadata object goes through here ([`Tx::write`] hands them over).
     pub fn write_list(&mut self, name: &str, list: &[(u64, &[u8])]) -> Result<()> {
         let class = ObjectClass::of(name);
         if class == ObjectClass::Data {
@@ -593,31 +594,26 @@ impl Tx {
             }
             return Ok(());
         }
+        let capturing = self.capturing;
         let st = self.state(name)?;
         if st.deleted {
             return Err(Error::Invalid(format!("write to deleted object {name}")));
         }
-        let (mut added, mut end) = (0isize, st.len.unwrap_or(0));
+        let (mut added, mut captured) = (0isize, Vec::new());
         for &(off, data) in list.iter().filter(|(_, d)| !d.is_empty()) {
             crate::metrics::count_write(class, data.len());
             added += insert_range(&mut st.ranges, off, data);
-            end = end.max(off + data.len() as u64);
-        }
-        if list.iter().any(|(_, d)| !d.is_empty()) {
-            st.len = Some(end);
+            st.len = Some(st.len.unwrap_or(0).max(off + data.len() as u64));
+            if capturing {
+                captured.push(LoggedOp::Write {
+                    name: name.to_string(),
+                    off,
+                    data: data.to_vec(),
+                });
+            }
         }
         self.overlay_bytes = self.overlay_bytes.saturating_add_signed(added);
-        if self.capturing {
-            self.captured.extend(
-                list.iter()
-                    .filter(|(_, d)| !d.is_empty())
-                    .map(|&(off, data)| LoggedOp::Write {
-                        name: name.to_string(),
-                        off,
-                        data: data.to_vec(),
-                    }),
-            );
-        }
+        self.captured.extend(captured);
         Ok(())
     }
 
@@ -626,6 +622,11 @@ impl Tx {
     fn write(&mut self, name: &str, off: u64, data: &[u8], twin: bool) -> Result<()> {
         if data.is_empty() {
             return Ok(());
+        }
+        // A metadata object's writes are all staged (only a data object's may go to the
+        // store directly).
+        if !twin && ObjectClass::of(name) != ObjectClass::Data {
+            return self.write_list(name, &[(off, data)]);
         }
         let store = self.store.clone();
         crate::metrics::count_write(ObjectClass::of(name), data.len());
@@ -656,16 +657,9 @@ impl Tx {
             .unwrap_or(0)
             .max(logged_end)
             .max(staged_end);
-        let metadata = ObjectClass::of(name) != ObjectClass::Data;
         let (staged, direct) = if twin {
             (&data[..0], data)
-        } else if read_only
-            || stage_all
-            || metadata
-            || st.cut.is_some()
-            || on_closed_base
-            || st.pinned
-        {
+        } else if read_only || stage_all || st.cut.is_some() || on_closed_base || st.pinned {
             (data, &data[data.len()..])
         } else if off >= boundary {
             (&data[..0], data)
@@ -1504,10 +1498,11 @@ mod tests {
         Some(b)
     }
 
-    /// `write_list` leaves what the same writes one by one leave: the bytes, the length,
-    /// the overlay's count, the recorded operations and the commit; for a data object as
-    /// for a metadata one (whose writes are all staged), over an object that exists and one
-    /// that does not, with and without an empty write among them.
+    /// `write_list` leaves what the same writes one by one leave (the bytes, the length,
+    /// the overlay's count, the recorded operations and the commit), and what a model
+    /// says: for a data object as for a metadata one (whose writes are all staged), over
+    /// an object that exists and one that does not, with and without an empty write among
+    /// them.
     #[test]
     fn write_list_is_write_at_of_each() {
         let list: [(u64, &[u8]); 6] = [
@@ -1551,7 +1546,36 @@ mod tests {
             };
             let (one, all) = (run(false), run(true));
             assert_eq!(all, one, "{name}");
-            assert_eq!(one.0.as_ref().map(Vec::len), Some(503), "{name}");
+            // Against a model: the object's bytes with the writes laid on them, zeros in
+            // the gaps, the same bytes in the store after the commit.
+            let mut model = match name {
+                "f.m" => vec![1u8; 100],
+                "f.d" => vec![2u8; 100],
+                _ => Vec::new(),
+            };
+            for &(off, data) in &full {
+                let end = off as usize + data.len();
+                if model.len() < end {
+                    model.resize(end, 0);
+                }
+                model[off as usize..end].copy_from_slice(data);
+            }
+            assert_eq!(all.0.as_ref(), Some(&model), "{name}");
+            assert_eq!(all.3, model, "{name}");
+            if name.ends_with(".m") {
+                // Every write of a metadata object is staged and recorded as written:
+                // [0, 6), [64, 71) and [500, 503) are held.
+                assert_eq!(all.1, 16, "{name}");
+                let ops: Vec<LoggedOp> = full
+                    .iter()
+                    .map(|&(off, data)| LoggedOp::Write {
+                        name: name.to_string(),
+                        off,
+                        data: data.to_vec(),
+                    })
+                    .collect();
+                assert_eq!(all.2, ops, "{name}");
+            }
         }
     }
 
